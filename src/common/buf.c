@@ -1,0 +1,89 @@
+/* buf.c - growable byte buffer; see buf.h. */
+#include "buf.h"
+
+#include "error.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pb_buf_reserve(pb_buf *b, size_t extra)
+{
+    size_t need = b->len + extra + 1;
+    if (b->max_len && b->len + extra > b->max_len) return PB_ETOOBIG;
+    if (need <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need) {
+        if (cap > ((size_t)-1) / 2) return -ENOMEM;
+        cap *= 2;
+    }
+    char *p = realloc(b->data, cap);
+    if (!p) return -ENOMEM;
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+int pb_buf_append(pb_buf *b, const void *data, size_t len)
+{
+    int rc = pb_buf_reserve(b, len);
+    if (rc) return rc;
+    if (len) memcpy(b->data + b->len, data, len);
+    b->len += len;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+int pb_buf_puts(pb_buf *b, const char *s) { return pb_buf_append(b, s, strlen(s)); }
+
+int pb_buf_putc(pb_buf *b, char c) { return pb_buf_append(b, &c, 1); }
+
+int pb_buf_vprintf(pb_buf *b, const char *fmt, va_list ap)
+{
+    va_list ap2;
+    va_copy(ap2, ap);
+    char small[256];
+    int n = vsnprintf(small, sizeof small, fmt, ap2);
+    va_end(ap2);
+    if (n < 0) return PB_EINTERNAL;
+    if ((size_t)n < sizeof small) return pb_buf_append(b, small, (size_t)n);
+    int rc = pb_buf_reserve(b, (size_t)n);
+    if (rc) return rc;
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    b->len += (size_t)n;
+    return 0;
+}
+
+int pb_buf_printf(pb_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = pb_buf_vprintf(b, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+void pb_buf_reset(pb_buf *b)
+{
+    b->len = 0;
+    if (b->data) b->data[0] = '\0';
+}
+
+void pb_buf_free(pb_buf *b)
+{
+    if (!b) return;
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+char *pb_buf_steal(pb_buf *b, size_t *len_out)
+{
+    if (!b->data && pb_buf_reserve(b, 0)) return NULL;
+    char *p = b->data;
+    if (len_out) *len_out = b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return p;
+}

@@ -1,0 +1,27 @@
+/*
+ * clock.h - monotonic and wall clocks in nanoseconds.
+ *
+ * pb_now_ns() is CLOCK_MONOTONIC through the vDSO (about 20 ns); every duration probing records
+ * comes from it. [any thread] [async-signal-safe]
+ */
+#ifndef PB_COMMON_CLOCK_H
+#define PB_COMMON_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline int64_t pb_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline int64_t pb_wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+#endif

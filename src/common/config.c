@@ -1,0 +1,79 @@
+/* config.c - the settings table; see config.h. */
+#include "config.h"
+
+#include "log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pb_config_entry entries[] = {
+    {"PROBING", "", "1 starts the agent in every Python process that has probing installed", NULL},
+    {"PROBING_DIR", "", "directory for agent sockets (default /tmp/probing-<uid>, mode 0700)", NULL},
+    {"PROBING_LISTEN", "", "host:port to also serve on TCP (off by default)", NULL},
+    {"PROBING_RING_ROWS", "1M", "capacity in rows of python.torch_trace (oldest rows are dropped)", NULL},
+    {"PROBING_QUERY_TIMEOUT", "30", "seconds a query may run before it is interrupted", NULL},
+    {"PROBING_MAX_RESULT_MB", "64", "largest query result in MB; longer results are cut with a message", NULL},
+    {"PROBING_EVAL_TIMEOUT", "30", "default seconds eval waits for the interpreter and for the code", NULL},
+    {"PROBING_TORCH", "1", "0 disables the torch module and optimizer hooks", NULL},
+    {"PROBING_MEM_SAMPLE_MS", "5", "period of the RSS sampler feeding allocated/max_allocated on CPU", NULL},
+    {"PROBING_DEBUG", "", "1 prints the agent's debug messages to stderr", NULL},
+};
+
+#define NENTRIES ((int)(sizeof entries / sizeof entries[0]))
+
+void pb_config_load(void)
+{
+    for (int i = 0; i < NENTRIES; i++) {
+        const char *v = getenv(entries[i].name);
+        entries[i].value = (v && *v) ? v : entries[i].deflt;
+    }
+}
+
+static pb_config_entry *find(const char *name)
+{
+    for (int i = 0; i < NENTRIES; i++)
+        if (strcmp(entries[i].name, name) == 0) return &entries[i];
+    return NULL;
+}
+
+const char *pb_config_str(const char *name)
+{
+    pb_config_entry *e = find(name);
+    if (!e) return NULL;
+    return e->value ? e->value : e->deflt;
+}
+
+int64_t pb_config_int(const char *name, int64_t deflt_if_bad)
+{
+    const char *v = pb_config_str(name);
+    if (!v || !*v) return deflt_if_bad;
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (errno || end == v) goto bad;
+    if (*end == 'k' || *end == 'K') { n *= 1024; end++; }
+    else if (*end == 'M') { n *= 1024 * 1024; end++; }
+    else if (*end == 'G') { n *= 1024ll * 1024 * 1024; end++; }
+    if (*end) goto bad;
+    return n;
+bad:
+    pb_log_warn("ignoring %s=%s: not an integer; using %lld", name, v, (long long)deflt_if_bad);
+    return deflt_if_bad;
+}
+
+double pb_config_double(const char *name, double deflt_if_bad)
+{
+    const char *v = pb_config_str(name);
+    if (!v || !*v) return deflt_if_bad;
+    char *end;
+    double d = strtod(v, &end);
+    if (end == v || *end) {
+        pb_log_warn("ignoring %s=%s: not a number; using %g", name, v, deflt_if_bad);
+        return deflt_if_bad;
+    }
+    return d;
+}
+
+int pb_config_count(void) { return NENTRIES; }
+const pb_config_entry *pb_config_at(int i) { return (i >= 0 && i < NENTRIES) ? &entries[i] : NULL; }

@@ -1,0 +1,24 @@
+/*
+ * error.h - the one place error codes are defined.
+ *
+ * Functions return int: 0 on success, a negative errno (-ENOMEM, -EINVAL, ...) or one of the
+ * PB_E* codes below (all negative and far from errno values). pb_strerror() turns either kind
+ * into a short English phrase; messages a user reads are composed at the boundaries (SQL, HTTP,
+ * CLI) on top of it.
+ */
+#ifndef PB_COMMON_ERROR_H
+#define PB_COMMON_ERROR_H
+
+enum {
+    PB_EINTERNAL = -10000, /* a bug in probing */
+    PB_ESQL = -10001,      /* SQLite rejected or failed a statement */
+    PB_ETOOBIG = -10002,   /* a result or request exceeded its limit */
+    PB_ETIMEOUT = -10003,  /* an operation did not finish before its deadline */
+    PB_ENOPYTHON = -10004, /* the Python interpreter is not available */
+    PB_EDISABLED = -10005, /* the agent is turned off (forked child, failed start) */
+};
+
+/* Returns a static string describing err (negative errno or PB_E*). [any thread] */
+const char *pb_strerror(int err);
+
+#endif
