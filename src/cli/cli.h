@@ -1,0 +1,53 @@
+/*
+ * cli.h - what the `probing` command's files share: parsed arguments, exit codes, the command
+ * entry points and the one way to print an error.
+ *
+ * main.c parses the command line into a pb_cli_args and calls one cmd_<name>() from its table;
+ * each command returns the process exit code. Every message to the user goes to stderr, starts
+ * with "probing: ", says what went wrong and, where there is something to do, what to do next.
+ */
+#ifndef PB_CLI_CLI_H
+#define PB_CLI_CLI_H
+
+#include "target.h"
+
+enum {
+    PB_EXIT_OK = 0,
+    PB_EXIT_ERROR = 1,   /* the request failed: SQL error, eval exception, target unreachable */
+    PB_EXIT_USAGE = 2,   /* bad command line; also an eval that timed out */
+};
+
+/* Timeouts of the client, in milliseconds. */
+#define PB_CLI_CONNECT_TIMEOUT_MS 5000L
+#define PB_CLI_QUERY_TIMEOUT_MS 120000L
+#define PB_CLI_INFO_TIMEOUT_MS 15000L
+#define PB_CLI_LIST_TIMEOUT_MS 1000L
+
+typedef struct pb_cli_args {
+    const char *command;    /* the command name as typed */
+    const char *target;     /* as typed, NULL when none */
+    pb_target resolved;     /* valid when target != NULL (resolved before the command runs) */
+    const char *format;     /* -f/--format value, NULL when not given */
+    double timeout_s;       /* --timeout value; 0 when not given */
+    char **positional;      /* borrowed from argv */
+    int positional_count;
+    char **exec_argv;       /* run: the command after "--" (NULL-terminated, borrowed) */
+    int exec_argc;
+} pb_cli_args;
+
+/* Prints "probing: <message>\n" on stderr. */
+void pb_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Joins the positional arguments with spaces, or reads stdin when the only one is "-".
+ * Returns a malloc'ed string the caller frees, or NULL after printing why (what names the thing
+ * in messages: "SQL", "code"). */
+char *pb_cli_positional_text(const pb_cli_args *a, const char *what);
+
+int cmd_list(const pb_cli_args *a);
+int cmd_query(const pb_cli_args *a);
+int cmd_eval(const pb_cli_args *a);
+int cmd_tables(const pb_cli_args *a);
+int cmd_info(const pb_cli_args *a);
+int cmd_run(const pb_cli_args *a);
+
+#endif

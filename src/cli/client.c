@@ -1,0 +1,213 @@
+/*
+ * client.c - HTTP requests to an agent through libcurl; see client.h.
+ *
+ * Each request uses a fresh easy handle: the CLI makes one or a few requests per run, so
+ * connection reuse would buy nothing. CURLOPT_NOSIGNAL keeps libcurl away from signal handlers
+ * and the body callback enforces the 1 GiB cap by failing the transfer.
+ */
+#include "client.h"
+
+#include "cli.h"
+#include "error.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct body_sink {
+    pb_buf *buf;
+    int too_big;
+} body_sink;
+
+static size_t on_body(char *data, size_t size, size_t count, void *user)
+{
+    body_sink *sink = user;
+    size_t n = size * count;
+    int rc = pb_buf_append(sink->buf, data, n);
+    if (rc) {
+        sink->too_big = rc == PB_ETOOBIG;
+        return 0; /* makes curl fail with CURLE_WRITE_ERROR */
+    }
+    return n;
+}
+
+/* Words a transport failure for the user. */
+static void describe_failure(const pb_target *t, CURLcode cc, long os_errno, int too_big,
+                             long timeout_ms, char *err, size_t errlen)
+{
+    int is_unix = t->kind == PB_TARGET_UNIX;
+    switch (cc) {
+    case CURLE_COULDNT_CONNECT:
+        if (is_unix && t->pid && !pb_target_pid_alive(t->pid)) {
+            snprintf(err, errlen, "process %d has exited", (int)t->pid);
+        } else if (os_errno == ECONNREFUSED || os_errno == 0) {
+            if (is_unix && t->pid)
+                snprintf(err, errlen,
+                         "process %d is running but nothing is listening on %s (the agent "
+                         "may have turned itself off; see the process's stderr)",
+                         (int)t->pid, t->socket_path);
+            else if (is_unix)
+                snprintf(err, errlen, "nothing is listening on %s (stale socket?)",
+                         t->socket_path);
+            else
+                snprintf(err, errlen, "connection refused by %s", t->host_port);
+        } else if (os_errno == EACCES || os_errno == EPERM) {
+            snprintf(err, errlen, "permission denied connecting to %s (the agent belongs to "
+                     "another user?)", is_unix ? t->socket_path : t->host_port);
+        } else if (os_errno == ENOENT && is_unix) {
+            snprintf(err, errlen, "no socket at %s (did the process exit?)", t->socket_path);
+        } else {
+            snprintf(err, errlen, "cannot connect to %s: %s",
+                     is_unix ? t->socket_path : t->host_port, strerror((int)os_errno));
+        }
+        break;
+    case CURLE_COULDNT_RESOLVE_HOST:
+        snprintf(err, errlen, "cannot resolve the host in %s", t->host_port);
+        break;
+    case CURLE_OPERATION_TIMEDOUT:
+        snprintf(err, errlen, "the target did not answer within %ld s (is the process "
+                 "stopped or overloaded?)", (timeout_ms + 999) / 1000);
+        break;
+    case CURLE_GOT_NOTHING:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_PARTIAL_FILE:
+        snprintf(err, errlen,
+                 "the target closed the connection before answering (did the process exit?)");
+        break;
+    case CURLE_WRITE_ERROR:
+        if (too_big)
+            snprintf(err, errlen, "the target's response is larger than 1 GiB; ask for less "
+                     "(add a LIMIT or select fewer columns)");
+        else
+            snprintf(err, errlen, "out of memory while reading the target's response");
+        break;
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_UNSUPPORTED_PROTOCOL:
+        snprintf(err, errlen, "the target did not answer in HTTP (is it a probing agent?)");
+        break;
+    default:
+        snprintf(err, errlen, "request to %s failed: %s",
+                 is_unix ? t->socket_path : t->host_port, curl_easy_strerror(cc));
+        break;
+    }
+}
+
+int pb_client_request(const pb_target *t, const char *method, const char *path,
+                      const char *body, long timeout_ms, pb_response *resp, char *err,
+                      size_t errlen)
+{
+    int ret = -1;
+    char url[512];
+    struct curl_slist *headers = NULL;
+    body_sink sink = {&resp->body, 0};
+    CURL *h = curl_easy_init();
+
+    resp->status = 0;
+    memset(&resp->body, 0, sizeof resp->body);
+    resp->body.max_len = PB_CLIENT_MAX_BODY;
+    if (!h) {
+        snprintf(err, errlen, "cannot start libcurl (out of memory?)");
+        goto done;
+    }
+    snprintf(url, sizeof url, "%s%s", t->url_base, path);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    if (t->kind == PB_TARGET_UNIX) curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, t->socket_path);
+    curl_easy_setopt(h, CURLOPT_PROXY, ""); /* never route through http_proxy */
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                     timeout_ms < PB_CLI_CONNECT_TIMEOUT_MS ? timeout_ms
+                                                            : PB_CLI_CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "probing-cli/" PB_VERSION);
+    headers = curl_slist_append(headers, "Expect:"); /* no 100-continue round trip */
+    if (body) {
+        headers = curl_slist_append(headers, "Content-Type: application/json");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(body));
+    }
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+
+    CURLcode cc = curl_easy_perform(h);
+    if (cc != CURLE_OK) {
+        long os_errno = 0;
+        curl_easy_getinfo(h, CURLINFO_OS_ERRNO, &os_errno);
+        describe_failure(t, cc, os_errno, sink.too_big, timeout_ms, err, errlen);
+        pb_buf_free(&resp->body);
+        goto done;
+    }
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &resp->status);
+    if (pb_buf_reserve(&resp->body, 0)) { /* an empty body still gets its "" */
+        snprintf(err, errlen, "out of memory while reading the target's response");
+        pb_buf_free(&resp->body);
+        goto done;
+    }
+    ret = 0;
+done:
+    curl_slist_free_all(headers);
+    if (h) curl_easy_cleanup(h);
+    return ret;
+}
+
+int pb_client_call(const pb_target *t, const char *method, const char *path, json_t *request,
+                   long timeout_ms, json_t **root, long *status)
+{
+    char err[1024];
+    char *body = NULL;
+    pb_response resp;
+    json_error_t jerr;
+
+    *root = NULL;
+    *status = 0;
+    if (request) {
+        body = json_dumps(request, JSON_COMPACT);
+        if (!body) {
+            pb_cli_error("out of memory");
+            return PB_EXIT_ERROR;
+        }
+    }
+    int rc = pb_client_request(t, method, path, body, timeout_ms, &resp, err, sizeof err);
+    free(body);
+    if (rc) {
+        pb_cli_error("%s", err);
+        return PB_EXIT_ERROR;
+    }
+    *status = resp.status;
+    json_t *parsed = json_loadb(resp.body.data, resp.body.len, JSON_ALLOW_NUL, &jerr);
+    pb_buf_free(&resp.body);
+    if (!parsed || !json_is_object(parsed)) {
+        json_decref(parsed);
+        if (resp.status == 200)
+            pb_cli_error("the target sent a response that is not valid JSON");
+        else
+            pb_cli_error("the target sent a response that is not valid JSON (HTTP %ld)",
+                         resp.status);
+        return PB_EXIT_ERROR;
+    }
+    *root = parsed;
+    return PB_EXIT_OK;
+}
+
+void pb_client_print_error(long status, json_t *root)
+{
+    const char *msg = json_string_value(json_object_get(root, "error"));
+    if (msg && *msg) {
+        pb_cli_error("%s", msg);
+        return;
+    }
+    switch (status) {
+    case 404:
+        pb_cli_error("the target does not know this request (HTTP 404); is it an older "
+                     "probing agent?");
+        break;
+    default:
+        pb_cli_error("the target answered HTTP %ld without saying why", status);
+        break;
+    }
+}

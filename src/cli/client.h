@@ -1,0 +1,44 @@
+/*
+ * client.h - one HTTP request to an agent, and the checks every command makes on the answer.
+ *
+ * libcurl over a Unix socket (CURLOPT_UNIX_SOCKET_PATH) or TCP; proxies are never used. A
+ * response body is kept in memory up to PB_CLIENT_MAX_BODY. Transport failures become a message
+ * a user can act on ("process 12345 has exited", "connection refused by host:port", ...).
+ * The caller must have called curl_global_init() (main.c does).
+ */
+#ifndef PB_CLI_CLIENT_H
+#define PB_CLI_CLIENT_H
+
+#include "buf.h"
+#include "target.h"
+
+#include <jansson.h>
+#include <stddef.h>
+
+#define PB_CLIENT_MAX_BODY ((size_t)1 << 30) /* 1 GiB */
+
+typedef struct pb_response {
+    long status;   /* HTTP status */
+    pb_buf body;   /* owned; free with pb_buf_free() */
+} pb_response;
+
+/* Sends method path (e.g. "GET", "/api/info") with an optional JSON body (borrowed, may be
+ * NULL) to t, waiting at most timeout_ms for the whole exchange. Returns 0 when an HTTP
+ * response arrived, whatever its status; resp->body then holds it (the caller frees it). On
+ * failure returns -1 with a message (no "probing: " prefix) in err and resp->body empty. */
+int pb_client_request(const pb_target *t, const char *method, const char *path,
+                      const char *body, long timeout_ms, pb_response *resp, char *err,
+                      size_t errlen);
+
+/* pb_client_request() plus decoding: the request body is request (borrowed, may be NULL); on
+ * success *root receives the response's JSON object (caller owns it, json_decref) and *status
+ * the HTTP status, whatever it is. On failure prints the error ("probing: ...") and returns 1;
+ * *root is then NULL. */
+int pb_client_call(const pb_target *t, const char *method, const char *path, json_t *request,
+                   long timeout_ms, json_t **root, long *status);
+
+/* Prints the error of a non-200 answer: its "error" field, or a generic line naming the status
+ * when there is none. root is borrowed. */
+void pb_client_print_error(long status, json_t *root);
+
+#endif

@@ -1,0 +1,110 @@
+/*
+ * cmd_info.c - `probing <target> info [-f table|json]`: who the target is.
+ *
+ * GET /api/info, printed as aligned "key: value" lines; fields this version does not know are
+ * printed after the known ones so a newer agent's additions still show.
+ */
+#include "cli.h"
+#include "client.h"
+#include "format.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static const struct {
+    const char *key;
+    const char *label;
+} known_fields[] = {
+    {"pid", "pid"},         {"cmdline", "command"}, {"python", "python"},
+    {"torch", "torch"},     {"started_unix", "started"}, {"uptime_s", "uptime"},
+    {"endpoint", "endpoint"}, {"tcp", "tcp"},       {"rank", "rank"},
+    {"version", "probing"},
+};
+
+static int is_known(const char *key)
+{
+    for (size_t i = 0; i < sizeof known_fields / sizeof known_fields[0]; i++)
+        if (strcmp(known_fields[i].key, key) == 0) return 1;
+    return 0;
+}
+
+/* Appends the value of key for humans. */
+static void put_value(pb_buf *b, const char *key, json_t *v)
+{
+    char text[96];
+    if (!v || json_is_null(v)) {
+        pb_buf_puts(b, strcmp(key, "torch") == 0 ? "not imported" : "-");
+    } else if (strcmp(key, "cmdline") == 0 && json_is_array(v)) {
+        size_t i;
+        json_t *arg;
+        json_array_foreach(v, i, arg) {
+            if (i) pb_buf_putc(b, ' ');
+            if (json_is_string(arg))
+                pb_format_sanitize(b, json_string_value(arg), json_string_length(arg));
+        }
+    } else if (strcmp(key, "started_unix") == 0 && json_is_number(v)) {
+        time_t t = (time_t)json_number_value(v);
+        struct tm tm;
+        if (localtime_r(&t, &tm) && strftime(text, sizeof text, "%Y-%m-%d %H:%M:%S %Z", &tm))
+            pb_buf_puts(b, text);
+    } else if (strcmp(key, "uptime_s") == 0 && json_is_number(v)) {
+        pb_format_duration(json_number_value(v), text, sizeof text);
+        pb_buf_puts(b, text);
+    } else if (json_is_string(v)) {
+        pb_format_sanitize(b, json_string_value(v), json_string_length(v));
+    } else {
+        pb_buf scratch = PB_BUF_INIT;
+        if (!pb_format_json_value(&scratch, v)) pb_format_sanitize(b, scratch.data, scratch.len);
+        pb_buf_free(&scratch);
+    }
+}
+
+static void print_line(const char *label, const char *key, json_t *v)
+{
+    pb_buf b = PB_BUF_INIT;
+    put_value(&b, key, v);
+    printf("%-10s %s\n", label, b.data ? b.data : "");
+    pb_buf_free(&b);
+}
+
+int cmd_info(const pb_cli_args *a)
+{
+    pb_format fmt;
+    int rc = pb_format_parse(a->format, PB_FORMAT_TABLE | PB_FORMAT_JSON, "info", &fmt);
+    if (rc) return rc;
+    json_t *root;
+    long status;
+    rc = pb_client_call(&a->resolved, "GET", "/api/info", NULL, PB_CLI_INFO_TIMEOUT_MS, &root,
+                        &status);
+    if (rc) return rc;
+    if (status != 200) {
+        pb_client_print_error(status, root);
+        json_decref(root);
+        return PB_EXIT_ERROR;
+    }
+    if (fmt == PB_FORMAT_JSON) {
+        json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        fputc('\n', stdout);
+    } else {
+        char label[64];
+        for (size_t i = 0; i < sizeof known_fields / sizeof known_fields[0]; i++) {
+            json_t *v = json_object_get(root, known_fields[i].key);
+            if (!v && strcmp(known_fields[i].key, "torch") != 0) continue;
+            snprintf(label, sizeof label, "%s:", known_fields[i].label);
+            print_line(label, known_fields[i].key, v);
+        }
+        const char *key;
+        json_t *v;
+        json_object_foreach(root, key, v) {
+            if (is_known(key)) continue;
+            pb_buf b = PB_BUF_INIT;
+            pb_format_sanitize(&b, key, strlen(key));
+            pb_buf_putc(&b, ':');
+            print_line(b.data, key, v);
+            pb_buf_free(&b);
+        }
+    }
+    json_decref(root);
+    return PB_EXIT_OK;
+}

@@ -1,0 +1,121 @@
+/*
+ * cmd_run.c - `probing run -- COMMAND ARGS...`: start a program with the agent loaded.
+ *
+ * Sets PROBING=1 and puts two directories in front of PYTHONPATH: the one holding the
+ * `probing` Python package and its probing/_boot folder, whose sitecustomize.py starts the agent
+ * when Python starts. Then execvp() replaces this process, so the program keeps our pid,
+ * terminal, signals and exit status. The package is looked for, in order, in
+ *   $PROBING_PYTHONPATH
+ *   <dir of this executable>/python                     (a layout with python/ beside the binary)
+ *   <exe dir>/../../python, <exe dir>/../../../python   (meson build tree, then the source tree)
+ *   <exe dir>/../lib/python3.* /site-packages, .../dist-packages   (pip, venv, --user)
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <glob.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int has_package(const char *dir)
+{
+    char path[PATH_MAX];
+    struct stat st;
+    int n = snprintf(path, sizeof path, "%s/probing/__init__.py", dir);
+    return n > 0 && (size_t)n < sizeof path && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Writes dir/name into out; returns 0, or -1 when it does not fit. */
+static int join(char *out, size_t outlen, const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    if (a + 1 + b >= outlen) return -1;
+    memcpy(out, dir, a);
+    out[a] = '/';
+    memcpy(out + a + 1, name, b + 1);
+    return 0;
+}
+
+/* Writes the directory that contains the probing package into out; returns 0 or -1. */
+static int find_package_parent(char *out, size_t outlen)
+{
+    const char *env = getenv("PROBING_PYTHONPATH");
+    if (env && *env && has_package(env)) {
+        snprintf(out, outlen, "%s", env);
+        return 0;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return -1;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return -1;
+    *slash = '\0';
+
+    static const char *const relative[] = {"python", "../../python", "../../../python"};
+    char candidate[PATH_MAX];
+    for (size_t i = 0; i < sizeof relative / sizeof relative[0]; i++) {
+        if (join(candidate, sizeof candidate, exe, relative[i])) continue;
+        if (has_package(candidate) && realpath(candidate, out)) return 0;
+    }
+    static const char *const site_patterns[] = {"../lib/python3.*/site-packages",
+                                                "../lib/python3.*/dist-packages",
+                                                "../lib/python3/dist-packages"};
+    for (size_t i = 0; i < sizeof site_patterns / sizeof site_patterns[0]; i++) {
+        glob_t g;
+        if (join(candidate, sizeof candidate, exe, site_patterns[i])) continue;
+        if (glob(candidate, 0, NULL, &g) != 0) continue;
+        int found = 0;
+        for (size_t k = g.gl_pathc; k-- > 0 && !found;) /* newest Python first */
+            found = has_package(g.gl_pathv[k]) && realpath(g.gl_pathv[k], out) != NULL;
+        globfree(&g);
+        if (found) return 0;
+    }
+    (void)outlen;
+    return -1;
+}
+
+int cmd_run(const pb_cli_args *a)
+{
+    if (a->exec_argc == 0) {
+        pb_cli_error("run needs a command: probing run -- python train.py");
+        return PB_EXIT_USAGE;
+    }
+    if (setenv("PROBING", "1", 1)) {
+        pb_cli_error("cannot set PROBING=1: %s", strerror(errno));
+        return PB_EXIT_ERROR;
+    }
+    char parent[PATH_MAX];
+    if (find_package_parent(parent, sizeof parent) == 0) {
+        const char *old = getenv("PYTHONPATH");
+        size_t len = 2 * strlen(parent) + (old ? strlen(old) : 0) + 32;
+        char *value = malloc(len);
+        if (!value) {
+            pb_cli_error("out of memory");
+            return PB_EXIT_ERROR;
+        }
+        snprintf(value, len, "%s:%s/probing/_boot%s%s", parent, parent, old && *old ? ":" : "",
+                 old && *old ? old : "");
+        int rc = setenv("PYTHONPATH", value, 1);
+        free(value);
+        if (rc) {
+            pb_cli_error("cannot set PYTHONPATH: %s", strerror(errno));
+            return PB_EXIT_ERROR;
+        }
+    } else {
+        pb_cli_error("warning: cannot find the probing Python package next to this executable; "
+                     "running with PROBING=1 only (the agent starts if 'import probing' works "
+                     "in the program). Set PROBING_PYTHONPATH to the directory that contains "
+                     "probing/ to fix this.");
+    }
+    fflush(stdout);
+    fflush(stderr);
+    execvp(a->exec_argv[0], a->exec_argv);
+    int err = errno;
+    pb_cli_error("cannot run '%s': %s", a->exec_argv[0], strerror(err));
+    return err == ENOENT ? 127 : 126;
+}

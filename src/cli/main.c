@@ -1,0 +1,385 @@
+/*
+ * main.c - the `probing` command: argument parsing and dispatch.
+ *
+ * Accepted shapes (the target may come first, or as -t anywhere):
+ *   probing [-t TARGET] [TARGET] COMMAND [OPTIONS] [ARGS]
+ *   probing COMMAND -t TARGET [OPTIONS] [ARGS]
+ * Commands live in one static table; each names the options it accepts and whether it needs a
+ * target, so main() resolves the target before calling cmd_<name>(). An argument is an option
+ * only when it starts with '-' and holds no whitespace, so SQL such as "-- comment\nSELECT 1"
+ * passes as an argument; "--" ends the options.
+ */
+#include "cli.h"
+
+#include "buf.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STDIN_MAX_BYTES ((size_t)64 << 20)
+
+enum { OPT_FORMAT = 1, OPT_TIMEOUT = 2, OPT_OUTPUT = 4 };
+
+typedef struct command {
+    const char *name;
+    int (*run)(const pb_cli_args *a); /* NULL: planned, not in this version */
+    unsigned options;                 /* OPT_* it accepts */
+    int needs_target;
+    int takes_text;                   /* takes positional text (SQL, code) */
+    const char *usage;
+    const char *summary;
+    const char *details;
+} command;
+
+static const command commands[] = {
+    {"list", cmd_list, OPT_FORMAT, 0, 0, "probing list [-f table|json]",
+     "list the processes traced by probing on this machine",
+     "Scans the socket directory ($PROBING_DIR or /tmp/probing-<uid>) and asks each live agent\n"
+     "who it is (1 s timeout each). Sockets of exited processes are skipped, not removed.\n"},
+    {"query", cmd_query, OPT_FORMAT, 1, 1, "probing <target> query \"SQL\" [-f table|csv|json]",
+     "run a read-only SQL query in the target",
+     "SQL may be split over several arguments (they are joined with spaces) or be '-' to read\n"
+     "it from stdin. 'probing <target> tables' shows what can be queried.\n"
+     "  -f table  aligned columns, NULL shown empty, \"(N rows)\" at the end (default)\n"
+     "  -f csv    RFC 4180 with a header row\n"
+     "  -f json   an array of objects, one per row\n"},
+    {"eval", cmd_eval, OPT_TIMEOUT, 1, 1, "probing <target> eval \"CODE\" [--timeout S]",
+     "run Python code in the target's __main__",
+     "The code's stdout and stderr are printed as they were captured. CODE may be '-' to read\n"
+     "it from stdin.\n"
+     "  --timeout S  give up after S seconds (default 30); exit status 2 when it does\n"
+     "Exit status 1 when the code raised (the traceback is printed on stderr).\n"},
+    {"tables", cmd_tables, OPT_FORMAT, 1, 0, "probing <target> tables [-f table|json]",
+     "list the tables the target can query, with their columns", ""},
+    {"info", cmd_info, OPT_FORMAT, 1, 0, "probing <target> info [-f table|json]",
+     "show the target's pid, command, Python and torch versions, uptime", ""},
+    {"run", cmd_run, OPT_OUTPUT, 0, 0, "probing run -- COMMAND [ARGS...]",
+     "start COMMAND with the probing agent loaded",
+     "Sets PROBING=1, puts the probing Python package first on PYTHONPATH and executes\n"
+     "COMMAND in place of probing (same pid, signals, exit status). Set PROBING_PYTHONPATH to\n"
+     "the directory that contains probing/ when it cannot be found next to this program.\n"},
+    /* Planned; hidden from help until they exist. */
+    {"report", NULL, 0, 1, 0, NULL, NULL, NULL},
+    {"inject", NULL, 0, 1, 0, NULL, NULL, NULL},
+    {"backtrace", NULL, 0, 1, 0, NULL, NULL, NULL},
+    {"capture", NULL, 0, 1, 0, NULL, NULL, NULL},
+    {"timeline", NULL, 0, 1, 0, NULL, NULL, NULL},
+};
+
+#define COMMAND_COUNT (sizeof commands / sizeof commands[0])
+
+void pb_cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("probing: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+char *pb_cli_positional_text(const pb_cli_args *a, const char *what)
+{
+    char *text = NULL;
+    if (a->positional_count == 0) {
+        pb_cli_error("%s needs %s: probing <target> %s \"%s\"", a->command, what, a->command,
+                     strcmp(what, "SQL") == 0 ? "SELECT ..." : "print(...)");
+        return NULL;
+    }
+    if (a->positional_count == 1 && strcmp(a->positional[0], "-") == 0) {
+        pb_buf b = PB_BUF_INIT;
+        char chunk[65536];
+        size_t n;
+        b.max_len = STDIN_MAX_BYTES;
+        while ((n = fread(chunk, 1, sizeof chunk, stdin)) > 0) {
+            if (pb_buf_append(&b, chunk, n)) {
+                pb_cli_error("the %s on stdin is too large (over 64 MiB)", what);
+                pb_buf_free(&b);
+                return NULL;
+            }
+        }
+        if (ferror(stdin)) {
+            pb_cli_error("cannot read the %s from stdin: %s", what, strerror(errno));
+            pb_buf_free(&b);
+            return NULL;
+        }
+        text = pb_buf_steal(&b, NULL);
+    } else {
+        pb_buf b = PB_BUF_INIT;
+        int rc = 0;
+        for (int i = 0; i < a->positional_count && !rc; i++) {
+            if (i) rc = pb_buf_putc(&b, ' ');
+            if (!rc) rc = pb_buf_puts(&b, a->positional[i]);
+        }
+        text = rc ? NULL : pb_buf_steal(&b, NULL);
+        pb_buf_free(&b);
+    }
+    if (!text) {
+        pb_cli_error("out of memory");
+        return NULL;
+    }
+    if (strspn(text, " \t\r\n") == strlen(text)) {
+        pb_cli_error("the %s is empty", what);
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+static const command *find_command(const char *name)
+{
+    for (size_t i = 0; i < COMMAND_COUNT; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+static void print_help(FILE *out)
+{
+    fputs("probing - look inside a running PyTorch process\n\nUsage:\n", out);
+    for (size_t i = 0; i < COMMAND_COUNT; i++)
+        if (commands[i].run) fprintf(out, "  %s\n", commands[i].usage);
+    fputs("\nCommands:\n", out);
+    for (size_t i = 0; i < COMMAND_COUNT; i++)
+        if (commands[i].run) fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+    fputs("\nA target is a pid (12345), host:port or [::1]:port (an agent started with\n"
+          "PROBING_LISTEN), or the path of an agent socket. It may also be given as -t TARGET\n"
+          "(--target), before or after the command.\n"
+          "\nOptions:\n  -h, --help     show this help; 'probing <command> --help' for one command\n"
+          "  -V, --version  show the version\n"
+          "\nExit status: 0 success; 1 error (including SQL errors and exceptions in eval);\n"
+          "2 usage error or eval timeout; run: the command's own status (127: not found).\n",
+          out);
+}
+
+static void print_command_help(const command *c)
+{
+    printf("Usage: %s\n\n%s.\n", c->usage, c->summary);
+    if (c->details && *c->details) printf("\n%s", c->details);
+    if (c->needs_target)
+        printf("\nTARGET: a pid, host:port or socket path; may also be given as -t TARGET.\n");
+}
+
+/* Options are arguments starting with '-' that are not "-" and contain no whitespace. */
+static int is_option(const char *arg)
+{
+    return arg[0] == '-' && arg[1] && !strpbrk(arg, " \t\n\r");
+}
+
+/* Matches argv[*i] against -s / --long, taking a value as "-sVALUE", "-s VALUE", "--long=VALUE"
+ * or "--long VALUE". Returns 1 (matched, *value set, *i advanced past a separate value), 0 (no
+ * match) or -1 (matched but no value; message printed). */
+static int match_valued(int argc, char **argv, int *i, char short_name, const char *long_name,
+                        const char **value)
+{
+    const char *arg = argv[*i];
+    size_t long_len = strlen(long_name);
+    const char *attached = NULL;
+    if (short_name && arg[0] == '-' && arg[1] == short_name) {
+        if (arg[2]) attached = arg + 2;
+    } else if (arg[0] == '-' && arg[1] == '-' && strncmp(arg + 2, long_name, long_len) == 0 &&
+               (arg[2 + long_len] == '\0' || arg[2 + long_len] == '=')) {
+        if (arg[2 + long_len] == '=') attached = arg + 3 + long_len;
+    } else {
+        return 0;
+    }
+    if (attached) {
+        *value = attached;
+        return 1;
+    }
+    if (*i + 1 >= argc) {
+        pb_cli_error("option %s needs a value", arg);
+        return -1;
+    }
+    *value = argv[++*i];
+    return 1;
+}
+
+static int set_target(pb_cli_args *a, const char *target)
+{
+    if (a->target && strcmp(a->target, target) != 0) {
+        pb_cli_error("two targets given ('%s' and '%s'); give one", a->target, target);
+        return -1;
+    }
+    a->target = target;
+    return 0;
+}
+
+static int unknown_option(const char *arg, const char *command_name)
+{
+    if (command_name)
+        pb_cli_error("unknown option '%s' for %s; see 'probing %s --help' (use -- before an "
+                     "argument that starts with '-')", arg, command_name, command_name);
+    else
+        pb_cli_error("unknown option '%s'; see 'probing --help'", arg);
+    return PB_EXIT_USAGE;
+}
+
+/* Parses what follows the command name. Returns -1 to go on, or an exit code. */
+static int parse_command_args(const command *c, int argc, char **argv, int i, pb_cli_args *a)
+{
+    int help = 0, positional_only = 0;
+    const char *value = NULL;
+    a->positional = calloc((size_t)argc + 1, sizeof *a->positional);
+    if (!a->positional) {
+        pb_cli_error("out of memory");
+        return PB_EXIT_ERROR;
+    }
+    for (; i < argc; i++) {
+        const char *arg = argv[i];
+        int m;
+        if (c->run == cmd_run) { /* everything from the first non-option is the command */
+            if (strcmp(arg, "--") == 0) {
+                i++;
+                break;
+            }
+            if (!is_option(arg)) break;
+        }
+        if (positional_only || !is_option(arg)) {
+            a->positional[a->positional_count++] = argv[i];
+            continue;
+        }
+        if (strcmp(arg, "--") == 0) {
+            positional_only = 1;
+        } else if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            help = 1;
+        } else if ((m = match_valued(argc, argv, &i, 't', "target", &value)) != 0) {
+            if (m < 0 || set_target(a, value)) return PB_EXIT_USAGE;
+        } else if ((c->options & OPT_FORMAT) &&
+                   (m = match_valued(argc, argv, &i, 'f', "format", &value)) != 0) {
+            if (m < 0) return PB_EXIT_USAGE;
+            a->format = value;
+        } else if ((c->options & OPT_TIMEOUT) &&
+                   (m = match_valued(argc, argv, &i, 0, "timeout", &value)) != 0) {
+            if (m < 0) return PB_EXIT_USAGE;
+            char *end;
+            errno = 0;
+            double t = strtod(value, &end);
+            if (errno || end == value || *end || !isfinite(t) || t <= 0 || t > 7 * 86400) {
+                pb_cli_error("--timeout wants a number of seconds above 0 (up to 604800), not "
+                             "'%s'", value);
+                return PB_EXIT_USAGE;
+            }
+            a->timeout_s = t;
+        } else if ((c->options & OPT_OUTPUT) &&
+                   (m = match_valued(argc, argv, &i, 'o', "output", &value)) != 0) {
+            if (m < 0) return PB_EXIT_USAGE;
+            pb_cli_error("'run -o' (write a report when the program ends) is not available in "
+                         "this version; run without -o");
+            return PB_EXIT_USAGE;
+        } else {
+            return unknown_option(arg, c->name);
+        }
+    }
+    if (help) {
+        print_command_help(c);
+        return PB_EXIT_OK;
+    }
+    if (c->run == cmd_run) {
+        if (a->target) {
+            pb_cli_error("run does not take a target; it starts a new process: "
+                         "probing run -- python train.py");
+            return PB_EXIT_USAGE;
+        }
+        a->exec_argv = argv + i;
+        a->exec_argc = argc - i;
+        if (a->exec_argc == 0) {
+            pb_cli_error("run needs a command after '--': probing run -- python train.py");
+            return PB_EXIT_USAGE;
+        }
+        return -1;
+    }
+    if (a->positional_count && !c->takes_text) {
+        pb_cli_error("%s takes no arguments (got '%s'); see 'probing %s --help'", c->name,
+                     a->positional[0], c->name);
+        return PB_EXIT_USAGE;
+    }
+    if (!c->needs_target && a->target) {
+        pb_cli_error("%s does not take a target (got '%s')", c->name, a->target);
+        return PB_EXIT_USAGE;
+    }
+    if (c->needs_target && !a->target) {
+        pb_cli_error("%s needs a target: %s (see 'probing list')", c->name, c->usage);
+        return PB_EXIT_USAGE;
+    }
+    return -1;
+}
+
+static int run(int argc, char **argv)
+{
+    pb_cli_args a;
+    const char *value;
+    int i = 1, m;
+    memset(&a, 0, sizeof a);
+
+    for (; i < argc && is_option(argv[i]); i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            print_help(stdout);
+            return PB_EXIT_OK;
+        }
+        if (strcmp(arg, "-V") == 0 || strcmp(arg, "--version") == 0) {
+            printf("probing %s\n", PB_VERSION);
+            return PB_EXIT_OK;
+        }
+        if ((m = match_valued(argc, argv, &i, 't', "target", &value)) != 0) {
+            if (m < 0 || set_target(&a, value)) return PB_EXIT_USAGE;
+            continue;
+        }
+        return unknown_option(arg, NULL);
+    }
+    if (i >= argc) {
+        print_help(stderr);
+        return PB_EXIT_USAGE;
+    }
+    const command *c = find_command(argv[i]);
+    if (!c) {
+        if (a.target || !pb_target_looks_like(argv[i])) {
+            pb_cli_error("unknown command '%s'; see 'probing --help'", argv[i]);
+            return PB_EXIT_USAGE;
+        }
+        if (set_target(&a, argv[i])) return PB_EXIT_USAGE;
+        if (++i >= argc) {
+            pb_cli_error("missing command after the target: probing %s query \"SELECT ...\" "
+                         "(see 'probing --help')", a.target);
+            return PB_EXIT_USAGE;
+        }
+        if (!(c = find_command(argv[i]))) {
+            pb_cli_error("unknown command '%s'; see 'probing --help'", argv[i]);
+            return PB_EXIT_USAGE;
+        }
+    }
+    if (!c->run) {
+        pb_cli_error("'%s' is not available in this version of probing (%s); see "
+                     "'probing --help'", c->name, PB_VERSION);
+        return PB_EXIT_USAGE;
+    }
+    a.command = c->name;
+    int rc = parse_command_args(c, argc, argv, i + 1, &a);
+    if (rc < 0 && a.target) {
+        int resolve_rc = pb_target_resolve(a.target, &a.resolved);
+        if (resolve_rc) rc = resolve_rc;
+    }
+    if (rc < 0) rc = c->run(&a);
+    free(a.positional);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
+        pb_cli_error("cannot initialise libcurl");
+        return PB_EXIT_ERROR;
+    }
+    int rc = run(argc, argv);
+    if (fflush(stdout) != 0 && rc == PB_EXIT_OK) {
+        pb_cli_error("cannot write the output: %s", strerror(errno));
+        rc = PB_EXIT_ERROR;
+    }
+    curl_global_cleanup();
+    return rc;
+}

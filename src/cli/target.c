@@ -1,0 +1,220 @@
+/*
+ * target.c - resolving a target (pid, host:port, socket path) into an address; see target.h.
+ *
+ * Only cheap local checks happen here (/proc/<pid>, stat of the socket). What can only be known
+ * by connecting (refused, stale socket, process exited meanwhile) is reported by client.c, which
+ * uses the pid remembered in pb_target to word its message.
+ */
+#include "target.h"
+
+#include "cli.h"
+#include "paths.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int pb_target_is_pid(const char *s)
+{
+    if (!*s) return 0;
+    for (; *s; s++)
+        if (!isdigit((unsigned char)*s)) return 0;
+    return 1;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int is_path_spec(const char *s) { return strchr(s, '/') || ends_with(s, ".sock"); }
+
+int pb_target_looks_like(const char *s)
+{
+    return pb_target_is_pid(s) || strchr(s, ':') || is_path_spec(s);
+}
+
+int pb_target_pid_alive(pid_t pid)
+{
+    char path[64], stat_line[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 0 : 1; /* unreadable but present: call it alive */
+    ssize_t n = read(fd, stat_line, sizeof stat_line - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    stat_line[n] = '\0';
+    /* "pid (comm) S ...": the state follows the last ')' (comm may contain parentheses). */
+    const char *p = strrchr(stat_line, ')');
+    if (p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X')) return 0;
+    return 1;
+}
+
+void pb_target_cmdline(pid_t pid, char *out, size_t outlen, size_t max_chars)
+{
+    char path[64], raw[4096];
+    if (!outlen) return;
+    out[0] = '\0';
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, raw, sizeof raw - 1);
+    close(fd);
+    if (n <= 0) return;
+    while (n > 0 && raw[n - 1] == '\0') n--; /* the final argument's terminator */
+    if (max_chars + 1 > outlen) max_chars = outlen - 1;
+    size_t len = 0;
+    for (ssize_t i = 0; i < n && len < outlen - 1; i++) {
+        unsigned char c = (unsigned char)raw[i];
+        out[len++] = (c == '\0' || c < 0x20 || c == 0x7f) ? ' ' : (char)c;
+    }
+    out[len] = '\0';
+    if (len > max_chars && max_chars >= 3) {
+        size_t cut = max_chars - 3;
+        while (cut > 0 && ((unsigned char)out[cut] & 0xC0) == 0x80) cut--; /* keep UTF-8 whole */
+        memcpy(out + cut, "...", 4);
+    }
+}
+
+int pb_target_for_socket(pid_t pid, const char *path, pb_target *t)
+{
+    memset(t, 0, sizeof *t);
+    t->kind = PB_TARGET_UNIX;
+    t->pid = pid;
+    if (strlen(path) >= sizeof t->socket_path) return -ENAMETOOLONG;
+    strcpy(t->socket_path, path);
+    strcpy(t->url_base, "http://localhost");
+    return 0;
+}
+
+/* The pid in a socket name "<digits>.sock", or 0. */
+static pid_t pid_from_socket_name(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strlen(base);
+    if (n <= 5 || n > 15 || !ends_with(base, ".sock")) return 0;
+    char digits[16];
+    memcpy(digits, base, n - 5);
+    digits[n - 5] = '\0';
+    if (!pb_target_is_pid(digits)) return 0;
+    long v = strtol(digits, NULL, 10);
+    return v > 0 && v <= INT_MAX ? (pid_t)v : 0;
+}
+
+static int resolve_pid(const char *spec, pb_target *t)
+{
+    errno = 0;
+    long long v = strtoll(spec, NULL, 10);
+    if (errno || v <= 0 || v > INT_MAX || !pb_target_pid_alive((pid_t)v)) {
+        pb_cli_error("no such process: %s", spec);
+        return PB_EXIT_ERROR;
+    }
+    pid_t pid = (pid_t)v;
+    char path[PATH_MAX];
+    if (pb_paths_socket(pid, path, sizeof path) || pb_target_for_socket(pid, path, t)) {
+        pb_cli_error("the socket path for process %d is too long (over %zu bytes); set "
+                     "PROBING_DIR to a shorter directory", (int)pid, sizeof t->socket_path - 1);
+        return PB_EXIT_ERROR;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        char cmd[128], shown[140] = "";
+        pb_target_cmdline(pid, cmd, sizeof cmd, 60);
+        if (cmd[0]) snprintf(shown, sizeof shown, " (%s)", cmd);
+        pb_cli_error("process %d%s is not traced by probing: no agent socket at %s. Start it "
+                     "with 'probing run -- <command>' or PROBING=1.", (int)pid, shown, path);
+        return PB_EXIT_ERROR;
+    }
+    return 0;
+}
+
+static int resolve_path(const char *spec, pb_target *t)
+{
+    struct stat st;
+    if (strlen(spec) >= sizeof t->socket_path) {
+        pb_cli_error("socket path too long (at most %zu bytes): %s", sizeof t->socket_path - 1,
+                     spec);
+        return PB_EXIT_ERROR;
+    }
+    if (stat(spec, &st) != 0) {
+        if (errno == ENOENT)
+            pb_cli_error("no socket at %s (see 'probing list' for traced processes)", spec);
+        else
+            pb_cli_error("cannot use %s: %s", spec, strerror(errno));
+        return PB_EXIT_ERROR;
+    }
+    if (!S_ISSOCK(st.st_mode)) {
+        pb_cli_error("%s is not a socket", spec);
+        return PB_EXIT_ERROR;
+    }
+    pb_target_for_socket(pid_from_socket_name(spec), spec, t);
+    return 0;
+}
+
+static int valid_host_char(char c)
+{
+    return isalnum((unsigned char)c) || c == '.' || c == '-' || c == '_';
+}
+
+static int resolve_tcp(const char *spec, pb_target *t)
+{
+    const char *s = spec, *host, *port;
+    size_t host_len;
+    char hostbuf[256];
+    if (strncmp(s, "http://", 7) == 0) s += 7;
+    size_t len = strlen(s);
+    while (len && s[len - 1] == '/') len--;
+    if (len >= sizeof hostbuf) goto bad;
+    memcpy(hostbuf, s, len);
+    hostbuf[len] = '\0';
+    if (hostbuf[0] == '[') {
+        char *close_bracket = strchr(hostbuf, ']');
+        if (!close_bracket || close_bracket[1] != ':') goto bad;
+        host = hostbuf;
+        host_len = (size_t)(close_bracket - hostbuf) + 1;
+        port = close_bracket + 2;
+        for (const char *p = hostbuf + 1; p < close_bracket; p++)
+            if (!isxdigit((unsigned char)*p) && *p != ':' && *p != '.') goto bad;
+        if (host_len < 3) goto bad;
+    } else {
+        char *colon = strrchr(hostbuf, ':');
+        if (!colon) goto bad;
+        if (memchr(hostbuf, ':', (size_t)(colon - hostbuf))) {
+            pb_cli_error("'%s' is not a target: write an IPv6 address in brackets, as "
+                         "[::1]:8080", spec);
+            return PB_EXIT_USAGE;
+        }
+        host = hostbuf;
+        host_len = (size_t)(colon - hostbuf);
+        port = colon + 1;
+        if (!host_len) goto bad;
+        for (size_t i = 0; i < host_len; i++)
+            if (!valid_host_char(hostbuf[i])) goto bad;
+    }
+    if (!pb_target_is_pid(port) || strlen(port) > 5 || atoi(port) < 1 || atoi(port) > 65535)
+        goto bad;
+    memset(t, 0, sizeof *t);
+    t->kind = PB_TARGET_TCP;
+    snprintf(t->host_port, sizeof t->host_port, "%.*s:%d", (int)host_len, host, atoi(port));
+    snprintf(t->url_base, sizeof t->url_base, "http://%s", t->host_port);
+    return 0;
+bad:
+    pb_cli_error("'%s' is not a target: give a pid, host:port or a socket path "
+                 "(see 'probing list')", spec);
+    return PB_EXIT_USAGE;
+}
+
+int pb_target_resolve(const char *spec, pb_target *t)
+{
+    if (pb_target_is_pid(spec)) return resolve_pid(spec, t);
+    if (strncmp(spec, "http://", 7) != 0 && is_path_spec(spec)) return resolve_path(spec, t);
+    return resolve_tcp(spec, t);
+}

@@ -1,0 +1,52 @@
+/*
+ * target.h - turning what the user typed after `probing` into an address to talk to.
+ *
+ * A target is one of:
+ *   12345                  a pid: the agent's socket <socket dir>/12345.sock (paths.h)
+ *   host:port, [::1]:port  TCP (the agent was started with PROBING_LISTEN=host:port);
+ *                          an optional "http://" prefix is accepted
+ *   /path/x.sock, ./x      a Unix socket path (anything containing '/' or ending in .sock)
+ * Resolution checks what can be checked without connecting (the process exists, the socket
+ * file exists) so that the user gets a message that says what to do next.
+ */
+#ifndef PB_CLI_TARGET_H
+#define PB_CLI_TARGET_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef enum pb_target_kind { PB_TARGET_UNIX, PB_TARGET_TCP } pb_target_kind;
+
+typedef struct pb_target {
+    pb_target_kind kind;
+    pid_t pid;              /* the process behind a Unix socket when known, else 0 */
+    char socket_path[108];  /* PB_TARGET_UNIX: fits struct sockaddr_un.sun_path */
+    char host_port[300];    /* PB_TARGET_TCP: "host:port" as it goes into the URL */
+    char url_base[320];     /* "http://localhost" (Unix) or "http://host:port" (TCP) */
+} pb_target;
+
+/* Resolves spec (borrowed) into t. Returns 0, or prints a "probing: ..." message on stderr and
+ * returns the exit code to use: 1 when the target does not exist or is not traced, 2 when spec
+ * is not a target at all. */
+int pb_target_resolve(const char *spec, pb_target *t);
+
+/* Fills t for an agent socket found by `probing list`, without checking anything. Returns 0 or
+ * -ENAMETOOLONG. */
+int pb_target_for_socket(pid_t pid, const char *path, pb_target *t);
+
+/* Returns 1 when the process exists and is not a zombie, else 0. */
+int pb_target_pid_alive(pid_t pid);
+
+/* Writes the command line of pid (arguments joined by spaces, control characters replaced)
+ * into out, shortened to at most max_chars bytes with a trailing "..." when longer. Writes ""
+ * when it cannot be read. */
+void pb_target_cmdline(pid_t pid, char *out, size_t outlen, size_t max_chars);
+
+/* True when s is all digits (a pid target). */
+int pb_target_is_pid(const char *s);
+
+/* True when s looks like any kind of target (pid, host:port or path); used to tell a target
+ * from a mistyped command name. */
+int pb_target_looks_like(const char *s);
+
+#endif
