@@ -1,0 +1,38 @@
+# The front door. Two commands do everything on a fresh machine:
+#   make demo   installs what is missing, trains a real model under probing, shows what it saw
+#   make test   installs what is missing, runs every test (C unit tests, then integration tests)
+VENV := .venv
+BIN := $(VENV)/bin
+BUILD := build
+
+.PHONY: all setup build demo test unit integration bench lint clean
+
+all: build
+
+setup:
+	bash scripts/setup.sh
+
+# Development build tree: build/src/cli/probing and build/python (importable package).
+build:
+	@test -f $(BUILD)/build.ninja || $(BIN)/meson setup $(BUILD)
+	$(BIN)/ninja -C $(BUILD)
+
+demo: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh
+
+unit: setup build
+	$(BIN)/meson test -C $(BUILD) --print-errorlogs
+
+integration: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q tests/integration
+
+test: unit integration
+
+bench: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/overhead.py
+
+lint:
+	clang-format --dry-run --Werror src/*/*.c src/*/*.h tests/unit/*.c
+
+clean:
+	rm -rf $(BUILD) build-*

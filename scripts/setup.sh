@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what probing needs and is missing, then builds and installs probing into .venv.
+#   - Debian packages: a C compiler, pkg-config, SQLite, libmicrohttpd, jansson, libcurl (dev)
+#   - .venv (Python 3.9+) with torch==2.13.0 (CPU), meson-python, pytest
+#   - probing itself: `pip install .` (the C agent, the `probing` command, the Python package)
+# Idempotent: a second run only rebuilds probing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+DEBS="build-essential pkg-config libsqlite3-dev libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev"
+missing=""
+for p in $DEBS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+if [ -n "$missing" ]; then
+    echo "setup: installing Debian packages:$missing"
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv"
+    "$PY" -m venv .venv
+fi
+VPY=.venv/bin/python
+if ! $VPY -c "import torch" 2>/dev/null; then
+    echo "setup: installing torch==2.13.0 (CPU) into .venv"
+    $VPY -m pip install -q torch==2.13.0
+fi
+$VPY -m pip install -q "meson-python>=0.15" "meson>=1.1" ninja pytest numpy
+echo "setup: building and installing probing"
+$VPY -m pip install -q --no-build-isolation --force-reinstall --no-deps .
+echo "setup: done. probing is $(pwd)/.venv/bin/probing"

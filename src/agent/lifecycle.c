@@ -1,0 +1,173 @@
+/* lifecycle.c - agent start/stop and fork safety; see lifecycle.h. */
+#include <Python.h>
+
+#include "lifecycle.h"
+
+#include "clock.h"
+#include "config.h"
+#include "error.h"
+#include "eval.h"
+#include "intern.h"
+#include "jsonw.h"
+#include "log.h"
+#include "memsample.h"
+#include "paths.h"
+#include "server.h"
+#include "tables.h"
+#include "torch_hooks.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int started;
+static int forked_child;
+static pb_server *server;
+static char socket_path[512];
+static char python_version[32];
+static char cmdline[1024];
+static int64_t started_wall_ns, started_mono_ns;
+
+static void read_cmdline(void)
+{
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    ssize_t n = read(fd, cmdline, sizeof cmdline - 1);
+    close(fd);
+    if (n <= 0) return;
+    for (ssize_t i = 0; i < n; i++)
+        if (cmdline[i] == '\0') cmdline[i] = ' ';
+    while (n > 0 && cmdline[n - 1] == ' ') n--;
+    cmdline[n] = '\0';
+}
+
+/* /api/info body. [server thread] */
+static int info_json(void *ctx, pb_buf *out)
+{
+    pb_jsonw w;
+    pb_jsonw_init(&w, out);
+    pb_jsonw_obj_begin(&w);
+    pb_jsonw_key(&w, "pid");
+    pb_jsonw_int(&w, getpid());
+    pb_jsonw_key(&w, "cmdline");
+    pb_jsonw_str(&w, cmdline);
+    pb_jsonw_key(&w, "python");
+    pb_jsonw_str(&w, python_version);
+    pb_jsonw_key(&w, "torch");
+    pb_jsonw_str(&w, pb_torch_version());
+    pb_jsonw_key(&w, "started_unix");
+    pb_jsonw_double(&w, (double)started_wall_ns / 1e9);
+    pb_jsonw_key(&w, "uptime_s");
+    pb_jsonw_double(&w, (double)(pb_now_ns() - started_mono_ns) / 1e9);
+    pb_jsonw_key(&w, "endpoint");
+    pb_jsonw_str(&w, socket_path);
+    pb_jsonw_key(&w, "tcp");
+    const char *tcp = pb_config_str("PROBING_LISTEN");
+    if (tcp && *tcp) pb_jsonw_str(&w, tcp);
+    else pb_jsonw_null(&w);
+    pb_jsonw_key(&w, "rank");
+    const char *rank = getenv("RANK");
+    pb_jsonw_int(&w, rank ? atoi(rank) : 0);
+    pb_jsonw_key(&w, "step");
+    pb_jsonw_int(&w, pb_torch_current_step());
+    pb_jsonw_key(&w, "version");
+    pb_jsonw_str(&w, PB_VERSION);
+    return pb_jsonw_obj_end(&w);
+}
+
+static void atfork_child(void)
+{
+    /* Only flags and close(): the child has one thread and every lock may be held. */
+    forked_child = 1;
+    pb_torch_hooks_disable();
+    if (server) pb_server_forget_after_fork(server);
+    server = NULL;
+    pb_memsample_forget_after_fork();
+    pb_eval_forget_after_fork();
+    started = 0;
+}
+
+int pb_agent_start(void)
+{
+    static int atfork_registered;
+    int rc;
+    if (started) return 0;
+    if (forked_child) return PB_EDISABLED;
+    pb_config_load();
+    started_wall_ns = pb_wall_ns();
+    started_mono_ns = pb_now_ns();
+    snprintf(python_version, sizeof python_version, "%s", Py_GetVersion());
+    char *sp = strchr(python_version, ' ');
+    if (sp) *sp = '\0';
+    read_cmdline();
+
+    if ((rc = pb_paths_ensure_dir())) {
+        char dir[512];
+        pb_paths_dir(dir, sizeof dir);
+        pb_log_warn("not starting: cannot use socket directory %s: %s", dir, pb_strerror(rc));
+        return rc;
+    }
+    if ((rc = pb_paths_socket(getpid(), socket_path, sizeof socket_path))) {
+        pb_log_warn("not starting: socket path too long");
+        return rc;
+    }
+    if ((rc = pb_tables_init())) {
+        pb_log_warn("not starting: cannot allocate tables: %s", pb_strerror(rc));
+        return rc;
+    }
+    if ((rc = pb_memsample_start())) pb_log_warn("memory sampling is off: %s", pb_strerror(rc));
+    if ((rc = pb_eval_start())) pb_log_warn("eval is off: cannot start its thread: %s", pb_strerror(rc));
+
+    pb_server_opts opts = {0};
+    opts.unix_path = socket_path;
+    const char *tcp = pb_config_str("PROBING_LISTEN");
+    opts.tcp_listen = (tcp && *tcp) ? tcp : NULL;
+    opts.eval = pb_eval_run;
+    opts.info = info_json;
+    opts.ctx = NULL;
+    opts.limits.max_result_bytes = (size_t)pb_config_int("PROBING_MAX_RESULT_MB", 64) << 20;
+    opts.limits.timeout_s = pb_config_double("PROBING_QUERY_TIMEOUT", 30);
+    opts.max_connections = 64;
+    opts.max_request_bytes = 4u << 20;
+    if ((rc = pb_server_start(&server, &opts))) {
+        pb_log_warn("not starting: cannot listen on %s%s%s: %s", socket_path, opts.tcp_listen ? " / " : "",
+                    opts.tcp_listen ? opts.tcp_listen : "", pb_strerror(rc));
+        server = NULL;
+        pb_eval_shutdown();
+        Py_BEGIN_ALLOW_THREADS
+        pb_memsample_stop();
+        Py_END_ALLOW_THREADS
+        pb_tables_free();
+        return rc;
+    }
+    if (!atfork_registered) {
+        pthread_atfork(NULL, NULL, atfork_child);
+        atfork_registered = 1;
+    }
+    started = 1;
+    pb_log_debug("agent listening on %s", socket_path);
+    return 0;
+}
+
+void pb_agent_stop(void)
+{
+    if (!started) return;
+    pb_torch_hooks_remove();
+    pb_eval_shutdown();
+    pb_server *s = server;
+    server = NULL;
+    /* Server threads may be waiting on an eval that needs the GIL: let go of it while joining. */
+    Py_BEGIN_ALLOW_THREADS
+    pb_server_stop(s);
+    pb_memsample_stop();
+    Py_END_ALLOW_THREADS
+    pb_tables_free();
+    started = 0;
+    socket_path[0] = '\0';
+}
+
+const char *pb_agent_endpoint(void) { return started ? socket_path : NULL; }

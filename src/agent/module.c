@@ -1,0 +1,85 @@
+/*
+ * module.c - the CPython extension probing._agent.
+ *
+ * The whole agent is C; this file only exposes its entry points to the thin Python package:
+ *   start() -> socket path or None     stop()      endpoint()      install_torch_hooks()
+ * start() also registers an atexit handler that stops the server (removing the socket file).
+ */
+#include <Python.h>
+
+#include "lifecycle.h"
+#include "eval.h"
+#include "torch_hooks.h"
+
+static PyObject *py_start(PyObject *self, PyObject *unused)
+{
+    static int atexit_done;
+    if (pb_agent_start() != 0) Py_RETURN_NONE;
+    if (!atexit_done) {
+        PyObject *atexit = PyImport_ImportModule("atexit");
+        PyObject *fn = atexit ? PyObject_GetAttrString(self, "_atexit") : NULL;
+        PyObject *r = fn ? PyObject_CallMethod(atexit, "register", "O", fn) : NULL;
+        if (!r) PyErr_Clear();
+        else atexit_done = 1;
+        Py_XDECREF(r);
+        Py_XDECREF(fn);
+        Py_XDECREF(atexit);
+    }
+    const char *p = pb_agent_endpoint();
+    if (!p) Py_RETURN_NONE;
+    return PyUnicode_FromString(p);
+}
+
+static PyObject *py_stop(PyObject *self, PyObject *unused)
+{
+    pb_agent_stop();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_atexit(PyObject *self, PyObject *unused)
+{
+    pb_agent_stop();
+    Py_RETURN_NONE;
+}
+
+static PyObject *py_endpoint(PyObject *self, PyObject *unused)
+{
+    const char *p = pb_agent_endpoint();
+    if (!p) Py_RETURN_NONE;
+    return PyUnicode_FromString(p);
+}
+
+static PyObject *py_install_torch_hooks(PyObject *self, PyObject *unused)
+{
+    if (!pb_agent_endpoint()) Py_RETURN_FALSE;
+    if (pb_torch_hooks_install()) return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *py_hook_functions(PyObject *self, PyObject *unused) { return pb_torch_hook_functions(); }
+
+static PyMethodDef methods[] = {
+    {"hook_functions", py_hook_functions, METH_NOARGS, "The hook callables (for torch.compile's ignore list)."},
+    {"start", py_start, METH_NOARGS, "Start the agent; returns the socket path or None."},
+    {"stop", py_stop, METH_NOARGS, "Remove hooks, stop threads and server, free memory."},
+    {"_atexit", py_atexit, METH_NOARGS, "Interpreter exit: stop the agent."},
+    {"endpoint", py_endpoint, METH_NOARGS, "Socket path or None."},
+    {"install_torch_hooks", py_install_torch_hooks, METH_NOARGS, "Register torch hooks (torch must be imported)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moddef = {
+    PyModuleDef_HEAD_INIT, "_agent", "probing's C agent", -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__agent(void)
+{
+    if (pb_torch_hooks_ready_types() || pb_eval_ready_types()) return NULL;
+    PyObject *m = PyModule_Create(&moddef);
+    if (!m) return NULL;
+    if (PyModule_AddStringConstant(m, "__version__", PB_VERSION)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,627 @@
+/*
+ * torch_hooks.c - the recording hot path: torch module and optimizer hooks in C.
+ *
+ * Everything here runs with the GIL held (torch calls the hooks from Python), so the shared
+ * state below needs no lock; only the ring push (lock-free) is seen by other threads.
+ *
+ * Per call of a module (forward pre-hook + forward hook) the work is: one hash lookup to get the
+ * module's interned name, a push onto a per-thread frame stack, two clock reads, one row pushed
+ * into the ring. Names are found once per model by walking root.named_modules() the first time a
+ * root module runs; a weakref callback forgets modules that die.
+ *
+ * Steps: an optimizer.step() ends the step (its own duration becomes a 'step' row). Until the
+ * first optimizer step is seen, the start of a new forward of the first root module ends the
+ * step, so inference loops get one step per forward.
+ *
+ * Backward: when a module's output has a grad_fn, a small callable (BackwardSpan) is registered as
+ * a pre-hook on that node (fires when the gradient reaches the module: start) and on the grad_fn
+ * its input had before the forward (fires when the module's input gradient is complete: end).
+ * When the input has no grad_fn (data, leaves), the end is the end of the backward pass (the
+ * engine's queue_callback). Taking the input's grad_fn before the forward keeps in-place modules
+ * such as ReLU(inplace=True) right: their output is their input tensor with a new grad_fn.
+ */
+#include "torch_hooks.h"
+
+#include "clock.h"
+#include "intern.h"
+#include "log.h"
+#include "memsample.h"
+#include "tables.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define MAX_DEPTH 256
+
+/* ---- state shared across threads (written under the GIL) ---- */
+
+static _Atomic int enabled;
+static int installed;
+static PyObject *handles[4];       /* RemovableHandles of our four registrations */
+static PyTypeObject *tensor_type;  /* torch._C.TensorBase */
+static PyObject *queue_callback;   /* bound Variable._execution_engine.queue_callback */
+static PyObject *str_grad_fn, *str_register_prehook, *str_named_modules, *str_remove;
+static char torch_version[64];
+static _Atomic int torch_version_set;
+
+static _Atomic int64_t step;
+static int64_t step_start_ns;
+static uint32_t seq;
+static int training_latched;       /* an optimizer step has been seen */
+static PyObject *primary_root;     /* compared by address only, never dereferenced */
+static int primary_ran;
+static uint16_t rank;
+static int64_t opt_start_ns;
+static uint32_t opt_seq;
+
+/* ---- per-thread frame stacks ---- */
+
+typedef struct frame {
+    PyObject *module;     /* borrowed: only compared */
+    PyObject *in_grad_fn; /* owned or NULL: the input's grad_fn before forward ran */
+    int64_t start_ns;
+    uint32_t name, type, seq;
+} frame;
+
+typedef struct tstate {
+    int depth;
+    int overflow; /* pre-hooks not pushed because the stack was full */
+    uint32_t tid;
+    frame stack[MAX_DEPTH];
+} tstate;
+
+static pthread_key_t tls_key;
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+static __thread tstate *tls_state __attribute__((tls_model("initial-exec")));
+
+static void tls_free(void *p) { free(p); /* frames' grad_fn refs leak if a thread dies mid-forward */ }
+static void tls_init(void) { pthread_key_create(&tls_key, tls_free); }
+
+static tstate *get_tstate(void)
+{
+    tstate *ts = tls_state;
+    if (ts) return ts;
+    pthread_once(&tls_once, tls_init);
+    ts = calloc(1, sizeof *ts); /* once per thread */
+    if (!ts) return NULL;
+    ts->tid = (uint32_t)syscall(SYS_gettid);
+    pthread_setspecific(tls_key, ts);
+    tls_state = ts;
+    return ts;
+}
+
+/* ---- module address -> interned names ---- */
+
+typedef struct mod_entry {
+    PyObject *key; /* NULL = empty, TOMB = deleted */
+    PyObject *weakref; /* owned */
+    uint32_t name, type;
+} mod_entry;
+
+#define TOMB ((PyObject *)1)
+static mod_entry *map;
+static size_t map_cap, map_used; /* used counts tombstones */
+
+static inline size_t hash_ptr(const void *p)
+{
+    uintptr_t x = (uintptr_t)p >> 4;
+    return (size_t)(x * 0x9E3779B97F4A7C15ull);
+}
+
+static inline mod_entry *map_find(PyObject *key)
+{
+    if (!map) return NULL;
+    size_t mask = map_cap - 1, i = hash_ptr(key) & mask;
+    for (;;) {
+        mod_entry *e = &map[i];
+        if (e->key == key) return e;
+        if (e->key == NULL) return NULL;
+        i = (i + 1) & mask;
+    }
+}
+
+static int map_grow(void)
+{
+    size_t ncap = map_cap ? map_cap * 2 : 1024;
+    mod_entry *n = calloc(ncap, sizeof *n);
+    if (!n) return -1;
+    for (size_t j = 0; j < map_cap; j++) {
+        mod_entry *e = &map[j];
+        if (e->key == NULL || e->key == TOMB) continue;
+        size_t i = hash_ptr(e->key) & (ncap - 1);
+        while (n[i].key) i = (i + 1) & (ncap - 1);
+        n[i] = *e;
+    }
+    size_t live = 0;
+    for (size_t j = 0; j < ncap; j++) live += n[j].key != NULL;
+    free(map);
+    map = n;
+    map_cap = ncap;
+    map_used = live;
+    return 0;
+}
+
+static PyObject *module_died(PyObject *self, PyObject *wr);
+static PyMethodDef died_def = {"_module_died", (PyCFunction)module_died, METH_O, NULL};
+static PyObject *died_fn;
+
+/* Inserts key with names; takes a weakref so the entry goes when the module dies. */
+static mod_entry *map_insert(PyObject *key, uint32_t name, uint32_t type)
+{
+    if ((map_used + 1) * 2 > map_cap && map_grow()) return NULL;
+    PyObject *wr = PyWeakref_NewRef(key, died_fn);
+    if (!wr) {
+        PyErr_Clear(); /* not weak-referenceable: name it on every call instead of caching */
+        return NULL;
+    }
+    size_t mask = map_cap - 1, i = hash_ptr(key) & mask;
+    while (map[i].key && map[i].key != TOMB) i = (i + 1) & mask;
+    if (map[i].key == NULL) map_used++;
+    map[i].key = key;
+    map[i].weakref = wr;
+    map[i].name = name;
+    map[i].type = type;
+    return &map[i];
+}
+
+static PyObject *module_died(PyObject *self, PyObject *wr)
+{
+    for (size_t j = 0; j < map_cap; j++) {
+        if (map[j].key != NULL && map[j].key != TOMB && map[j].weakref == wr) {
+            map[j].key = TOMB;
+            map[j].weakref = NULL;
+            Py_DECREF(wr);
+            break;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+static void map_clear(void)
+{
+    for (size_t j = 0; j < map_cap; j++)
+        if (map[j].key != NULL && map[j].key != TOMB) Py_XDECREF(map[j].weakref);
+    free(map);
+    map = NULL;
+    map_cap = map_used = 0;
+}
+
+static const char *class_name(PyObject *o)
+{
+    const char *n = Py_TYPE(o)->tp_name;
+    const char *dot = strrchr(n, '.');
+    return dot ? dot + 1 : n;
+}
+
+/* Walks root.named_modules() and names every module not yet known. [GIL held] */
+static void name_tree(PyObject *root)
+{
+    PyObject *it = NULL, *items = PyObject_CallMethodNoArgs(root, str_named_modules);
+    if (!items) goto fail;
+    it = PyObject_GetIter(items);
+    if (!it) goto fail;
+    PyObject *item;
+    while ((item = PyIter_Next(it))) {
+        if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2) {
+            PyObject *qname = PyTuple_GET_ITEM(item, 0), *mod = PyTuple_GET_ITEM(item, 1);
+            if (!map_find(mod) && PyUnicode_Check(qname)) {
+                Py_ssize_t len;
+                const char *s = PyUnicode_AsUTF8AndSize(qname, &len);
+                if (s) {
+                    uint32_t name = len ? pb_intern(s, (size_t)len) : pb_intern_cstr(class_name(mod));
+                    map_insert(mod, name, pb_intern_cstr(class_name(mod)));
+                }
+            }
+        }
+        Py_DECREF(item);
+    }
+fail:
+    if (PyErr_Occurred()) PyErr_Clear(); /* a module whose named_modules() fails: fall back below */
+    Py_XDECREF(it);
+    Py_XDECREF(items);
+}
+
+/* Slow path: a module seen for the first time. [GIL held] */
+static mod_entry *discover(PyObject *mod, tstate *ts, mod_entry *fallback)
+{
+    PyObject *root = ts->depth ? ts->stack[0].module : mod;
+    name_tree(root);
+    mod_entry *e = map_find(mod);
+    if (e) return e;
+    /* Called inside a model but not part of its tree (a module held elsewhere): class name. */
+    uint32_t type = pb_intern_cstr(class_name(mod));
+    e = map_insert(mod, type, type);
+    if (e) return e;
+    fallback->name = fallback->type = type;
+    return fallback;
+}
+
+/* ---- rows ---- */
+
+static inline void push_row(int64_t start_ns, int64_t end_ns, uint32_t row_seq, uint32_t name, uint32_t type,
+                            uint16_t depth, uint8_t stage, uint32_t tid)
+{
+    pb_torch_row r;
+    r.step = atomic_load_explicit(&step, memory_order_relaxed);
+    r.duration_ns = end_ns - start_ns;
+    r.time_offset_ns = start_ns - step_start_ns;
+    r.allocated_mb = pb_memsample_current_mb();
+    r.max_allocated_mb = pb_memsample_peak_mb();
+    r.seq = row_seq;
+    r.module = name;
+    r.type = type;
+    r.thread = tid;
+    r.depth = depth;
+    r.rank = rank;
+    r.stage = stage;
+    pb_ring_push(pb_table_torch_trace.ring, &r);
+}
+
+static void end_step(int64_t now)
+{
+    atomic_fetch_add_explicit(&step, 1, memory_order_relaxed);
+    step_start_ns = now;
+    seq = 0;
+    primary_ran = 0;
+    pb_memsample_reset_peak();
+}
+
+/* First grad_fn among a hook argument's tensors (a tensor, or a tuple/list/dict of them).
+ * Returns a new reference or NULL. [GIL held] */
+static PyObject *first_grad_fn(PyObject *o, int depth)
+{
+    if (PyObject_TypeCheck(o, tensor_type)) {
+        PyObject *gf = PyObject_GetAttr(o, str_grad_fn);
+        if (!gf) {
+            PyErr_Clear();
+            return NULL;
+        }
+        if (gf == Py_None) {
+            Py_DECREF(gf);
+            return NULL;
+        }
+        return gf;
+    }
+    if (depth > 1) return NULL;
+    if (PyTuple_Check(o) || PyList_Check(o)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+        PyObject **items = PySequence_Fast_ITEMS(o);
+        for (Py_ssize_t i = 0; i < n && i < 16; i++) {
+            PyObject *gf = first_grad_fn(items[i], depth + 1);
+            if (gf) return gf;
+        }
+    } else if (PyDict_Check(o)) {
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        int seen = 0;
+        while (PyDict_Next(o, &pos, &k, &v) && seen++ < 16) {
+            PyObject *gf = first_grad_fn(v, depth + 1);
+            if (gf) return gf;
+        }
+    }
+    return NULL;
+}
+
+/* ---- BackwardSpan: the callable registered on autograd nodes ---- */
+
+typedef struct span {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    int64_t start_ns;
+    uint32_t name, type, seq;
+    uint16_t depth;
+    uint8_t calls;       /* even: waiting for start; odd: started */
+    uint8_t engine_end;  /* end at the end of the backward pass */
+} span;
+
+static PyObject *span_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+{
+    span *s = (span *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (!atomic_load_explicit(&enabled, memory_order_relaxed)) Py_RETURN_NONE;
+    int64_t now = pb_now_ns();
+    if ((s->calls & 1) == 0) {
+        if (nargs == 0) Py_RETURN_NONE; /* engine callback without a start: nothing to close */
+        s->start_ns = now;
+        s->seq = seq++;
+        s->calls++;
+        if (s->engine_end && queue_callback) {
+            PyObject *r = PyObject_CallOneArg(queue_callback, self);
+            if (r) Py_DECREF(r);
+            else PyErr_Clear();
+        }
+        Py_RETURN_NONE;
+    }
+    s->calls++;
+    tstate *ts = get_tstate();
+    push_row(s->start_ns, now, s->seq, s->name, s->type, s->depth, PB_STAGE_BACKWARD, ts ? ts->tid : 0);
+    Py_RETURN_NONE;
+}
+
+static PyTypeObject span_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.BackwardSpan",
+    .tp_basicsize = sizeof(span),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(span, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_doc = "probing: times a module's backward; registered as an autograd node pre-hook",
+};
+
+static void register_backward(frame *f, PyObject *out_gf, uint16_t depth)
+{
+    span *s = PyObject_New(span, &span_type);
+    if (!s) {
+        PyErr_Clear();
+        return;
+    }
+    s->vectorcall = span_vectorcall;
+    s->start_ns = 0;
+    s->name = f->name;
+    s->type = f->type;
+    s->seq = 0;
+    s->depth = depth;
+    s->calls = 0;
+    s->engine_end = f->in_grad_fn == NULL;
+    PyObject *h = PyObject_CallMethodOneArg(out_gf, str_register_prehook, (PyObject *)s);
+    if (!h) goto fail;
+    Py_DECREF(h);
+    if (f->in_grad_fn) {
+        h = PyObject_CallMethodOneArg(f->in_grad_fn, str_register_prehook, (PyObject *)s);
+        if (!h) goto fail;
+        Py_DECREF(h);
+    }
+    Py_DECREF(s);
+    return;
+fail:
+    PyErr_Clear();
+    Py_DECREF(s);
+}
+
+/* ---- the hooks ---- */
+
+/* forward pre-hook(module, args) */
+static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!atomic_load_explicit(&enabled, memory_order_relaxed) || nargs < 1) Py_RETURN_NONE;
+    tstate *ts = get_tstate();
+    if (!ts) Py_RETURN_NONE;
+    if (ts->depth >= MAX_DEPTH) {
+        ts->overflow++;
+        Py_RETURN_NONE;
+    }
+    PyObject *mod = args[0];
+    if (ts->depth == 0) {
+        if (!primary_root) primary_root = mod;
+        else if (!training_latched && mod == primary_root && primary_ran) end_step(pb_now_ns());
+    }
+    mod_entry fallback, *e = map_find(mod);
+    if (!e) e = discover(mod, ts, &fallback);
+    frame *f = &ts->stack[ts->depth++];
+    f->module = mod;
+    f->name = e->name;
+    f->type = e->type;
+    f->seq = seq++;
+    f->in_grad_fn = nargs >= 2 ? first_grad_fn(args[1], 0) : NULL;
+    f->start_ns = pb_now_ns();
+    Py_RETURN_NONE;
+}
+
+/* forward hook(module, args, output), registered with always_call=True */
+static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t now = pb_now_ns();
+    if (!atomic_load_explicit(&enabled, memory_order_relaxed) || nargs < 1) Py_RETURN_NONE;
+    tstate *ts = get_tstate();
+    if (!ts) Py_RETURN_NONE;
+    if (ts->overflow) {
+        ts->overflow--;
+        Py_RETURN_NONE;
+    }
+    PyObject *mod = args[0];
+    /* Normally the top frame; deeper only if a pre-hook ran without its post-hook (hooks
+     * installed in the middle of a forward, or another hook raised). */
+    int d = ts->depth - 1;
+    while (d >= 0 && ts->stack[d].module != mod) d--;
+    if (d < 0) Py_RETURN_NONE;
+    while (ts->depth - 1 > d) Py_CLEAR(ts->stack[--ts->depth].in_grad_fn);
+    frame *f = &ts->stack[--ts->depth];
+    uint16_t depth = (uint16_t)ts->depth;
+    push_row(f->start_ns, now, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
+    if (nargs >= 3 && args[2] != Py_None) {
+        PyObject *out_gf = first_grad_fn(args[2], 0);
+        if (out_gf) {
+            register_backward(f, out_gf, depth);
+            Py_DECREF(out_gf);
+        }
+    }
+    Py_CLEAR(f->in_grad_fn);
+    if (depth == 0 && mod == primary_root) primary_ran = 1;
+    Py_RETURN_NONE;
+}
+
+/* optimizer step pre-hook(optimizer, args, kwargs) */
+static PyObject *opt_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!atomic_load_explicit(&enabled, memory_order_relaxed)) Py_RETURN_NONE;
+    opt_seq = seq++;
+    opt_start_ns = pb_now_ns();
+    Py_RETURN_NONE;
+}
+
+/* optimizer step post-hook(optimizer, args, kwargs) */
+static PyObject *opt_post(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    int64_t now = pb_now_ns();
+    if (!atomic_load_explicit(&enabled, memory_order_relaxed) || nargs < 1) Py_RETURN_NONE;
+    tstate *ts = get_tstate();
+    uint32_t name = pb_intern_cstr(class_name(args[0]));
+    if (opt_start_ns) push_row(opt_start_ns, now, opt_seq, name, name, 0, PB_STAGE_STEP, ts ? ts->tid : 0);
+    opt_start_ns = 0;
+    training_latched = 1;
+    end_step(now);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef hook_defs[] = {
+    {"_forward_pre_hook", (PyCFunction)(void (*)(void))fwd_pre, METH_FASTCALL, NULL},
+    {"_forward_hook", (PyCFunction)(void (*)(void))fwd_post, METH_FASTCALL, NULL},
+    {"_optimizer_pre_hook", (PyCFunction)(void (*)(void))opt_pre, METH_FASTCALL, NULL},
+    {"_optimizer_post_hook", (PyCFunction)(void (*)(void))opt_post, METH_FASTCALL, NULL},
+};
+
+/* ---- install / remove ---- */
+
+static PyObject *call_register(const char *modname, const char *fn, PyObject *hook, int always_call)
+{
+    PyObject *m = NULL, *reg = NULL, *args = NULL, *kw = NULL, *h = NULL;
+    m = PyImport_ImportModule(modname);
+    if (!m) goto out;
+    reg = PyObject_GetAttrString(m, fn);
+    if (!reg) goto out;
+    args = PyTuple_Pack(1, hook);
+    if (!args) goto out;
+    if (always_call) {
+        kw = Py_BuildValue("{s:O}", "always_call", Py_True);
+        if (!kw) goto out;
+    }
+    h = PyObject_Call(reg, args, kw);
+out:
+    Py_XDECREF(m);
+    Py_XDECREF(reg);
+    Py_XDECREF(args);
+    Py_XDECREF(kw);
+    return h;
+}
+
+static PyObject *hook_fns[4]; /* created once, kept for the life of the process */
+
+int pb_torch_hooks_ready_types(void)
+{
+    if (PyType_Ready(&span_type)) return -1;
+    for (int i = 0; i < 4; i++) {
+        if (!hook_fns[i] && !(hook_fns[i] = PyCFunction_New(&hook_defs[i], NULL))) return -1;
+    }
+    return 0;
+}
+
+PyObject *pb_torch_hook_functions(void)
+{
+    return PyTuple_Pack(4, hook_fns[0], hook_fns[1], hook_fns[2], hook_fns[3]);
+}
+
+int pb_torch_hooks_install(void)
+{
+    if (installed) return 0;
+    PyObject *torch = NULL, *tc = NULL, *var = NULL, *engine = NULL, *ver = NULL;
+    PyObject **fns = hook_fns;
+    int rc = -1;
+
+    if (!str_grad_fn) {
+        str_grad_fn = PyUnicode_InternFromString("grad_fn");
+        str_register_prehook = PyUnicode_InternFromString("register_prehook");
+        str_named_modules = PyUnicode_InternFromString("named_modules");
+        str_remove = PyUnicode_InternFromString("remove");
+        died_fn = PyCFunction_New(&died_def, NULL);
+        if (!str_grad_fn || !str_register_prehook || !str_named_modules || !str_remove || !died_fn) goto out;
+    }
+    torch = PyImport_ImportModule("torch");
+    if (!torch) goto out;
+    tc = PyObject_GetAttrString(torch, "_C");
+    if (!tc) goto out;
+    Py_XDECREF(tensor_type);
+    tensor_type = (PyTypeObject *)PyObject_GetAttrString(tc, "TensorBase");
+    if (!tensor_type) {
+        PyErr_Clear();
+        tensor_type = (PyTypeObject *)PyObject_GetAttrString(tc, "_TensorBase");
+        if (!tensor_type) goto out;
+    }
+    if (!PyType_Check((PyObject *)tensor_type)) {
+        PyErr_SetString(PyExc_TypeError, "torch._C.TensorBase is not a type");
+        goto out;
+    }
+    var = PyImport_ImportModule("torch.autograd.variable");
+    if (var) {
+        PyObject *V = PyObject_GetAttrString(var, "Variable");
+        if (V) {
+            engine = PyObject_GetAttrString(V, "_execution_engine");
+            Py_DECREF(V);
+        }
+        if (engine) queue_callback = PyObject_GetAttrString(engine, "queue_callback");
+    }
+    PyErr_Clear(); /* without queue_callback, backward of input modules is simply not closed */
+    ver = PyObject_GetAttrString(torch, "__version__");
+    if (ver) {
+        PyObject *s = PyObject_Str(ver);
+        const char *cs = s ? PyUnicode_AsUTF8(s) : NULL;
+        if (cs) {
+            snprintf(torch_version, sizeof torch_version, "%s", cs);
+            atomic_store(&torch_version_set, 1);
+        }
+        Py_XDECREF(s);
+    }
+    PyErr_Clear();
+
+    const char *r = getenv("RANK");
+    rank = r ? (uint16_t)atoi(r) : 0;
+    if (!step_start_ns) step_start_ns = pb_now_ns();
+
+    atomic_store(&enabled, 1);
+    handles[0] = call_register("torch.nn.modules.module", "register_module_forward_pre_hook", fns[0], 0);
+    if (!handles[0]) goto out;
+    handles[1] = call_register("torch.nn.modules.module", "register_module_forward_hook", fns[1], 1);
+    if (!handles[1]) goto out;
+    handles[2] = call_register("torch.optim.optimizer", "register_optimizer_step_pre_hook", fns[2], 0);
+    if (!handles[2]) goto out;
+    handles[3] = call_register("torch.optim.optimizer", "register_optimizer_step_post_hook", fns[3], 0);
+    if (!handles[3]) goto out;
+    installed = 1;
+    rc = 0;
+out:
+    if (rc) {
+        atomic_store(&enabled, 0);
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        for (int i = 0; i < 4; i++) {
+            if (handles[i]) {
+                PyObject *x = PyObject_CallMethodNoArgs(handles[i], str_remove);
+                Py_XDECREF(x);
+                Py_CLEAR(handles[i]);
+            }
+        }
+        PyErr_Restore(et, ev, tb);
+    }
+    Py_XDECREF(torch);
+    Py_XDECREF(tc);
+    Py_XDECREF(var);
+    Py_XDECREF(engine);
+    Py_XDECREF(ver);
+    return rc;
+}
+
+void pb_torch_hooks_remove(void)
+{
+    atomic_store(&enabled, 0);
+    for (int i = 0; i < 4; i++) {
+        if (!handles[i]) continue;
+        PyObject *x = PyObject_CallMethodNoArgs(handles[i], str_remove);
+        if (!x) PyErr_Clear();
+        Py_XDECREF(x);
+        Py_CLEAR(handles[i]);
+    }
+    map_clear();
+    Py_CLEAR(queue_callback);
+    installed = 0;
+    primary_root = NULL;
+    primary_ran = 0;
+    training_latched = 0;
+}
+
+void pb_torch_hooks_disable(void) { atomic_store(&enabled, 0); }
+
+const char *pb_torch_version(void) { return atomic_load(&torch_version_set) ? torch_version : NULL; }
+
+int64_t pb_torch_current_step(void) { return atomic_load_explicit(&step, memory_order_relaxed); }

@@ -1,0 +1,41 @@
+/*
+ * torch_hooks.h - records python.torch_trace from torch's global module and optimizer hooks.
+ *
+ * The hooks are C functions registered with torch.nn.modules.module's global forward pre/post
+ * hooks and torch.optim.optimizer's global step pre/post hooks, so every module of every model
+ * is covered without touching the user's code. Backward time is measured with autograd node
+ * pre-hooks registered on the grad_fn of a module's output (start) and of its input as it was
+ * before the forward ran (end) — not with full module backward hooks, which wrap tensors in an
+ * identity Function and break in-place ops. See docs/recording.md.
+ */
+#ifndef PB_AGENT_TORCH_HOOKS_H
+#define PB_AGENT_TORCH_HOOKS_H
+
+#include <Python.h>
+#include <stdint.h>
+
+/* Registers the hooks once torch is importable. Idempotent. Returns 0, or -1 with a Python
+ * exception set. [GIL held] */
+int pb_torch_hooks_install(void);
+
+/* Removes every hook this agent registered and forgets all module names. [GIL held] */
+void pb_torch_hooks_remove(void);
+
+/* Stops recording without touching Python (fork child, shutdown). [any thread] */
+void pb_torch_hooks_disable(void);
+
+/* Version string of the torch the hooks were installed into, or NULL. [any thread] */
+const char *pb_torch_version(void);
+
+/* The current step number. [any thread, racy read] */
+int64_t pb_torch_current_step(void);
+
+/* The four hook callables, as a new tuple. torch.compile (dynamo) must treat them as no-ops
+ * rather than graph-break on them: the package adds them to
+ * torch._dynamo.config.ignore_logging_functions when dynamo is imported. [GIL held] */
+PyObject *pb_torch_hook_functions(void);
+
+/* Python type objects and hook callables defined here; made by the module init. */
+int pb_torch_hooks_ready_types(void);
+
+#endif
