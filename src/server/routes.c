@@ -1,0 +1,172 @@
+/*
+ * routes.c - the HTTP API, one static table of routes; see docs/architecture.md.
+ *
+ * Each route_<name> gets the whole request body and writes the whole JSON response into a
+ * pb_buf; it returns the HTTP status. Request bodies are parsed with jansson; responses are
+ * streamed with jsonw (queries) or produced by the agent's callbacks (eval, info).
+ */
+#include "routes.h"
+
+#include "config.h"
+#include "error.h"
+#include "jsonw.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct request {
+    const char *body; /* not NUL-terminated */
+    size_t body_len;
+} request;
+
+typedef int (*route_fn)(pb_server *s, const request *req, pb_buf *out);
+
+static int route_info(pb_server *s, const request *req, pb_buf *out);
+static int route_query(pb_server *s, const request *req, pb_buf *out);
+static int route_tables(pb_server *s, const request *req, pb_buf *out);
+static int route_eval(pb_server *s, const request *req, pb_buf *out);
+
+static const struct route {
+    const char *method;
+    const char *path;
+    route_fn handler;
+} routes[] = {
+    {"GET", "/api/info", route_info},
+    {"POST", "/api/query", route_query},
+    {"GET", "/api/tables", route_tables},
+    {"POST", "/api/eval", route_eval},
+};
+
+#define NROUTES (sizeof routes / sizeof routes[0])
+
+int pb__route_error(pb_buf *out, int status, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pb_buf_reset(out);
+    pb_jsonw w;
+    pb_jsonw_init(&w, out);
+    pb_jsonw_obj_begin(&w);
+    pb_jsonw_key(&w, "error");
+    pb_jsonw_str(&w, msg);
+    pb_jsonw_obj_end(&w);
+    return status;
+}
+
+int pb__route_request(pb_server *s, const char *method, const char *path, const char *body,
+                      size_t body_len, pb_buf *out, const char **allow)
+{
+    *allow = NULL;
+    const struct route *path_match = NULL;
+    for (size_t i = 0; i < NROUTES; i++) {
+        if (strcmp(routes[i].path, path) != 0) continue;
+        path_match = &routes[i];
+        if (strcmp(routes[i].method, method) == 0) {
+            request req = {body ? body : "", body_len};
+            return routes[i].handler(s, &req, out);
+        }
+    }
+    if (path_match) {
+        *allow = path_match->method;
+        return pb__route_error(out, 405, "method %s is not allowed on %s; use %s", method, path,
+                               path_match->method);
+    }
+    return pb__route_error(out, 404,
+                           "no such endpoint: %s %s (endpoints: GET /api/info, POST /api/query, "
+                           "GET /api/tables, POST /api/eval)",
+                           method, path);
+}
+
+/* Parses the body as a JSON object. On failure writes the 400 response and returns NULL. */
+static json_t *parse_object(const request *req, pb_buf *out)
+{
+    json_error_t err;
+    json_t *j = json_loadb(req->body, req->body_len, 0, &err);
+    if (!j) {
+        pb__route_error(out, 400, "request body is not valid JSON: %s", err.text);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        pb__route_error(out, 400, "request body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+static int route_info(pb_server *s, const request *req, pb_buf *out)
+{
+    const pb_server_opts *o = pb__server_opts(s);
+    if (!o->info) return pb__route_error(out, 503, "info is not available in this process");
+    int rc = o->info(o->ctx, out);
+    if (rc) return pb__route_error(out, 500, "cannot describe the process: %s", pb_strerror(rc));
+    return 200;
+}
+
+static int route_tables(pb_server *s, const request *req, pb_buf *out)
+{
+    int rc = pb_db_tables_json(out);
+    if (rc) return pb__route_error(out, 500, "cannot list the tables: %s", pb_strerror(rc));
+    return 200;
+}
+
+static int route_query(pb_server *s, const request *req, pb_buf *out)
+{
+    int status = 400;
+    pb_db *db = NULL;
+    json_t *body = parse_object(req, out);
+    if (!body) return 400;
+    const char *sql = json_string_value(json_object_get(body, "sql"));
+    if (!sql) {
+        status = pb__route_error(out, 400, "missing string field \"sql\"");
+        goto done;
+    }
+    int rc = pb__server_db_acquire(s, &db);
+    if (rc) {
+        status = pb__route_error(out, 500, "cannot open the SQL engine: %s", pb_strerror(rc));
+        goto done;
+    }
+    rc = pb_db_query_json(db, sql, &pb__server_opts(s)->limits, out);
+    if (rc == 0) status = 200;
+    else if (rc == PB_ESQL || rc == PB_ETIMEOUT) status = 400; /* body already says why */
+    else status = pb__route_error(out, 500, "query failed: %s", pb_strerror(rc));
+done:
+    pb__server_db_release(s, db);
+    json_decref(body);
+    return status;
+}
+
+static int route_eval(pb_server *s, const request *req, pb_buf *out)
+{
+    const pb_server_opts *o = pb__server_opts(s);
+    int status = 400;
+    if (!o->eval) return pb__route_error(out, 503, "eval is not available in this process");
+    json_t *body = parse_object(req, out);
+    if (!body) return 400;
+    const char *code = json_string_value(json_object_get(body, "code"));
+    json_t *timeout = json_object_get(body, "timeout_s");
+    double timeout_s = pb_config_double("PROBING_EVAL_TIMEOUT", 30);
+    if (!code) {
+        status = pb__route_error(out, 400, "missing string field \"code\"");
+        goto done;
+    }
+    if (timeout && !json_is_null(timeout)) {
+        if (!json_is_number(timeout) || json_number_value(timeout) <= 0) {
+            status = pb__route_error(out, 400, "field \"timeout_s\" must be a positive number of seconds");
+            goto done;
+        }
+        timeout_s = json_number_value(timeout);
+    }
+    status = 200;
+    int rc = o->eval(o->ctx, code, timeout_s, out, &status);
+    if (rc && out->len == 0) status = pb__route_error(out, 500, "eval failed: %s", pb_strerror(rc));
+    else if (status < 100 || status > 599) status = rc ? 500 : 200;
+done:
+    json_decref(body);
+    return status;
+}

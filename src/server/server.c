@@ -1,0 +1,430 @@
+/*
+ * server.c - listeners, libmicrohttpd daemons and the SQL connection pool; see server.h.
+ *
+ * We create the listening sockets ourselves (to own the Unix socket file's life: stale-file
+ * check, mode 0600, unlink on stop) and hand them to MHD with MHD_OPTION_LISTEN_SOCKET; one
+ * daemon per listener. MHD calls on_request() several times per request: first with the
+ * headers (peer uid check, Content-Length check), then with body chunks (collected into a
+ * pb_buf), then once more with no data, when routes.c computes the answer.
+ */
+#include "server.h"
+
+#include "config.h"
+#include "error.h"
+#include "log.h"
+#include "routes.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define POOL_MAX 8                  /* idle SQL connections kept */
+#define CONNECTION_IDLE_TIMEOUT 120 /* seconds an idle keep-alive connection keeps its thread (a long handler is not idle) */
+
+typedef struct listener {
+    pb_server *server;
+    int is_unix; /* peer uid is checked on Unix sockets only */
+    int fd;      /* listening socket; MHD closes it on stop */
+    struct MHD_Daemon *daemon;
+} listener;
+
+struct pb_server {
+    pb_server_opts opts; /* unix_path and tcp_listen point to the copies below */
+    char *unix_path;
+    char *tcp_listen;
+    dev_t unix_dev;      /* identity of the socket file we created */
+    ino_t unix_ino;
+    int tcp_port;
+    listener unix_l, tcp_l;
+    pthread_mutex_t pool_lock;
+    pb_db *pool[POOL_MAX];
+    int pool_len;
+    int forgotten; /* set in a forked child: the object must not be touched again */
+};
+
+typedef struct request_state {
+    pb_buf body;
+    int too_big;
+    int out_of_memory;
+} request_state;
+
+/* ---- peer credentials ---- */
+
+int pb_server_peer_allowed(uid_t peer, uid_t self) { return peer == self || peer == 0; }
+
+int pb_server_peer_uid(int fd, uid_t *out)
+{
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -errno;
+    *out = cred.uid;
+    return 0;
+}
+
+/* ---- listeners ---- */
+
+/* Removes a socket file nobody listens on. Returns 0 (gone or removed), -EADDRINUSE (someone
+ * answers), -EEXIST (not a socket: not ours to delete) or a negative errno. */
+static int remove_stale_socket(const struct sockaddr_un *addr)
+{
+    struct stat st;
+    if (lstat(addr->sun_path, &st) != 0) return errno == ENOENT ? 0 : -errno;
+    if (!S_ISSOCK(st.st_mode)) return -EEXIST;
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe < 0) return -errno;
+    int connected = connect(probe, (const struct sockaddr *)addr, sizeof *addr) == 0;
+    int err = errno;
+    close(probe);
+    if (connected || err != ECONNREFUSED) return err == ENOENT ? 0 : -EADDRINUSE;
+    if (unlink(addr->sun_path) != 0 && errno != ENOENT) return -errno;
+    return 0;
+}
+
+static int listen_unix(pb_server *s, const char *path)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    int rc, fd = -1;
+    if (strlen(path) >= sizeof addr.sun_path) return -ENAMETOOLONG;
+    strcpy(addr.sun_path, path);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+        rc = -errno;
+        if (rc != -EADDRINUSE) goto fail;
+        if ((rc = remove_stale_socket(&addr))) goto fail;
+        if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+            rc = -errno;
+            goto fail;
+        }
+    }
+    struct stat st;
+    if (chmod(path, 0600) != 0 || stat(path, &st) != 0 || listen(fd, 128) != 0) {
+        rc = -errno;
+        unlink(path);
+        goto fail;
+    }
+    s->unix_dev = st.st_dev;
+    s->unix_ino = st.st_ino;
+    s->unix_l.fd = fd;
+    return 0;
+fail:
+    close(fd);
+    return rc;
+}
+
+/* Splits "host:port", "[v6]:port" or ":port". Returns 0 or -EINVAL. */
+static int split_host_port(const char *spec, char *host, size_t hostlen, const char **port)
+{
+    const char *colon;
+    if (spec[0] == '[') {
+        const char *close_br = strchr(spec, ']');
+        if (!close_br || close_br[1] != ':') return -EINVAL;
+        if ((size_t)(close_br - spec - 1) >= hostlen) return -EINVAL;
+        memcpy(host, spec + 1, (size_t)(close_br - spec - 1));
+        host[close_br - spec - 1] = '\0';
+        colon = close_br + 1;
+    } else {
+        colon = strrchr(spec, ':');
+        if (!colon || (size_t)(colon - spec) >= hostlen) return -EINVAL;
+        memcpy(host, spec, (size_t)(colon - spec));
+        host[colon - spec] = '\0';
+    }
+    *port = colon + 1;
+    char *end;
+    long p = strtol(*port, &end, 10);
+    if (!**port || *end || p < 0 || p > 65535) return -EINVAL;
+    return 0;
+}
+
+static int listen_tcp(pb_server *s, const char *spec)
+{
+    char host[256];
+    const char *port;
+    int rc = split_host_port(spec, host, sizeof host, &port);
+    if (rc) return rc;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+    if (gai != 0) return gai == EAI_MEMORY ? -ENOMEM : -EINVAL;
+    rc = -EADDRNOTAVAIL;
+    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            rc = -errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+            rc = -errno;
+            close(fd);
+            continue;
+        }
+        struct sockaddr_storage bound;
+        socklen_t len = sizeof bound;
+        if (getsockname(fd, (struct sockaddr *)&bound, &len) == 0)
+            s->tcp_port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                            : ((struct sockaddr_in *)&bound)->sin_port);
+        s->tcp_l.fd = fd;
+        rc = 0;
+        break;
+    }
+    freeaddrinfo(res);
+    return rc;
+}
+
+/* ---- requests ---- */
+
+static enum MHD_Result respond(struct MHD_Connection *conn, int status, pb_buf *body, const char *allow)
+{
+    static const char oom[] = "{\"error\":\"out of memory\"}";
+    struct MHD_Response *resp = NULL;
+    size_t len = 0;
+    char *data = pb_buf_steal(body, &len);
+    if (data) resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(data);
+        status = 500;
+        resp = MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+        if (!resp) return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+static enum MHD_Result respond_error(struct MHD_Connection *conn, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static enum MHD_Result respond_error(struct MHD_Connection *conn, int status, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pb_buf out = PB_BUF_INIT;
+    pb__route_error(&out, status, "%s", msg);
+    return respond(conn, status, &out, NULL);
+}
+
+/* First call for a request: may answer at once (403, 413) before any body is read. Returns
+ * 1 when it did. */
+static int check_request_start(listener *l, struct MHD_Connection *conn, enum MHD_Result *ret)
+{
+    pb_server *s = l->server;
+    if (l->is_unix) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        uid_t peer = (uid_t)-1, self = geteuid();
+        if (!ci || pb_server_peer_uid(ci->connect_fd, &peer) != 0 || !pb_server_peer_allowed(peer, self)) {
+            *ret = respond_error(conn, 403,
+                                 "permission denied: this agent serves uid %u (and root) only; "
+                                 "the connecting process runs as uid %d",
+                                 (unsigned)self, peer == (uid_t)-1 ? -1 : (int)peer);
+            return 1;
+        }
+    }
+    const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (length && strtoull(length, NULL, 10) > s->opts.max_request_bytes) {
+        *ret = respond_error(conn, 413, "request body too large: %s bytes, the limit is %zu bytes", length,
+                             s->opts.max_request_bytes);
+        return 1;
+    }
+    return 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
+{
+    listener *l = cls;
+    pb_server *s = l->server;
+    request_state *r = *req_cls;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) return MHD_NO;
+        *req_cls = r;
+        enum MHD_Result ret;
+        if (check_request_start(l, conn, &ret)) return ret;
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        if (!r->too_big && !r->out_of_memory) {
+            if (r->body.len + *upload_data_size > s->opts.max_request_bytes) {
+                r->too_big = 1;
+                pb_buf_free(&r->body);
+            } else if (pb_buf_append(&r->body, upload_data, *upload_data_size) != 0) {
+                r->out_of_memory = 1;
+                pb_buf_free(&r->body);
+            }
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (r->too_big)
+        return respond_error(conn, 413, "request body too large: the limit is %zu bytes",
+                             s->opts.max_request_bytes);
+    if (r->out_of_memory) return respond_error(conn, 500, "out of memory while reading the request");
+    pb_buf out = PB_BUF_INIT;
+    const char *allow = NULL;
+    int status = pb__route_request(s, method, url, r->body.data, r->body.len, &out, &allow);
+    return respond(conn, status, &out, allow);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                         enum MHD_RequestTerminationCode code)
+{
+    request_state *r = *req_cls;
+    if (!r) return;
+    pb_buf_free(&r->body);
+    free(r);
+    *req_cls = NULL;
+}
+
+static void mhd_logger(void *cls, const char *fmt, va_list ap)
+{
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    pb_log_debug("http: %s", msg);
+}
+
+static int start_daemon(pb_server *s, listener *l)
+{
+    l->server = s;
+    l->daemon = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO | MHD_USE_ERROR_LOG,
+        0, NULL, NULL, on_request, l,
+        MHD_OPTION_LISTEN_SOCKET, (MHD_socket)l->fd,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opts.max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_IDLE_TIMEOUT,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
+        MHD_OPTION_END);
+    return l->daemon ? 0 : PB_EINTERNAL;
+}
+
+/* ---- lifecycle ---- */
+
+int pb_server_start(pb_server **out, const pb_server_opts *opts)
+{
+    int rc;
+    *out = NULL;
+    if (!opts->unix_path && !opts->tcp_listen) return -EINVAL;
+    pb_server *s = calloc(1, sizeof *s);
+    if (!s) return -ENOMEM;
+    s->unix_l.fd = s->tcp_l.fd = -1;
+    pthread_mutex_init(&s->pool_lock, NULL);
+    s->opts = *opts;
+    s->unix_path = opts->unix_path ? strdup(opts->unix_path) : NULL;
+    s->tcp_listen = opts->tcp_listen ? strdup(opts->tcp_listen) : NULL;
+    if ((opts->unix_path && !s->unix_path) || (opts->tcp_listen && !s->tcp_listen)) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    s->opts.unix_path = s->unix_path;
+    s->opts.tcp_listen = s->tcp_listen;
+    if (s->opts.max_connections <= 0) s->opts.max_connections = 64;
+    if (s->opts.max_request_bytes == 0) s->opts.max_request_bytes = 4u << 20;
+    if (s->opts.limits.max_result_bytes == 0)
+        s->opts.limits.max_result_bytes = (size_t)pb_config_int("PROBING_MAX_RESULT_MB", 64) << 20;
+    if (s->opts.limits.timeout_s <= 0) s->opts.limits.timeout_s = pb_config_double("PROBING_QUERY_TIMEOUT", 30);
+
+    if (s->unix_path && (rc = listen_unix(s, s->unix_path))) goto fail;
+    if (s->tcp_listen && (rc = listen_tcp(s, s->tcp_listen))) goto fail;
+
+    /* Threads inherit the creator's mask: MHD's threads start with every signal blocked. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = 0;
+    if (s->unix_l.fd >= 0) {
+        s->unix_l.is_unix = 1;
+        rc = start_daemon(s, &s->unix_l);
+    }
+    if (!rc && s->tcp_l.fd >= 0) rc = start_daemon(s, &s->tcp_l);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc) goto fail;
+    *out = s;
+    return 0;
+
+fail:
+    pb_server_stop(s);
+    return rc;
+}
+
+static void stop_listener(listener *l)
+{
+    if (l->daemon) MHD_stop_daemon(l->daemon); /* also closes the listening socket */
+    else if (l->fd >= 0) close(l->fd);
+    l->daemon = NULL;
+    l->fd = -1;
+}
+
+void pb_server_stop(pb_server *s)
+{
+    if (!s || s->forgotten) return;
+    stop_listener(&s->unix_l);
+    stop_listener(&s->tcp_l);
+    if (s->unix_path && s->unix_ino) {
+        struct stat st; /* another agent may have replaced the file meanwhile: leave theirs */
+        if (lstat(s->unix_path, &st) == 0 && st.st_dev == s->unix_dev && st.st_ino == s->unix_ino)
+            unlink(s->unix_path);
+    }
+    for (int i = 0; i < s->pool_len; i++) pb_db_close(s->pool[i]);
+    pthread_mutex_destroy(&s->pool_lock);
+    free(s->unix_path);
+    free(s->tcp_listen);
+    free(s);
+}
+
+void pb_server_forget_after_fork(pb_server *s)
+{
+    if (!s || s->forgotten) return;
+    s->forgotten = 1;
+    if (s->unix_l.fd >= 0) close(s->unix_l.fd);
+    if (s->tcp_l.fd >= 0) close(s->tcp_l.fd);
+}
+
+int pb_server_tcp_port(const pb_server *s) { return s ? s->tcp_port : 0; }
+
+/* ---- what routes.c borrows ---- */
+
+const pb_server_opts *pb__server_opts(const pb_server *s) { return &s->opts; }
+
+int pb__server_db_acquire(pb_server *s, pb_db **out)
+{
+    *out = NULL;
+    pthread_mutex_lock(&s->pool_lock);
+    if (s->pool_len > 0) *out = s->pool[--s->pool_len];
+    pthread_mutex_unlock(&s->pool_lock);
+    return *out ? 0 : pb_db_open(out);
+}
+
+void pb__server_db_release(pb_server *s, pb_db *db)
+{
+    if (!db) return;
+    pthread_mutex_lock(&s->pool_lock);
+    if (s->pool_len < POOL_MAX) {
+        s->pool[s->pool_len++] = db;
+        db = NULL;
+    }
+    pthread_mutex_unlock(&s->pool_lock);
+    pb_db_close(db); /* pool full */
+}

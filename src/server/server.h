@@ -1,0 +1,77 @@
+/*
+ * server.h - the agent's HTTP/1.1 endpoint (libmicrohttpd), on a Unix socket and optionally TCP.
+ *
+ * The server answers the API of docs/architecture.md (routes.c holds the route table). Every
+ * connection gets its own thread (MHD_USE_THREAD_PER_CONNECTION), so a slow eval never holds up
+ * a query. Queries run on pooled pb_db connections and never take the GIL; eval and info are
+ * callbacks supplied by the agent.
+ *
+ * The Unix socket is created here: mode 0600 and, on each request, the peer's uid is checked
+ * (SO_PEERCRED): only our own uid and root are served. A socket file left by a dead agent is
+ * replaced; one a live agent answers on is not (-EADDRINUSE). TCP has no peer check; it is only
+ * opened when the user asks for it (PROBING_LISTEN).
+ *
+ * All server threads run with every signal blocked, so SIGINT/SIGPIPE keep going to the traced
+ * program's own threads.
+ */
+#ifndef PB_SERVER_SERVER_H
+#define PB_SERVER_SERVER_H
+
+#include "buf.h"
+#include "db.h"
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct pb_server pb_server;
+
+/* Runs code and fills out_json with the whole /api/eval response body; may set *http_status
+ * (200 when left alone; 504 for a timeout, ...). Returns 0 or an error (then, if out_json is
+ * empty, the server answers 500 with pb_strerror()). [server thread] */
+typedef int (*pb_eval_fn)(void *ctx, const char *code, double timeout_s, pb_buf *out_json,
+                          int *http_status);
+
+/* Fills the /api/info response body. Returns 0 or an error (-> 500). [server thread] */
+typedef int (*pb_info_fn)(void *ctx, pb_buf *out_json);
+
+typedef struct pb_server_opts {
+    const char *unix_path;    /* socket file to create (copied); NULL = no Unix socket */
+    const char *tcp_listen;   /* "host:port", "[v6]:port", ":port" (all interfaces), or NULL */
+    pb_eval_fn eval;          /* NULL: /api/eval answers 503 */
+    pb_info_fn info;          /* NULL: /api/info answers 503 */
+    void *ctx;                /* passed to eval and info */
+    pb_query_limits limits;   /* zero fields take PROBING_MAX_RESULT_MB / PROBING_QUERY_TIMEOUT */
+    int max_connections;      /* <= 0: 64 */
+    size_t max_request_bytes; /* larger request bodies get 413; 0: 4 MB */
+} pb_server_opts;
+
+/* Opens the listeners and starts serving. *out is owned by the caller (pb_server_stop).
+ * Returns 0; -EADDRINUSE (a live agent owns unix_path, or the TCP port is taken); -EEXIST
+ * (unix_path exists and is not a socket: left alone); -ENAMETOOLONG; -EINVAL (bad tcp_listen,
+ * no listener asked for); another negative errno; or PB_EINTERNAL (libmicrohttpd refused to
+ * start). Nothing is left open on failure. [any thread; registry complete] */
+int pb_server_start(pb_server **out, const pb_server_opts *opts);
+
+/* Stops accepting, waits for running requests to finish (an eval in progress runs to its
+ * timeout), closes the sockets and removes the Unix socket file if it is still the one we
+ * created. NULL-safe. After pb_server_forget_after_fork() it does nothing. [any thread but a
+ * server thread] */
+void pb_server_stop(pb_server *s);
+
+/* For the child after fork(): closes the listening sockets without touching threads, locks or
+ * the socket file (the parent still serves on it); the child never serves. s is then inert
+ * (its memory is left behind). [child after fork, async-signal-safe: only close()] */
+void pb_server_forget_after_fork(pb_server *s);
+
+/* The TCP port actually bound (useful with port 0), or 0 without TCP. [any thread] */
+int pb_server_tcp_port(const pb_server *s);
+
+/* Whether a peer with uid `peer` may use an agent running as `self`: the same user or root.
+ * [any thread] */
+int pb_server_peer_allowed(uid_t peer, uid_t self);
+
+/* The uid of the process at the other end of the Unix socket fd (SO_PEERCRED). Returns 0 or
+ * a negative errno. [any thread] */
+int pb_server_peer_uid(int fd, uid_t *out);
+
+#endif

@@ -1,0 +1,488 @@
+/*
+ * test_http.c - the HTTP server over real sockets, driven with libcurl.
+ *
+ * Starts pb_server on a temporary Unix socket with a test table and fake eval/info callbacks,
+ * then checks every route and error status with the exact bodies a client sees, concurrent
+ * clients, an eval that blocks while queries go on, the socket file's life (stale file replaced,
+ * live one refused, removed on stop), the peer uid rule, TCP, and the forked-child contract.
+ */
+#include "check.h"
+#include "config.h"
+#include "error.h"
+#include "registry.h"
+#include "server.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct test_row {
+    int64_t step;
+    double loss;
+} test_row;
+
+static const pb_column test_columns[] = {
+    {"step", PB_COL_I64, offsetof(test_row, step), NULL, "training step"},
+    {"loss", PB_COL_F64, offsetof(test_row, loss), NULL, "loss"},
+};
+
+static pb_table trace = {
+    .schema = "python", .name = "torch_trace", .doc = "test trace", .columns = test_columns,
+    .ncolumns = 2, .row_size = sizeof(test_row), .step_column = 0,
+};
+
+static char dir[64], sock_path[128];
+
+/* ---- fake agent callbacks ---- */
+
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static int gate_closed, eval_waiting;
+
+static int fake_eval(void *ctx, const char *code, double timeout_s, pb_buf *out, int *status)
+{
+    if (strcmp(code, "block") == 0) { /* waits until the test opens the gate */
+        pthread_mutex_lock(&gate_lock);
+        eval_waiting = 1;
+        pthread_cond_broadcast(&gate_cond);
+        while (gate_closed) pthread_cond_wait(&gate_cond, &gate_lock);
+        eval_waiting = 0;
+        pthread_mutex_unlock(&gate_lock);
+    }
+    if (strcmp(code, "timeout") == 0) {
+        *status = 504;
+        return pb_buf_puts(out, "{\"error\":\"eval timed out waiting for the GIL\",\"phase\":\"gil\"}");
+    }
+    if (strcmp(code, "fail") == 0) return -EIO;
+    return pb_buf_printf(out, "{\"ok\":true,\"stdout\":\"%s %g\",\"stderr\":\"\"}", code, timeout_s);
+}
+
+static int fake_info(void *ctx, pb_buf *out)
+{
+    return pb_buf_printf(out, "{\"pid\":%d,\"version\":\"test\"}", (int)getpid());
+}
+
+/* ---- a tiny client ---- */
+
+typedef struct reply {
+    long status;
+    pb_buf body;
+    char allow[32];
+} reply;
+
+static size_t on_body(char *data, size_t size, size_t n, void *ctx)
+{
+    return pb_buf_append(&((reply *)ctx)->body, data, size * n) == 0 ? size * n : 0;
+}
+
+static size_t on_header(char *data, size_t size, size_t n, void *ctx)
+{
+    reply *r = ctx;
+    if (size * n > 7 && strncasecmp(data, "Allow: ", 7) == 0)
+        sscanf(data + 7, "%31s", r->allow);
+    return size * n;
+}
+
+/* Sends one request; returns the parsed JSON body (or NULL), status in r->status. */
+static json_t *http(const char *unix_path, const char *url_or_path, const char *method,
+                    const char *body, size_t body_len, reply *r)
+{
+    char url[256];
+    memset(r, 0, sizeof *r);
+    CURL *c = curl_easy_init();
+    if (unix_path) {
+        snprintf(url, sizeof url, "http://localhost%s", url_or_path);
+        curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, unix_path);
+    } else {
+        snprintf(url, sizeof url, "%s", url_or_path);
+    }
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    }
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
+    CURLcode cc = curl_easy_perform(c);
+    if (cc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+    else r->status = -(long)cc;
+    curl_easy_cleanup(c);
+    json_t *j = r->body.data ? json_loadb(r->body.data, r->body.len, 0, NULL) : NULL;
+    return j;
+}
+
+static json_t *post(const char *path, const char *body, reply *r)
+{
+    return http(sock_path, path, "POST", body, strlen(body), r);
+}
+
+static const char *error_of(json_t *j)
+{
+    const char *e = json_string_value(json_object_get(j, "error"));
+    return e ? e : "(no error field)";
+}
+
+/* ---- tests ---- */
+
+static void test_routes(void)
+{
+    reply r;
+    json_t *j = http(sock_path, "/api/info", "GET", NULL, 0, &r);
+    CHECK(r.status == 200 && json_integer_value(json_object_get(j, "pid")) == getpid(), "GET /api/info -> the info callback");
+    json_decref(j);
+
+    j = http(sock_path, "/api/tables", "GET", NULL, 0, &r);
+    json_t *t0 = json_array_get(json_object_get(j, "tables"), 0);
+    CHECK(r.status == 200 && strcmp(json_string_value(json_object_get(t0, "name")), "torch_trace") == 0 &&
+              json_integer_value(json_object_get(t0, "rows")) == 10,
+          "GET /api/tables lists the registry");
+    json_decref(j);
+
+    j = post("/api/query", "{\"sql\": \"SELECT max(step) AS s, count(*) FROM python.torch_trace\"}", &r);
+    CHECK(r.status == 200 && strcmp(json_string_value(json_array_get(json_object_get(j, "columns"), 0)), "s") == 0 &&
+              json_integer_value(json_array_get(json_array_get(json_object_get(j, "rows"), 0), 0)) == 9,
+          "POST /api/query runs SQL");
+    json_decref(j);
+
+    j = post("/api/query", "{\"sql\": \"SELECT * FROM python.nope\"}", &r);
+    CHECK(r.status == 400 && strncmp(error_of(j), "no such table: python.nope", 26) == 0 &&
+              json_integer_value(json_object_get(j, "offset")) == -1,
+          "SQL error -> 400 with error and offset");
+    json_decref(j);
+
+    j = post("/api/query", "{\"sql\": \"INSERT INTO python.torch_trace VALUES (1, 2)\"}", &r);
+    CHECK(r.status == 400 && strstr(error_of(j), "read-only"), "write attempt -> 400 read-only");
+    json_decref(j);
+
+    j = post("/api/query", "{\"sql\": ", &r);
+    CHECK(r.status == 400, "bad JSON -> 400");
+    CHECK_STR(error_of(j), "request body is not valid JSON: unexpected token near end of file", "bad JSON message");
+    json_decref(j);
+
+    j = post("/api/query", "{\"sql\": 3}", &r);
+    CHECK(r.status == 400, "non-string sql -> 400");
+    CHECK_STR(error_of(j), "missing string field \"sql\"", "missing sql message");
+    json_decref(j);
+
+    j = post("/api/query", "[1]", &r);
+    CHECK_STR(error_of(j), "request body must be a JSON object", "non-object body");
+    json_decref(j);
+
+    j = http(sock_path, "/api/query", "GET", NULL, 0, &r);
+    CHECK(r.status == 405 && strcmp(r.allow, "POST") == 0, "GET /api/query -> 405 with Allow: POST");
+    CHECK_STR(error_of(j), "method GET is not allowed on /api/query; use POST", "405 message");
+    json_decref(j);
+
+    j = post("/api/info", "{}", &r);
+    CHECK(r.status == 405 && strcmp(r.allow, "GET") == 0, "POST /api/info -> 405");
+    json_decref(j);
+
+    j = http(sock_path, "/nope", "GET", NULL, 0, &r);
+    CHECK(r.status == 404, "unknown path -> 404");
+    CHECK_STR(error_of(j), "no such endpoint: GET /nope (endpoints: GET /api/info, POST /api/query, GET /api/tables, POST /api/eval)",
+              "404 message");
+    json_decref(j);
+
+    size_t big_len = 100 * 1024;
+    char *big = malloc(big_len + 1);
+    memset(big, ' ', big_len);
+    big[big_len] = '\0';
+    memcpy(big, "{\"sql\":\"SELECT 1\"}", 17);
+    j = http(sock_path, "/api/query", "POST", big, big_len, &r);
+    CHECK(r.status == 413, "body over max_request_bytes -> 413 (got %ld)", r.status);
+    CHECK_STR(error_of(j), "request body too large: 102400 bytes, the limit is 65536 bytes", "413 message");
+    json_decref(j);
+    free(big);
+
+    j = post("/api/eval", "{\"code\": \"print(1)\", \"timeout_s\": 2.5}", &r);
+    CHECK(r.status == 200 && strcmp(json_string_value(json_object_get(j, "stdout")), "print(1) 2.5") == 0,
+          "POST /api/eval passes code and timeout_s");
+    json_decref(j);
+    j = post("/api/eval", "{\"code\": \"x\"}", &r);
+    CHECK(r.status == 200 && strcmp(json_string_value(json_object_get(j, "stdout")), "x 30") == 0,
+          "eval timeout_s defaults to PROBING_EVAL_TIMEOUT");
+    json_decref(j);
+    j = post("/api/eval", "{\"code\": \"x\", \"timeout_s\": \"soon\"}", &r);
+    CHECK(r.status == 400, "bad timeout_s -> 400");
+    CHECK_STR(error_of(j), "field \"timeout_s\" must be a positive number of seconds", "timeout_s message");
+    json_decref(j);
+    j = post("/api/eval", "{}", &r);
+    CHECK_STR(error_of(j), "missing string field \"code\"", "missing code message");
+    json_decref(j);
+    j = post("/api/eval", "{\"code\": \"timeout\"}", &r);
+    CHECK(r.status == 504 && strcmp(json_string_value(json_object_get(j, "phase")), "gil") == 0,
+          "eval callback's status and body pass through (504)");
+    json_decref(j);
+    j = post("/api/eval", "{\"code\": \"fail\"}", &r);
+    CHECK(r.status == 500, "eval callback error with no body -> 500");
+    CHECK_STR(error_of(j), "eval failed: Input/output error", "500 message");
+    json_decref(j);
+}
+
+static void *client_thread(void *arg)
+{
+    long ok = 0;
+    for (int i = 0; i < 20; i++) {
+        reply r;
+        char body[128];
+        snprintf(body, sizeof body, "{\"sql\": \"SELECT %d + count(*) FROM python.torch_trace\"}", i);
+        json_t *j = post("/api/query", body, &r);
+        ok += r.status == 200 &&
+              json_integer_value(json_array_get(json_array_get(json_object_get(j, "rows"), 0), 0)) == i + 10;
+        json_decref(j);
+        pb_buf_free(&r.body);
+    }
+    return (void *)ok;
+}
+
+static void *blocking_eval_thread(void *arg)
+{
+    reply *r = arg;
+    json_decref(post("/api/eval", "{\"code\": \"block\"}", r));
+    return NULL;
+}
+
+static void test_concurrency(void)
+{
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++) pthread_create(&th[i], NULL, client_thread, NULL);
+    long ok = 0;
+    for (int i = 0; i < 8; i++) {
+        void *v;
+        pthread_join(th[i], &v);
+        ok += (long)v;
+    }
+    CHECK(ok == 160, "8 threads x 20 queries all answered correctly (%ld)", ok);
+
+    /* an eval that does not return must not hold up queries */
+    reply eval_reply;
+    pthread_t ev;
+    gate_closed = 1;
+    pthread_create(&ev, NULL, blocking_eval_thread, &eval_reply);
+    pthread_mutex_lock(&gate_lock);
+    while (!eval_waiting) pthread_cond_wait(&gate_cond, &gate_lock);
+    pthread_mutex_unlock(&gate_lock);
+    reply r;
+    json_t *j = post("/api/query", "{\"sql\": \"SELECT 1\"}", &r);
+    int still_blocked = eval_waiting;
+    CHECK(r.status == 200 && still_blocked, "a query is answered while an eval is running");
+    json_decref(j);
+    pb_buf_free(&r.body);
+    pthread_mutex_lock(&gate_lock);
+    gate_closed = 0;
+    pthread_cond_broadcast(&gate_cond);
+    pthread_mutex_unlock(&gate_lock);
+    pthread_join(ev, NULL);
+    CHECK(eval_reply.status == 200, "the blocked eval completes after release");
+    pb_buf_free(&eval_reply.body);
+}
+
+static void test_peer_uid(void)
+{
+    CHECK(pb_server_peer_allowed(1000, 1000), "same uid may connect");
+    CHECK(pb_server_peer_allowed(0, 1000), "root may connect");
+    CHECK(!pb_server_peer_allowed(1001, 1000), "another uid may not");
+    int sv[2];
+    uid_t uid = (uid_t)-1;
+    socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+    CHECK(pb_server_peer_uid(sv[0], &uid) == 0 && uid == geteuid(), "SO_PEERCRED gives our uid");
+    close(sv[0]);
+    close(sv[1]);
+    CHECK(pb_server_peer_uid(-1, &uid) == -EBADF, "bad fd -> -EBADF");
+
+    if (geteuid() != 0) {
+        printf("skip - 403 for another uid (needs root to switch users)\n");
+        return;
+    }
+    /* as root: let nobody reach the socket file, then check the server itself says no */
+    chmod(dir, 0711);
+    chmod(sock_path, 0666);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+        reply r;
+        json_t *j = http(sock_path, "/api/info", "GET", NULL, 0, &r);
+        const char *e = error_of(j);
+        _exit(r.status == 403 && strncmp(e, "permission denied: this agent serves uid 0 (and root) only", 58) == 0 ? 0 : 1);
+    }
+    int st = -1;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "another uid gets 403 permission denied");
+    chmod(sock_path, 0600);
+    chmod(dir, 0700);
+}
+
+static pb_server_opts test_opts(void)
+{
+    pb_server_opts o = {0};
+    o.unix_path = sock_path;
+    o.eval = fake_eval;
+    o.info = fake_info;
+    o.max_request_bytes = 64 * 1024;
+    return o;
+}
+
+static void test_socket_file(pb_server *live)
+{
+    struct stat st;
+    CHECK(stat(sock_path, &st) == 0 && S_ISSOCK(st.st_mode) && (st.st_mode & 0777) == 0600,
+          "socket file exists with mode 0600");
+
+    pb_server *second = NULL;
+    pb_server_opts o = test_opts();
+    CHECK(pb_server_start(&second, &o) == -EADDRINUSE && !second, "second server on a live path -> -EADDRINUSE");
+    reply r;
+    json_decref(http(sock_path, "/api/info", "GET", NULL, 0, &r));
+    CHECK(r.status == 200, "the first server still answers");
+    pb_buf_free(&r.body);
+
+    /* a stale socket file (bound, never listening, closed) is replaced */
+    char stale[160];
+    snprintf(stale, sizeof stale, "%s/stale.sock", dir);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    strcpy(addr.sun_path, stale);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    bind(fd, (struct sockaddr *)&addr, sizeof addr);
+    close(fd);
+    o.unix_path = stale;
+    pb_server *s2 = NULL;
+    CHECK(stat(stale, &st) == 0 && pb_server_start(&s2, &o) == 0, "stale socket file replaced");
+    json_decref(http(stale, "/api/info", "GET", NULL, 0, &r));
+    CHECK(r.status == 200, "the new server answers on it");
+    pb_buf_free(&r.body);
+    pb_server_stop(s2);
+    CHECK(stat(stale, &st) != 0 && errno == ENOENT, "stop() removes the socket file");
+
+    /* a regular file is not ours to delete */
+    char plain[160];
+    snprintf(plain, sizeof plain, "%s/plain.sock", dir);
+    FILE *f = fopen(plain, "w");
+    fclose(f);
+    o.unix_path = plain;
+    CHECK(pb_server_start(&s2, &o) == -EEXIST && stat(plain, &st) == 0, "a regular file at the path -> -EEXIST, kept");
+    unlink(plain);
+
+    o.unix_path = NULL;
+    o.tcp_listen = "nonsense";
+    CHECK(pb_server_start(&s2, &o) == -EINVAL, "bad tcp_listen -> -EINVAL");
+    o.tcp_listen = NULL;
+    CHECK(pb_server_start(&s2, &o) == -EINVAL, "no listener -> -EINVAL");
+
+    /* eval not available */
+    o = test_opts();
+    char noeval[160];
+    snprintf(noeval, sizeof noeval, "%s/noeval.sock", dir);
+    o.unix_path = noeval;
+    o.eval = NULL;
+    o.info = NULL;
+    CHECK(pb_server_start(&s2, &o) == 0, "server without eval/info");
+    json_t *j = http(noeval, "/api/eval", "POST", "{\"code\":\"1\"}", 12, &r);
+    CHECK(r.status == 503, "eval unavailable -> 503");
+    CHECK_STR(error_of(j), "eval is not available in this process", "503 message");
+    json_decref(j);
+    pb_buf_free(&r.body);
+    j = http(noeval, "/api/info", "GET", NULL, 0, &r);
+    CHECK(r.status == 503, "info unavailable -> 503");
+    json_decref(j);
+    pb_buf_free(&r.body);
+    pb_server_stop(s2);
+    (void)live;
+}
+
+static int tcp_connects(int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+static void test_tcp_and_fork(void)
+{
+    pb_server_opts o = test_opts();
+    o.unix_path = NULL;
+    o.tcp_listen = "127.0.0.1:0";
+    pb_server *s = NULL;
+    CHECK(pb_server_start(&s, &o) == 0 && pb_server_tcp_port(s) > 0, "TCP listener on 127.0.0.1:0");
+    int port = pb_server_tcp_port(s);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/api/info", port);
+    reply r;
+    json_decref(http(NULL, url, "GET", NULL, 0, &r));
+    CHECK(r.status == 200, "GET /api/info over TCP");
+    pb_buf_free(&r.body);
+
+    /* a forked child forgets the server; once the parent stops, nothing listens any more */
+    int pipefd[2];
+    if (pipe(pipefd) != 0) return;
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pipefd[1]);
+        pb_server_forget_after_fork(s);
+        pb_server_stop(s); /* inert after forget */
+        char c;
+        while (read(pipefd[0], &c, 1) > 0) {} /* live until the parent is done checking */
+        _exit(0);
+    }
+    close(pipefd[0]);
+    json_decref(http(NULL, url, "GET", NULL, 0, &r));
+    CHECK(r.status == 200, "parent still serves after the child forgot the server");
+    pb_buf_free(&r.body);
+    pb_server_stop(s);
+    CHECK(!tcp_connects(port), "after stop, the child holds no listening socket");
+    close(pipefd[1]);
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child exits cleanly");
+}
+
+int main(void)
+{
+    pb_config_load();
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    snprintf(dir, sizeof dir, "/tmp/probing-test-XXXXXX");
+    if (!mkdtemp(dir)) return 2;
+    snprintf(sock_path, sizeof sock_path, "%s/%d.sock", dir, (int)getpid());
+    if (pb_ring_create(&trace.ring, sizeof(test_row), 1024)) return 2;
+    pb_registry_add(&trace);
+    for (int i = 0; i < 10; i++) {
+        test_row row = {.step = i, .loss = 1.0 / (i + 1)};
+        pb_ring_push(trace.ring, &row);
+    }
+
+    pb_server *s = NULL;
+    pb_server_opts o = test_opts();
+    int rc = pb_server_start(&s, &o);
+    CHECK(rc == 0 && s, "server starts on %s (%s)", sock_path, pb_strerror(rc));
+    if (!s) return check_summary();
+    test_routes();
+    test_concurrency();
+    test_peer_uid();
+    test_socket_file(s);
+    pb_server_stop(s);
+    struct stat st;
+    CHECK(stat(sock_path, &st) != 0, "stop() removed %s", sock_path);
+    pb_server_stop(NULL);
+    test_tcp_and_fork();
+
+    rmdir(dir);
+    pb_registry_reset();
+    pb_ring_destroy(trace.ring);
+    curl_global_cleanup();
+    return check_summary();
+}
