@@ -84,8 +84,7 @@ int cmd_info(const pb_cli_args *a)
         return PB_EXIT_ERROR;
     }
     if (fmt == PB_FORMAT_JSON) {
-        json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        fputc('\n', stdout);
+        pb_format_json_pretty(stdout, root);
     } else {
         char label[64];
         for (size_t i = 0; i < sizeof known_fields / sizeof known_fields[0]; i++) {

@@ -172,6 +172,8 @@ int cmd_list(const pb_cli_args *a)
             }
             pb_buf_free(&resp.body);
         }
+        if (strncmp(err, "the target did not answer", 25) == 0)
+            snprintf(err, sizeof err, "no answer within %ld s", PB_CLI_LIST_TIMEOUT_MS / 1000);
         json_array_append_new(rows, table_row(pids[i], path, info, err));
         if (info) json_array_append(infos, info);
         else json_array_append_new(infos, json_pack("{s:I,s:s,s:s}", "pid", (json_int_t)pids[i],
@@ -179,8 +181,7 @@ int cmd_list(const pb_cli_args *a)
         json_decref(info);
     }
     if (fmt == PB_FORMAT_JSON) {
-        json_dumpf(infos, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        fputc('\n', stdout);
+        pb_format_json_pretty(stdout, infos);
     } else {
         pb_format_rows(stdout, PB_FORMAT_TABLE, PB_TABLE_PLAIN, columns, rows);
     }

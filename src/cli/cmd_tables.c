@@ -96,8 +96,7 @@ int cmd_tables(const pb_cli_args *a)
         pb_cli_error("the target sent an incomplete answer (no \"tables\"); is it a probing "
                      "agent of the same version?");
     } else if (fmt == PB_FORMAT_JSON) {
-        json_dumpf(root, stdout, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        fputc('\n', stdout);
+        pb_format_json_pretty(stdout, root);
         rc = PB_EXIT_OK;
     } else {
         size_t i;

@@ -179,6 +179,44 @@ int pb_format_json_value(pb_buf *b, json_t *v)
     return pb_buf_puts(b, "null");
 }
 
+static int json_pretty(pb_buf *b, json_t *v, int depth)
+{
+    int rc = 0;
+    size_t i, count = json_is_array(v) ? json_array_size(v) : json_is_object(v) ? json_object_size(v) : 0;
+    if (!count) return pb_format_json_value(b, v);
+    rc = pb_buf_putc(b, json_is_array(v) ? '[' : '{');
+    if (json_is_array(v)) {
+        json_t *item;
+        json_array_foreach(v, i, item) {
+            if (!rc) rc = pb_buf_printf(b, "%s\n%*s", i ? "," : "", 2 * (depth + 1), "");
+            if (!rc) rc = json_pretty(b, item, depth + 1);
+        }
+    } else {
+        const char *key;
+        json_t *item;
+        i = 0;
+        json_object_foreach(v, key, item) {
+            if (!rc) rc = pb_buf_printf(b, "%s\n%*s", i++ ? "," : "", 2 * (depth + 1), "");
+            if (!rc) rc = pb_json_escape(b, key, strlen(key));
+            if (!rc) rc = pb_buf_puts(b, ": ");
+            if (!rc) rc = json_pretty(b, item, depth + 1);
+        }
+    }
+    if (!rc) rc = pb_buf_printf(b, "\n%*s%c", 2 * depth, "", json_is_array(v) ? ']' : '}');
+    return rc;
+}
+
+int pb_format_json_pretty(FILE *out, json_t *v)
+{
+    pb_buf b = PB_BUF_INIT;
+    int rc = json_pretty(&b, v, 0);
+    if (!rc) rc = pb_buf_putc(&b, '\n');
+    if (!rc) fwrite(b.data, 1, b.len, out);
+    pb_buf_free(&b);
+    if (rc) pb_cli_error("cannot format the answer: out of memory");
+    return rc ? -ENOMEM : (ferror(out) ? -EIO : 0);
+}
+
 /* Formats one cell for the aligned table into b (reset first). *numeric tells whether it is a
  * number (right-aligned). NULL and a missing cell print as nothing. */
 static int table_cell(pb_buf *b, json_t *v, int *numeric)

@@ -36,6 +36,10 @@ int pb_format_rows(FILE *out, pb_format fmt, pb_table_style style, json_t *colum
  * Returns 0 or the pb_buf error. */
 int pb_format_json_value(pb_buf *b, json_t *v);
 
+/* Writes v (borrowed) to out as indented JSON (two spaces), doubles in their shortest exact
+ * form, then a newline. Returns 0 or -EIO / -ENOMEM. */
+int pb_format_json_pretty(FILE *out, json_t *v);
+
 /* A REAL for people: up to 6 significant digits below 1, 6 decimals above, exponent form only
  * for very large or very small magnitudes ("0.000123", "12.345679", "1.5e+20"). */
 void pb_format_real_human(double v, char *out, size_t outlen);

@@ -338,7 +338,8 @@ static int run(int argc, char **argv)
     }
     const command *c = find_command(argv[i]);
     if (!c) {
-        if (a.target || !pb_target_looks_like(argv[i])) {
+        int next_is_command = i + 1 < argc && find_command(argv[i + 1]);
+        if (!pb_target_looks_like(argv[i]) && !next_is_command) {
             pb_cli_error("unknown command '%s'; see 'probing --help'", argv[i]);
             return PB_EXIT_USAGE;
         }

@@ -113,19 +113,29 @@ static int resolve_pid(const char *spec, pb_target *t)
 {
     errno = 0;
     long long v = strtoll(spec, NULL, 10);
-    if (errno || v <= 0 || v > INT_MAX || !pb_target_pid_alive((pid_t)v)) {
+    if (errno || v <= 0 || v > INT_MAX) {
         pb_cli_error("no such process: %s", spec);
         return PB_EXIT_ERROR;
     }
     pid_t pid = (pid_t)v;
-    char path[PATH_MAX];
+    char path[PATH_MAX], proc_dir[64];
+    struct stat st;
+    int socket_exists = pb_paths_socket(pid, path, sizeof path) == 0 && stat(path, &st) == 0;
+    snprintf(proc_dir, sizeof proc_dir, "/proc/%d", (int)pid);
+    if (!pb_target_pid_alive(pid)) {
+        /* A leftover socket or a zombie means it was there and is gone. */
+        if (socket_exists || stat(proc_dir, &st) == 0)
+            pb_cli_error("process %d has exited", (int)pid);
+        else
+            pb_cli_error("no such process: %s", spec);
+        return PB_EXIT_ERROR;
+    }
     if (pb_paths_socket(pid, path, sizeof path) || pb_target_for_socket(pid, path, t)) {
         pb_cli_error("the socket path for process %d is too long (over %zu bytes); set "
                      "PROBING_DIR to a shorter directory", (int)pid, sizeof t->socket_path - 1);
         return PB_EXIT_ERROR;
     }
-    struct stat st;
-    if (stat(path, &st) != 0) {
+    if (!socket_exists) {
         char cmd[128], shown[140] = "";
         pb_target_cmdline(pid, cmd, sizeof cmd, 60);
         if (cmd[0]) snprintf(shown, sizeof shown, " (%s)", cmd);
