@@ -428,18 +428,23 @@ static void test_tcp_and_fork(void)
     pb_buf_free(&r.body);
 
     /* a forked child forgets the server; once the parent stops, nothing listens any more */
-    int pipefd[2];
-    if (pipe(pipefd) != 0) return;
+    int pipefd[2], readyfd[2];
+    if (pipe(pipefd) != 0 || pipe(readyfd) != 0) return;
     pid_t pid = fork();
     if (pid == 0) {
         close(pipefd[1]);
         pb_server_forget_after_fork(s);
         pb_server_stop(s); /* inert after forget */
-        char c;
+        char c = 'r';
+        if (write(readyfd[1], &c, 1) != 1) _exit(4);
         while (read(pipefd[0], &c, 1) > 0) {} /* live until the parent is done checking */
         _exit(0);
     }
     close(pipefd[0]);
+    close(readyfd[1]);
+    char c;
+    CHECK(read(readyfd[0], &c, 1) == 1, "child forgot the server");
+    close(readyfd[0]);
     json_decref(http(NULL, url, "GET", NULL, 0, &r));
     CHECK(r.status == 200, "parent still serves after the child forgot the server");
     pb_buf_free(&r.body);
