@@ -14,7 +14,8 @@
 enum {
     PB_EXIT_OK = 0,
     PB_EXIT_ERROR = 1,   /* the request failed: SQL error, eval exception, target unreachable */
-    PB_EXIT_USAGE = 2,   /* bad command line; also an eval that timed out */
+    PB_EXIT_USAGE = 2,   /* bad command line */
+    PB_EXIT_TIMEOUT = 2, /* eval timed out in the target */
 };
 
 /* Timeouts of the client, in milliseconds. */

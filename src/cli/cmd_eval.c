@@ -55,7 +55,7 @@ int cmd_eval(const pb_cli_args *a)
         write_field(root, "stdout", stdout);
         write_field(root, "stderr", stderr);
         pb_client_print_error(status, root);
-        rc = PB_EXIT_USAGE; /* 2: timed out */
+        rc = PB_EXIT_TIMEOUT;
         goto done;
     }
     if (status != 200) {

@@ -42,8 +42,11 @@ static void print_table(json_t *table)
     pb_buf_reset(&line);
     put_field(&line, table, "doc");
     if (line.len) printf("    %s\n", line.data);
+    /* The agent states why a table may be empty; that only matters while it is. */
+    json_t *rows = json_object_get(table, "rows");
     pb_buf_reset(&line);
-    put_field(&line, table, "empty_reason");
+    if (!json_is_integer(rows) || json_integer_value(rows) == 0)
+        put_field(&line, table, "empty_reason");
     if (line.len) printf("    (empty: %s)\n", line.data);
 
     json_t *columns = json_object_get(table, "columns"), *column;
