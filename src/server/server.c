@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #define POOL_MAX 8                  /* idle SQL connections kept */
-#define CONNECTION_IDLE_TIMEOUT 120 /* seconds an idle keep-alive connection keeps its thread (a long handler is not idle) */
+#define CONNECTION_IDLE_TIMEOUT 120 /* idle keep-alive seconds; a running handler is not idle */
 
 typedef struct listener {
     pb_server *server;

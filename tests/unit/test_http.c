@@ -121,6 +121,7 @@ static json_t *http(const char *unix_path, const char *url_or_path, const char *
     else r->status = -(long)cc;
     curl_easy_cleanup(c);
     json_t *j = r->body.data ? json_loadb(r->body.data, r->body.len, 0, NULL) : NULL;
+    pb_buf_free(&r->body);
     return j;
 }
 
