@@ -7,6 +7,7 @@
  */
 #include <Python.h>
 
+#include "config.h"
 #include "lifecycle.h"
 #include "eval.h"
 #include "torch_hooks.h"
@@ -51,7 +52,7 @@ static PyObject *py_endpoint(PyObject *self, PyObject *unused)
 
 static PyObject *py_install_torch_hooks(PyObject *self, PyObject *unused)
 {
-    if (!pb_agent_endpoint()) Py_RETURN_FALSE;
+    if (!pb_agent_endpoint() || pb_config_int("PROBING_TORCH", 1) == 0) Py_RETURN_FALSE;
     if (pb_torch_hooks_install()) return NULL;
     Py_RETURN_TRUE;
 }
