@@ -7,8 +7,9 @@
  * terminal, signals and exit status. The package is looked for, in order, in
  *   $PROBING_PYTHONPATH
  *   <dir of this executable>/python                     (a layout with python/ beside the binary)
- *   <exe dir>/../../python, <exe dir>/../../../python   (meson build tree, then the source tree)
  *   <exe dir>/../lib/python3.* /site-packages, .../dist-packages   (pip, venv, --user)
+ *   <exe dir>/../../python                              (meson build tree: build/src/cli/probing)
+ * A directory counts only if the package there has its built extension (_agent*.so).
  */
 #include "cli.h"
 
@@ -21,12 +22,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* A usable package: probing/__init__.py and the built extension probing/_agent*.so beside it
+ * (the source tree has the first without the second). */
 static int has_package(const char *dir)
 {
     char path[PATH_MAX];
     struct stat st;
     int n = snprintf(path, sizeof path, "%s/probing/__init__.py", dir);
-    return n > 0 && (size_t)n < sizeof path && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    if (n <= 0 || (size_t)n >= sizeof path || stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    n = snprintf(path, sizeof path, "%s/probing/_agent*.so", dir);
+    if (n <= 0 || (size_t)n >= sizeof path) return 0;
+    glob_t g;
+    int found = glob(path, 0, NULL, &g) == 0 && g.gl_pathc > 0;
+    if (found) globfree(&g);
+    return found;
 }
 
 /* Writes dir/name into out; returns 0, or -1 when it does not fit. */
@@ -56,12 +65,7 @@ static int find_package_parent(char *out, size_t outlen)
     if (!slash) return -1;
     *slash = '\0';
 
-    static const char *const relative[] = {"python", "../../python", "../../../python"};
     char candidate[PATH_MAX];
-    for (size_t i = 0; i < sizeof relative / sizeof relative[0]; i++) {
-        if (join(candidate, sizeof candidate, exe, relative[i])) continue;
-        if (has_package(candidate) && realpath(candidate, out)) return 0;
-    }
     static const char *const site_patterns[] = {"../lib/python3.*/site-packages",
                                                 "../lib/python3.*/dist-packages",
                                                 "../lib/python3/dist-packages"};
@@ -74,6 +78,11 @@ static int find_package_parent(char *out, size_t outlen)
             found = has_package(g.gl_pathv[k]) && realpath(g.gl_pathv[k], out) != NULL;
         globfree(&g);
         if (found) return 0;
+    }
+    static const char *const relative[] = {"python", "../../python"};
+    for (size_t i = 0; i < sizeof relative / sizeof relative[0]; i++) {
+        if (join(candidate, sizeof candidate, exe, relative[i])) continue;
+        if (has_package(candidate) && realpath(candidate, out)) return 0;
     }
     (void)outlen;
     return -1;
