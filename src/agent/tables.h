@@ -17,7 +17,8 @@ enum { PB_STAGE_FORWARD = 0, PB_STAGE_BACKWARD = 1, PB_STAGE_STEP = 2 };
 
 typedef struct pb_torch_row {
     int64_t step;
-    int64_t duration_ns;
+    int64_t duration_ns;    /* self time: excludes nested module executions of the same stage */
+    int64_t total_ns;       /* inclusive time, start to end */
     int64_t time_offset_ns; /* start of this execution minus start of its step */
     float allocated_mb;     /* see docs/tables.md: CUDA caching allocator, or RSS on CPU */
     float max_allocated_mb;

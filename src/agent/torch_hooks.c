@@ -64,6 +64,7 @@ typedef struct frame {
     PyObject *module;     /* borrowed: only compared */
     PyObject *in_grad_fn; /* owned or NULL: the input's grad_fn before forward ran */
     int64_t start_ns;
+    int64_t child_ns;     /* inclusive time of nested executions, subtracted for self time */
     uint32_t name, type, seq;
 } frame;
 
@@ -242,12 +243,13 @@ static mod_entry *discover(PyObject *mod, tstate *ts, mod_entry *fallback)
 
 /* ---- rows ---- */
 
-static inline void push_row(int64_t start_ns, int64_t end_ns, uint32_t row_seq, uint32_t name, uint32_t type,
-                            uint16_t depth, uint8_t stage, uint32_t tid)
+static inline void push_row(int64_t start_ns, int64_t end_ns, int64_t self_ns, uint32_t row_seq, uint32_t name,
+                            uint32_t type, uint16_t depth, uint8_t stage, uint32_t tid)
 {
     pb_torch_row r;
     r.step = atomic_load_explicit(&step, memory_order_relaxed);
-    r.duration_ns = end_ns - start_ns;
+    r.duration_ns = self_ns;
+    r.total_ns = end_ns - start_ns;
     r.time_offset_ns = start_ns - step_start_ns;
     r.allocated_mb = pb_memsample_current_mb();
     r.max_allocated_mb = pb_memsample_peak_mb();
@@ -306,41 +308,122 @@ static PyObject *first_grad_fn(PyObject *o, int depth)
     return NULL;
 }
 
-/* ---- BackwardSpan: the callable registered on autograd nodes ---- */
+/* ---- BackwardSpan: the callable registered on autograd nodes ----
+ *
+ * Self time in backward. Backward intervals do not nest cleanly (two branches that consume the
+ * same tensor both end when its gradient is complete), so self time is found by a sweep: at every
+ * backward event the time since the previous event goes to the innermost active span (deepest;
+ * the latest started among equals). Time spent in forward executions that run inside backward
+ * (activation checkpointing recomputes) goes to those forward rows instead. The spans that are
+ * active live in one list (the GIL orders all events); when the first span of a backward pass
+ * starts, backward_done is queued with the autograd engine to close what is left when the pass
+ * ends: spans whose end is the end of the pass (modules whose input has no grad_fn) get their
+ * row, spans whose end never came are dropped.
+ */
 
 typedef struct span {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     int64_t start_ns;
+    int64_t self_ns;
     uint32_t name, type, seq;
     uint16_t depth;
     uint8_t calls;       /* even: waiting for start; odd: started */
-    uint8_t engine_end;  /* end at the end of the backward pass */
+    uint8_t engine_end;  /* ends at the end of the backward pass */
 } span;
+
+#define MAX_ACTIVE 1024
+static span *active[MAX_ACTIVE]; /* owned references */
+static int nactive;
+static int64_t last_event_ns;
+static int bwd_paused;           /* forward executions running inside backward */
+static PyObject *backward_done_fn;
+
+static void sweep(int64_t now)
+{
+    if (nactive && !bwd_paused) {
+        span *in = active[0];
+        for (int i = 1; i < nactive; i++) {
+            span *c = active[i];
+            if (c->depth > in->depth || (c->depth == in->depth && c->start_ns >= in->start_ns)) in = c;
+        }
+        in->self_ns += now - last_event_ns;
+    }
+    last_event_ns = now;
+}
+
+static void activate(span *s, int64_t now)
+{
+    sweep(now);
+    if (nactive == 0 && queue_callback) {
+        PyObject *r = PyObject_CallOneArg(queue_callback, backward_done_fn);
+        if (r) Py_DECREF(r);
+        else PyErr_Clear();
+    }
+    if (nactive >= MAX_ACTIVE) return; /* pathological graph: this span gets no self time */
+    Py_INCREF(s);
+    active[nactive++] = s;
+}
+
+/* Removes s from the active list; returns the reference the list held (caller DECREFs), or
+ * NULL if it was not there. */
+static span *deactivate(span *s)
+{
+    for (int i = 0; i < nactive; i++) {
+        if (active[i] == s) {
+            active[i] = active[--nactive];
+            return s;
+        }
+    }
+    return NULL;
+}
+
+static void span_close(span *s, int64_t now)
+{
+    tstate *ts = get_tstate();
+    push_row(s->start_ns, now, s->self_ns, s->seq, s->name, s->type, s->depth, PB_STAGE_BACKWARD, ts ? ts->tid : 0);
+}
 
 static PyObject *span_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
 {
     span *s = (span *)self;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (!atomic_load_explicit(&enabled, memory_order_relaxed)) Py_RETURN_NONE;
     int64_t now = pb_now_ns();
     if ((s->calls & 1) == 0) {
-        if (nargs == 0) Py_RETURN_NONE; /* engine callback without a start: nothing to close */
         s->start_ns = now;
+        s->self_ns = 0;
         s->seq = seq++;
         s->calls++;
-        if (s->engine_end && queue_callback) {
-            PyObject *r = PyObject_CallOneArg(queue_callback, self);
-            if (r) Py_DECREF(r);
-            else PyErr_Clear();
-        }
+        activate(s, now);
         Py_RETURN_NONE;
     }
     s->calls++;
-    tstate *ts = get_tstate();
-    push_row(s->start_ns, now, s->seq, s->name, s->type, s->depth, PB_STAGE_BACKWARD, ts ? ts->tid : 0);
+    sweep(now);
+    span *ref = deactivate(s);
+    span_close(s, now);
+    Py_XDECREF(ref);
     Py_RETURN_NONE;
 }
+
+/* Queued with the autograd engine: the backward pass has finished. [GIL held] */
+static PyObject *backward_done(PyObject *self, PyObject *unused)
+{
+    int64_t now = pb_now_ns();
+    sweep(now);
+    int n = nactive;
+    span *left[MAX_ACTIVE];
+    memcpy(left, active, (size_t)n * sizeof left[0]);
+    nactive = 0;
+    for (int i = 0; i < n; i++) {
+        if (left[i]->engine_end && atomic_load_explicit(&enabled, memory_order_relaxed)) {
+            left[i]->calls++;
+            span_close(left[i], now);
+        }
+        Py_DECREF(left[i]);
+    }
+    Py_RETURN_NONE;
+}
+static PyMethodDef backward_done_def = {"_backward_done", (PyCFunction)backward_done, METH_NOARGS, NULL};
 
 static PyTypeObject span_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.BackwardSpan",
@@ -360,6 +443,7 @@ static void register_backward(frame *f, PyObject *out_gf, uint16_t depth)
     }
     s->vectorcall = span_vectorcall;
     s->start_ns = 0;
+    s->self_ns = 0;
     s->name = f->name;
     s->type = f->type;
     s->seq = 0;
@@ -395,6 +479,10 @@ static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     }
     PyObject *mod = args[0];
     if (ts->depth == 0) {
+        if (nactive) { /* a forward inside backward (checkpoint recompute): its time is forward's */
+            sweep(pb_now_ns());
+            bwd_paused++;
+        }
         if (!primary_root) primary_root = mod;
         else if (!training_latched && mod == primary_root && primary_ran) end_step(pb_now_ns());
     }
@@ -405,6 +493,7 @@ static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     f->name = e->name;
     f->type = e->type;
     f->seq = seq++;
+    f->child_ns = 0;
     f->in_grad_fn = nargs >= 2 ? first_grad_fn(args[1], 0) : NULL;
     f->start_ns = pb_now_ns();
     Py_RETURN_NONE;
@@ -430,7 +519,13 @@ static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
     while (ts->depth - 1 > d) Py_CLEAR(ts->stack[--ts->depth].in_grad_fn);
     frame *f = &ts->stack[--ts->depth];
     uint16_t depth = (uint16_t)ts->depth;
-    push_row(f->start_ns, now, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
+    int64_t total = now - f->start_ns;
+    push_row(f->start_ns, now, total - f->child_ns, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
+    if (depth > 0) ts->stack[depth - 1].child_ns += total;
+    else if (bwd_paused) {
+        bwd_paused--;
+        last_event_ns = pb_now_ns();
+    }
     if (nargs >= 3 && args[2] != Py_None) {
         PyObject *out_gf = first_grad_fn(args[2], 0);
         if (out_gf) {
@@ -459,7 +554,8 @@ static PyObject *opt_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (!atomic_load_explicit(&enabled, memory_order_relaxed) || nargs < 1) Py_RETURN_NONE;
     tstate *ts = get_tstate();
     uint32_t name = pb_intern_cstr(class_name(args[0]));
-    if (opt_start_ns) push_row(opt_start_ns, now, opt_seq, name, name, 0, PB_STAGE_STEP, ts ? ts->tid : 0);
+    if (opt_start_ns)
+        push_row(opt_start_ns, now, now - opt_start_ns, opt_seq, name, name, 0, PB_STAGE_STEP, ts ? ts->tid : 0);
     opt_start_ns = 0;
     training_latched = 1;
     end_step(now);
@@ -502,6 +598,7 @@ static PyObject *hook_fns[4]; /* created once, kept for the life of the process 
 int pb_torch_hooks_ready_types(void)
 {
     if (PyType_Ready(&span_type)) return -1;
+    if (!backward_done_fn && !(backward_done_fn = PyCFunction_New(&backward_done_def, NULL))) return -1;
     for (int i = 0; i < 4; i++) {
         if (!hook_fns[i] && !(hook_fns[i] = PyCFunction_New(&hook_defs[i], NULL))) return -1;
     }
@@ -613,6 +710,9 @@ void pb_torch_hooks_remove(void)
         Py_CLEAR(handles[i]);
     }
     map_clear();
+    for (int i = 0; i < nactive; i++) Py_DECREF(active[i]);
+    nactive = 0;
+    bwd_paused = 0;
     Py_CLEAR(queue_callback);
     installed = 0;
     primary_root = NULL;
