@@ -4,7 +4,7 @@ import json
 
 from conftest import api_get, seed_file
 
-TORCH_TRACE_COLUMNS = ["step", "seq", "module", "type", "stage", "duration", "time_offset",
+TORCH_TRACE_COLUMNS = ["step", "seq", "module", "type", "stage", "duration", "total_duration", "time_offset",
                        "allocated", "max_allocated", "depth", "thread", "rank"]
 
 
