@@ -108,6 +108,40 @@ def test_order_and_time_within_a_step(cli, run):
     assert forward_root[0]["time_offset"] == min(offsets)
 
 
+def test_duration_is_self_time(cli, run):
+    """`duration` is a module's own time (nested modules excluded) and `total_duration` its
+    whole span, so the seed's SUM(duration) per stage counts every moment once."""
+    target = run.target()
+    root = run.root_name()
+    others = run.other_roots()
+    assert cli.scalar(target, "SELECT COUNT(*) FROM python.torch_trace "
+                              "WHERE total_duration < duration - 1e-9") == 0
+    not_other = " AND ".join(f"module != '{o}'" for o in others) or "1"
+    rows = cli.query(target, f"""
+        SELECT step, stage, SUM(duration) AS own,
+               MAX(CASE WHEN module = '{root}' THEN total_duration END) AS root_total
+        FROM python.torch_trace
+        WHERE step > (SELECT MAX(step) - 5 FROM python.torch_trace) AND stage != 'step'
+          AND {not_other}
+        GROUP BY step, stage""")
+    assert len(rows) == 10, rows
+    for r in rows:
+        if r["stage"] == "forward":
+            # the model's own times add up to its root forward, exactly
+            assert abs(r["own"] - r["root_total"]) <= 1e-3 * r["root_total"] + 2e-6, r
+        else:
+            assert r["own"] <= r["root_total"] * 1.01 + 2e-6, r
+            assert r["own"] >= r["root_total"] * 0.5, r
+    # a module with no module inside: its own time is its whole time
+    called = called_modules(run)
+    leaves = [n for n in called if n != root and n not in others
+              and not any(other.startswith(n + ".") for other in called)]
+    names = ", ".join(f"'{n}'" for n in leaves)
+    assert cli.scalar(target, f"SELECT MAX(ABS(total_duration - duration)) FROM "
+                              f"python.torch_trace WHERE stage = 'forward' AND module IN ({names})"
+                      ) < 1e-9
+
+
 def test_one_thread_and_rank_while_training(cli, run):
     rows = cli.query(run.target(), "SELECT COUNT(DISTINCT thread) AS threads, "
                                    "COUNT(DISTINCT rank) AS ranks, MIN(rank) AS rank "
