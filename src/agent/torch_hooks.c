@@ -23,6 +23,7 @@
 #include "torch_hooks.h"
 
 #include "clock.h"
+#include "config.h"
 #include "intern.h"
 #include "log.h"
 #include "memsample.h"
@@ -55,6 +56,7 @@ static int training_latched;       /* an optimizer step has been seen */
 static PyObject *primary_root;     /* compared by address only, never dereferenced */
 static int primary_ran;
 static uint16_t rank;
+static int record_backward = 1; /* PROBING_BACKWARD */
 static int64_t opt_start_ns;
 static uint32_t opt_seq;
 
@@ -494,7 +496,7 @@ static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     f->type = e->type;
     f->seq = seq++;
     f->child_ns = 0;
-    f->in_grad_fn = nargs >= 2 ? first_grad_fn(args[1], 0) : NULL;
+    f->in_grad_fn = (record_backward && nargs >= 2) ? first_grad_fn(args[1], 0) : NULL;
     f->start_ns = pb_now_ns();
     Py_RETURN_NONE;
 }
@@ -526,7 +528,7 @@ static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
         bwd_paused--;
         last_event_ns = pb_now_ns();
     }
-    if (nargs >= 3 && args[2] != Py_None) {
+    if (record_backward && nargs >= 3 && args[2] != Py_None) {
         PyObject *out_gf = first_grad_fn(args[2], 0);
         if (out_gf) {
             register_backward(f, out_gf, depth);
@@ -662,6 +664,7 @@ int pb_torch_hooks_install(void)
     }
     PyErr_Clear();
 
+    record_backward = pb_config_int("PROBING_BACKWARD", 1) != 0;
     const char *r = getenv("RANK");
     rank = r ? (uint16_t)atoi(r) : 0;
     if (!step_start_ns) step_start_ns = pb_now_ns();

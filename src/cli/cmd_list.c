@@ -19,7 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define COMMAND_MAX_CHARS 60
+#define COMMAND_MAX_CHARS 200 /* last column: long script paths stay readable */
 
 static int compare_pids(const void *x, const void *y)
 {
