@@ -265,6 +265,9 @@ static inline void push_row(int64_t start_ns, int64_t end_ns, int64_t self_ns, u
     pb_ring_push(pb_table_torch_trace.ring, &r);
 }
 
+static int nactive;
+static void node_map_clear(void);
+
 static void end_step(int64_t now)
 {
     atomic_fetch_add_explicit(&step, 1, memory_order_relaxed);
@@ -272,6 +275,7 @@ static void end_step(int64_t now)
     seq = 0;
     primary_ran = 0;
     pb_memsample_reset_peak();
+    if (!nactive) node_map_clear(); /* graphs built and never run backward are let go */
 }
 
 /* First grad_fn among a hook argument's tensors (a tensor, or a tuple/list/dict of them).
@@ -310,43 +314,98 @@ static PyObject *first_grad_fn(PyObject *o, int depth)
     return NULL;
 }
 
-/* ---- BackwardSpan: the callable registered on autograd nodes ----
+/* ---- backward: probes on autograd nodes, spans per module execution ----
  *
- * Self time in backward. Backward intervals do not nest cleanly (two branches that consume the
- * same tensor both end when its gradient is complete), so self time is found by a sweep: at every
- * backward event the time since the previous event goes to the innermost active span (deepest;
- * the latest started among equals). Time spent in forward executions that run inside backward
- * (activation checkpointing recomputes) goes to those forward rows instead. The spans that are
- * active live in one list (the GIL orders all events); when the first span of a backward pass
- * starts, backward_done is queued with the autograd engine to close what is left when the pass
- * ends: spans whose end is the end of the pass (modules whose input has no grad_fn) get their
- * row, spans whose end never came are dropped.
+ * A module's backward runs from the moment its output's grad_fn executes (the gradient reached
+ * the module: start) to the moment the grad_fn its input had before the forward executes (the
+ * module's input gradient is complete: end). One node is usually both: the output node of one
+ * module is the input node of the next, and a container shares its nodes with its first and last
+ * children. So each node gets at most one probe: a small callable registered once with
+ * grad_fn.register_prehook(), holding the spans that end and the spans that start there. The
+ * registration is the expensive part (torch builds an OrderedDict and a RemovableHandle in
+ * Python); sharing probes makes it once per distinct node rather than twice per module. Spans are
+ * plain C structs (refcounted, from a free list), so they cost the garbage collector nothing.
+ *
+ * Node wrappers seen during the forward are kept in a map (grad_fn object -> probe) until the
+ * backward pass ends or the step ends, so the same node is found again and its identity cannot be
+ * reused by another node.
+ *
+ * Self time is found by a sweep: at every backward event the time since the previous event goes
+ * to the innermost active span (deepest; the latest started among equals). Backward intervals do
+ * not nest cleanly (two branches that consume one tensor both end when its gradient is complete),
+ * which is why a stack would not do. Time spent in forward executions inside backward
+ * (activation-checkpoint recomputation) goes to those forward rows. When the first span of a
+ * backward pass starts, backward_done is queued with the autograd engine: it closes spans whose
+ * end is the end of the pass (modules whose input has no grad_fn) and drops spans whose end never
+ * came.
  */
 
-typedef struct span {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
+typedef struct probe probe;
+
+typedef struct bspan {
+    struct bspan *next_free;
+    int refs;            /* probes that list it + the active list */
     int64_t start_ns;
     int64_t self_ns;
     uint32_t name, type, seq;
     uint16_t depth;
-    uint8_t calls;       /* even: waiting for start; odd: started */
+    uint8_t started;     /* in the active list */
     uint8_t engine_end;  /* ends at the end of the backward pass */
-} span;
+    probe *end_probe;    /* borrowed: the probe whose node ends it (identity modules start there too) */
+} bspan;
+
+static bspan *free_spans;
+
+static bspan *span_new(void)
+{
+    bspan *s = free_spans;
+    if (s) free_spans = s->next_free;
+    else if (!(s = malloc(sizeof *s))) return NULL;
+    memset(s, 0, sizeof *s);
+    return s;
+}
+
+static void span_unref(bspan *s)
+{
+    if (--s->refs > 0) return;
+    s->next_free = free_spans;
+    free_spans = s;
+}
+
+struct probe {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    bspan **ends, **starts; /* owned references */
+    int nends, nstarts, cap_ends, cap_starts;
+};
+
+static int list_add(bspan ***list, int *n, int *cap, bspan *s)
+{
+    if (*n == *cap) {
+        int ncap = *cap ? *cap * 2 : 2;
+        bspan **l = realloc(*list, (size_t)ncap * sizeof *l);
+        if (!l) return -1;
+        *list = l;
+        *cap = ncap;
+    }
+    (*list)[(*n)++] = s;
+    s->refs++;
+    return 0;
+}
 
 #define MAX_ACTIVE 1024
-static span *active[MAX_ACTIVE]; /* owned references */
+static bspan *active[MAX_ACTIVE]; /* each holds a ref */
 static int nactive;
 static int64_t last_event_ns;
-static int bwd_paused;           /* forward executions running inside backward */
+static int bwd_paused;            /* forward executions running inside backward */
 static PyObject *backward_done_fn;
 
 static void sweep(int64_t now)
 {
     if (nactive && !bwd_paused) {
-        span *in = active[0];
+        bspan *in = active[0];
         for (int i = 1; i < nactive; i++) {
-            span *c = active[i];
+            bspan *c = active[i];
             if (c->depth > in->depth || (c->depth == in->depth && c->start_ns >= in->start_ns)) in = c;
         }
         in->self_ns += now - last_event_ns;
@@ -354,58 +413,73 @@ static void sweep(int64_t now)
     last_event_ns = now;
 }
 
-static void activate(span *s, int64_t now)
+static void span_start(bspan *s, int64_t now)
 {
-    sweep(now);
+    if (s->started) return;
     if (nactive == 0 && queue_callback) {
         PyObject *r = PyObject_CallOneArg(queue_callback, backward_done_fn);
         if (r) Py_DECREF(r);
         else PyErr_Clear();
     }
-    if (nactive >= MAX_ACTIVE) return; /* pathological graph: this span gets no self time */
-    Py_INCREF(s);
+    if (nactive >= MAX_ACTIVE) return; /* pathological graph: this execution gets no row */
+    s->start_ns = now;
+    s->self_ns = 0;
+    s->seq = seq++;
+    s->started = 1;
+    s->refs++;
     active[nactive++] = s;
 }
 
-/* Removes s from the active list; returns the reference the list held (caller DECREFs), or
- * NULL if it was not there. */
-static span *deactivate(span *s)
+static void span_end(bspan *s, int64_t now)
 {
+    if (!s->started) return;
     for (int i = 0; i < nactive; i++) {
         if (active[i] == s) {
             active[i] = active[--nactive];
-            return s;
+            break;
         }
     }
-    return NULL;
-}
-
-static void span_close(span *s, int64_t now)
-{
+    s->started = 0;
     tstate *ts = get_tstate();
     push_row(s->start_ns, now, s->self_ns, s->seq, s->name, s->type, s->depth, PB_STAGE_BACKWARD, ts ? ts->tid : 0);
+    span_unref(s);
 }
 
-static PyObject *span_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+/* The node executes: modules that consumed its output are done, modules that produced it begin. */
+static PyObject *probe_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
 {
-    span *s = (span *)self;
+    probe *p = (probe *)self;
     if (!atomic_load_explicit(&enabled, memory_order_relaxed)) Py_RETURN_NONE;
     int64_t now = pb_now_ns();
-    if ((s->calls & 1) == 0) {
-        s->start_ns = now;
-        s->self_ns = 0;
-        s->seq = seq++;
-        s->calls++;
-        activate(s, now);
-        Py_RETURN_NONE;
-    }
-    s->calls++;
     sweep(now);
-    span *ref = deactivate(s);
-    span_close(s, now);
-    Py_XDECREF(ref);
+    for (int i = 0; i < p->nends; i++) span_end(p->ends[i], now);
+    for (int i = 0; i < p->nstarts; i++) {
+        bspan *s = p->starts[i];
+        span_start(s, now);
+        if (s->end_probe == p) span_end(s, now); /* output node == input node: nothing in between */
+    }
     Py_RETURN_NONE;
 }
+
+static void probe_dealloc(PyObject *self)
+{
+    probe *p = (probe *)self;
+    for (int i = 0; i < p->nends; i++) span_unref(p->ends[i]);
+    for (int i = 0; i < p->nstarts; i++) span_unref(p->starts[i]);
+    free(p->ends);
+    free(p->starts);
+    PyObject_Free(self);
+}
+
+static PyTypeObject probe_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.NodeProbe",
+    .tp_basicsize = sizeof(probe),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(probe, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = probe_dealloc,
+    .tp_doc = "probing: times module backward; registered as a pre-hook on one autograd node",
+};
 
 /* Queued with the autograd engine: the backward pass has finished. [GIL held] */
 static PyObject *backward_done(PyObject *self, PyObject *unused)
@@ -413,73 +487,123 @@ static PyObject *backward_done(PyObject *self, PyObject *unused)
     int64_t now = pb_now_ns();
     sweep(now);
     int n = nactive;
-    span *left[MAX_ACTIVE];
+    bspan *left[MAX_ACTIVE];
     memcpy(left, active, (size_t)n * sizeof left[0]);
     nactive = 0;
     for (int i = 0; i < n; i++) {
-        if (left[i]->engine_end && atomic_load_explicit(&enabled, memory_order_relaxed)) {
-            left[i]->calls++;
-            span_close(left[i], now);
+        bspan *s = left[i];
+        s->started = 0;
+        if (s->engine_end && atomic_load_explicit(&enabled, memory_order_relaxed)) {
+            tstate *ts = get_tstate();
+            push_row(s->start_ns, now, s->self_ns, s->seq, s->name, s->type, s->depth, PB_STAGE_BACKWARD,
+                     ts ? ts->tid : 0);
         }
-        Py_DECREF(left[i]);
+        span_unref(s);
     }
+    node_map_clear();
     Py_RETURN_NONE;
 }
 static PyMethodDef backward_done_def = {"_backward_done", (PyCFunction)backward_done, METH_NOARGS, NULL};
 
-static PyTypeObject span_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.BackwardSpan",
-    .tp_basicsize = sizeof(span),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_vectorcall_offset = offsetof(span, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_doc = "probing: times a module's backward; registered as an autograd node pre-hook",
-};
+/* grad_fn object -> its probe, for the nodes seen since the last backward pass or step. */
+typedef struct node_entry {
+    PyObject *node; /* owned */
+    probe *probe;   /* borrowed: owned by the node's hook dict, alive while node is */
+} node_entry;
+static node_entry *node_map;
+static size_t node_cap, node_used;
+
+static void node_map_clear(void)
+{
+    if (!node_used) return;
+    /* DECREFs can free graphs, whose probes' deallocation touches nothing here. */
+    node_entry *m = node_map;
+    size_t cap = node_cap;
+    node_map = NULL;
+    node_cap = node_used = 0;
+    for (size_t i = 0; i < cap; i++) Py_XDECREF(m[i].node);
+    free(m);
+}
+
+static int node_map_grow(void)
+{
+    size_t ncap = node_cap ? node_cap * 2 : 256;
+    node_entry *n = calloc(ncap, sizeof *n);
+    if (!n) return -1;
+    for (size_t j = 0; j < node_cap; j++) {
+        if (!node_map[j].node) continue;
+        size_t i = hash_ptr(node_map[j].node) & (ncap - 1);
+        while (n[i].node) i = (i + 1) & (ncap - 1);
+        n[i] = node_map[j];
+    }
+    free(node_map);
+    node_map = n;
+    node_cap = ncap;
+    return 0;
+}
+
+/* The probe on node gf, registering one if there is none yet. Returns NULL on failure. */
+static probe *probe_for(PyObject *gf)
+{
+    if ((node_used + 1) * 2 > node_cap && node_map_grow()) return NULL;
+    size_t mask = node_cap - 1, i = hash_ptr(gf) & mask;
+    while (node_map[i].node) {
+        if (node_map[i].node == gf) return node_map[i].probe;
+        i = (i + 1) & mask;
+    }
+    probe *p = PyObject_New(probe, &probe_type);
+    if (!p) return NULL;
+    p->vectorcall = probe_vectorcall;
+    p->ends = p->starts = NULL;
+    p->nends = p->nstarts = p->cap_ends = p->cap_starts = 0;
+    PyObject *h = PyObject_CallMethodOneArg(gf, str_register_prehook, (PyObject *)p);
+    if (!h) {
+        Py_DECREF(p);
+        return NULL;
+    }
+    Py_DECREF(h);
+    Py_DECREF(p); /* the node's hook dict holds it now */
+    Py_INCREF(gf);
+    node_map[i].node = gf;
+    node_map[i].probe = p;
+    node_used++;
+    return p;
+}
 
 static void register_backward(frame *f, PyObject *out_gf, uint16_t depth)
 {
-    span *s = PyObject_New(span, &span_type);
-    if (!s) {
-        PyErr_Clear();
-        return;
-    }
-    s->vectorcall = span_vectorcall;
-    s->start_ns = 0;
-    s->self_ns = 0;
+    bspan *s = span_new();
+    if (!s) return;
+    s->refs = 1; /* ours, until the end of this function */
     s->name = f->name;
     s->type = f->type;
-    s->seq = 0;
     s->depth = depth;
-    s->calls = 0;
     s->engine_end = f->in_grad_fn == NULL;
-    PyObject *h = PyObject_CallMethodOneArg(out_gf, str_register_prehook, (PyObject *)s);
-    if (!h) goto fail;
-    Py_DECREF(h);
-    if (f->in_grad_fn) {
-        h = PyObject_CallMethodOneArg(f->in_grad_fn, str_register_prehook, (PyObject *)s);
-        if (!h) goto fail;
-        Py_DECREF(h);
+    probe *start = probe_for(out_gf);
+    probe *end = f->in_grad_fn ? probe_for(f->in_grad_fn) : NULL;
+    if (!start || (f->in_grad_fn && !end)) {
+        PyErr_Clear();
+        span_unref(s);
+        return;
     }
-    Py_DECREF(s);
-    return;
-fail:
-    PyErr_Clear();
-    Py_DECREF(s);
+    s->end_probe = end;
+    if (end) list_add(&end->ends, &end->nends, &end->cap_ends, s);
+    list_add(&start->starts, &start->nstarts, &start->cap_starts, s);
+    span_unref(s);
 }
 
 /* ---- the hooks ---- */
 
-/* forward pre-hook(module, args) */
-static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* A module execution begins. inputs[0..n) are its arguments (positional, then keyword values).
+ * [GIL held] */
+static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
 {
-    if (!atomic_load_explicit(&enabled, memory_order_relaxed) || nargs < 1) Py_RETURN_NONE;
     tstate *ts = get_tstate();
-    if (!ts) Py_RETURN_NONE;
+    if (!ts) return;
     if (ts->depth >= MAX_DEPTH) {
         ts->overflow++;
-        Py_RETURN_NONE;
+        return;
     }
-    PyObject *mod = args[0];
     if (ts->depth == 0) {
         if (nactive) { /* a forward inside backward (checkpoint recompute): its time is forward's */
             sweep(pb_now_ns());
@@ -496,8 +620,54 @@ static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     f->type = e->type;
     f->seq = seq++;
     f->child_ns = 0;
-    f->in_grad_fn = (record_backward && nargs >= 2) ? first_grad_fn(args[1], 0) : NULL;
+    f->in_grad_fn = NULL;
+    if (record_backward)
+        for (Py_ssize_t i = 0; i < n && i < 16 && !f->in_grad_fn; i++) f->in_grad_fn = first_grad_fn(inputs[i], 1);
     f->start_ns = pb_now_ns();
+}
+
+/* A module execution ended at `now` with `output`, or with an exception (output NULL: no row).
+ * [GIL held] */
+static void leave(PyObject *mod, PyObject *output, int64_t now)
+{
+    tstate *ts = get_tstate();
+    if (!ts) return;
+    if (ts->overflow) {
+        ts->overflow--;
+        return;
+    }
+    /* Normally the top frame; deeper only if an execution began without ending (hooks installed
+     * in the middle of a forward, an exception that skipped a post-hook). */
+    int d = ts->depth - 1;
+    while (d >= 0 && ts->stack[d].module != mod) d--;
+    if (d < 0) return;
+    while (ts->depth - 1 > d) Py_CLEAR(ts->stack[--ts->depth].in_grad_fn);
+    frame *f = &ts->stack[--ts->depth];
+    uint16_t depth = (uint16_t)ts->depth;
+    int64_t total = now - f->start_ns;
+    if (output) {
+        push_row(f->start_ns, now, total - f->child_ns, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
+        if (record_backward && output != Py_None) {
+            PyObject *out_gf = first_grad_fn(output, 0);
+            if (out_gf) {
+                register_backward(f, out_gf, depth);
+                Py_DECREF(out_gf);
+            }
+        }
+    }
+    if (depth > 0) ts->stack[depth - 1].child_ns += total;
+    else if (bwd_paused) {
+        bwd_paused--;
+        last_event_ns = pb_now_ns();
+    }
+    Py_CLEAR(f->in_grad_fn);
+    if (depth == 0 && mod == primary_root) primary_ran = 1;
+}
+
+/* forward pre-hook(module, args) — PROBING_HOOK_MODE=hooks */
+static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (atomic_load_explicit(&enabled, memory_order_relaxed) && nargs >= 1) enter(args[0], args + 1, nargs - 1);
     Py_RETURN_NONE;
 }
 
@@ -505,39 +675,164 @@ static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t now = pb_now_ns();
-    if (!atomic_load_explicit(&enabled, memory_order_relaxed) || nargs < 1) Py_RETURN_NONE;
-    tstate *ts = get_tstate();
-    if (!ts) Py_RETURN_NONE;
-    if (ts->overflow) {
-        ts->overflow--;
-        Py_RETURN_NONE;
-    }
-    PyObject *mod = args[0];
-    /* Normally the top frame; deeper only if a pre-hook ran without its post-hook (hooks
-     * installed in the middle of a forward, or another hook raised). */
-    int d = ts->depth - 1;
-    while (d >= 0 && ts->stack[d].module != mod) d--;
-    if (d < 0) Py_RETURN_NONE;
-    while (ts->depth - 1 > d) Py_CLEAR(ts->stack[--ts->depth].in_grad_fn);
-    frame *f = &ts->stack[--ts->depth];
-    uint16_t depth = (uint16_t)ts->depth;
-    int64_t total = now - f->start_ns;
-    push_row(f->start_ns, now, total - f->child_ns, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
-    if (depth > 0) ts->stack[depth - 1].child_ns += total;
-    else if (bwd_paused) {
-        bwd_paused--;
-        last_event_ns = pb_now_ns();
-    }
-    if (record_backward && nargs >= 3 && args[2] != Py_None) {
-        PyObject *out_gf = first_grad_fn(args[2], 0);
-        if (out_gf) {
-            register_backward(f, out_gf, depth);
-            Py_DECREF(out_gf);
-        }
-    }
-    Py_CLEAR(f->in_grad_fn);
-    if (depth == 0 && mod == primary_root) primary_ran = 1;
+    if (atomic_load_explicit(&enabled, memory_order_relaxed) && nargs >= 1)
+        leave(args[0], nargs >= 3 ? args[2] : Py_None, now);
     Py_RETURN_NONE;
+}
+
+/* ---- ModuleCall: torch.nn.Module.__call__ replaced by a C wrapper (PROBING_HOOK_MODE=call) ----
+ *
+ * With any global module hook registered, torch leaves its fast call path for every module and
+ * runs several microseconds of Python per call (closures, hook dict iteration) — more than a
+ * small module's work. Wrapping Module.__call__ instead keeps torch on its fast path: the wrapper
+ * records, then calls the original __call__ with the very same arguments (vectorcall, no
+ * repacking), and records again. User hooks, compiled modules and everything else run inside the
+ * original as before. The wrapper is a method descriptor (unbound calls, no bound-method object
+ * per call); attribute access yields a real bound method whose __func__ is the wrapper, which is
+ * what torch.compile checks to recognise an unpatched Module.__call__ (probing points dynamo's
+ * reference at the wrapper, so compiled regions still inline forward directly).
+ */
+
+typedef struct modcall {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *orig; /* the __call__ it wraps (owned) */
+    PyObject *dict; /* __wrapped__, __name__, ... for inspect */
+} modcall;
+
+static PyObject *modcall_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    modcall *mc = (modcall *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 1 || !atomic_load_explicit(&enabled, memory_order_relaxed))
+        return PyObject_Vectorcall(mc->orig, args, nargsf, kwnames);
+    PyObject *mod = args[0];
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    enter(mod, args + 1, nargs - 1 + nkw);
+    PyObject *res = PyObject_Vectorcall(mc->orig, args, nargsf, kwnames);
+    int64_t now = pb_now_ns();
+    if (res) {
+        leave(mod, res, now);
+    } else {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb); /* our bookkeeping must not see or disturb the user's exception */
+        leave(mod, NULL, now);
+        PyErr_Restore(et, ev, tb);
+    }
+    return res;
+}
+
+static PyObject *modcall_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    return PyMethod_New(self, obj);
+}
+
+static void modcall_dealloc(PyObject *self)
+{
+    modcall *mc = (modcall *)self;
+    Py_XDECREF(mc->orig);
+    Py_XDECREF(mc->dict);
+    PyObject_Free(self);
+}
+
+static PyTypeObject modcall_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.ModuleCall",
+    .tp_basicsize = sizeof(modcall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_vectorcall_offset = offsetof(modcall, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = modcall_get,
+    .tp_dealloc = modcall_dealloc,
+    .tp_dictoffset = offsetof(modcall, dict),
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
+    .tp_doc = "probing: torch.nn.Module.__call__ with recording around the original (see __wrapped__)",
+};
+
+static modcall *installed_call;
+
+/* Points dynamo's notion of the unpatched Module.__call__ from `from` to `to`, in the modules
+ * that hold it (already imported ones; later imports read the patched attribute themselves). */
+static void retarget_dynamo(PyObject *from, PyObject *to)
+{
+    static const char *const mods[] = {"torch._dynamo.utils", "torch._dynamo.variables.nn_module",
+                                       "torch._dynamo.variables.functions", "torch._dynamo.trace_rules", NULL};
+    PyObject *sysmods = PyImport_GetModuleDict(); /* borrowed */
+    for (int i = 0; mods[i]; i++) {
+        PyObject *m = PyDict_GetItemString(sysmods, mods[i]); /* borrowed */
+        if (!m) continue;
+        PyObject *cur = PyObject_GetAttrString(m, "unpatched_nn_module_call");
+        if (cur == from) PyObject_SetAttrString(m, "unpatched_nn_module_call", to);
+        Py_XDECREF(cur);
+        PyErr_Clear();
+    }
+}
+
+static int install_call_wrapper(void)
+{
+    int rc = -1;
+    PyObject *nn = NULL, *Module = NULL, *orig = NULL, *name = NULL;
+    modcall *mc = NULL;
+    nn = PyImport_ImportModule("torch.nn");
+    if (!nn) goto out;
+    Module = PyObject_GetAttrString(nn, "Module");
+    if (!Module) goto out;
+    orig = PyObject_GetAttrString(Module, "__call__");
+    if (!orig) goto out;
+    if (Py_TYPE(orig) == &modcall_type) { /* already wrapped (a second agent start) */
+        rc = 0;
+        goto out;
+    }
+    mc = PyObject_New(modcall, &modcall_type);
+    if (!mc) goto out;
+    mc->vectorcall = modcall_vectorcall;
+    Py_INCREF(orig);
+    mc->orig = orig;
+    mc->dict = PyDict_New();
+    if (!mc->dict) goto out;
+    name = PyUnicode_FromString("__call__");
+    if (!name || PyDict_SetItemString(mc->dict, "__wrapped__", orig) ||
+        PyDict_SetItemString(mc->dict, "__name__", name))
+        goto out;
+    PyObject *qn = PyObject_GetAttrString(orig, "__qualname__");
+    if (qn) {
+        PyDict_SetItemString(mc->dict, "__qualname__", qn);
+        Py_DECREF(qn);
+    }
+    PyErr_Clear();
+    if (PyObject_SetAttrString(Module, "__call__", (PyObject *)mc)) goto out;
+    retarget_dynamo(orig, (PyObject *)mc);
+    installed_call = mc;
+    mc = NULL;
+    rc = 0;
+out:
+    Py_XDECREF(mc);
+    Py_XDECREF(name);
+    Py_XDECREF(orig);
+    Py_XDECREF(Module);
+    Py_XDECREF(nn);
+    return rc;
+}
+
+static void remove_call_wrapper(void)
+{
+    if (!installed_call) return;
+    PyObject *nn = PyImport_ImportModule("torch.nn");
+    PyObject *Module = nn ? PyObject_GetAttrString(nn, "Module") : NULL;
+    PyObject *cur = Module ? PyObject_GetAttrString(Module, "__call__") : NULL;
+    if (cur == (PyObject *)installed_call) PyObject_SetAttrString(Module, "__call__", installed_call->orig);
+    /* else someone wrapped it after us: leave theirs in place; ours passes calls straight through
+     * once disabled */
+    retarget_dynamo((PyObject *)installed_call, installed_call->orig);
+    PyErr_Clear();
+    Py_XDECREF(cur);
+    Py_XDECREF(Module);
+    Py_XDECREF(nn);
+    if (cur == (PyObject *)installed_call) Py_CLEAR(installed_call);
 }
 
 /* optimizer step pre-hook(optimizer, args, kwargs) */
@@ -599,7 +894,7 @@ static PyObject *hook_fns[4]; /* created once, kept for the life of the process 
 
 int pb_torch_hooks_ready_types(void)
 {
-    if (PyType_Ready(&span_type)) return -1;
+    if (PyType_Ready(&probe_type) || PyType_Ready(&modcall_type)) return -1;
     if (!backward_done_fn && !(backward_done_fn = PyCFunction_New(&backward_done_def, NULL))) return -1;
     for (int i = 0; i < 4; i++) {
         if (!hook_fns[i] && !(hook_fns[i] = PyCFunction_New(&hook_defs[i], NULL))) return -1;
@@ -670,10 +965,15 @@ int pb_torch_hooks_install(void)
     if (!step_start_ns) step_start_ns = pb_now_ns();
 
     atomic_store(&enabled, 1);
-    handles[0] = call_register("torch.nn.modules.module", "register_module_forward_pre_hook", fns[0], 0);
-    if (!handles[0]) goto out;
-    handles[1] = call_register("torch.nn.modules.module", "register_module_forward_hook", fns[1], 1);
-    if (!handles[1]) goto out;
+    const char *mode = pb_config_str("PROBING_HOOK_MODE");
+    if (mode && strcmp(mode, "hooks") == 0) {
+        handles[0] = call_register("torch.nn.modules.module", "register_module_forward_pre_hook", fns[0], 0);
+        if (!handles[0]) goto out;
+        handles[1] = call_register("torch.nn.modules.module", "register_module_forward_hook", fns[1], 1);
+        if (!handles[1]) goto out;
+    } else if (install_call_wrapper()) {
+        goto out;
+    }
     handles[2] = call_register("torch.optim.optimizer", "register_optimizer_step_pre_hook", fns[2], 0);
     if (!handles[2]) goto out;
     handles[3] = call_register("torch.optim.optimizer", "register_optimizer_step_post_hook", fns[3], 0);
@@ -685,6 +985,7 @@ out:
         atomic_store(&enabled, 0);
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
+        remove_call_wrapper();
         for (int i = 0; i < 4; i++) {
             if (handles[i]) {
                 PyObject *x = PyObject_CallMethodNoArgs(handles[i], str_remove);
@@ -705,6 +1006,7 @@ out:
 void pb_torch_hooks_remove(void)
 {
     atomic_store(&enabled, 0);
+    remove_call_wrapper();
     for (int i = 0; i < 4; i++) {
         if (!handles[i]) continue;
         PyObject *x = PyObject_CallMethodNoArgs(handles[i], str_remove);
@@ -713,9 +1015,10 @@ void pb_torch_hooks_remove(void)
         Py_CLEAR(handles[i]);
     }
     map_clear();
-    for (int i = 0; i < nactive; i++) Py_DECREF(active[i]);
+    for (int i = 0; i < nactive; i++) span_unref(active[i]);
     nactive = 0;
     bwd_paused = 0;
+    node_map_clear();
     Py_CLEAR(queue_callback);
     installed = 0;
     primary_root = NULL;

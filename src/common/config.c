@@ -16,6 +16,7 @@ static pb_config_entry entries[] = {
     {"PROBING_MAX_RESULT_MB", "64", "largest query result in MB; longer results are cut with a message", NULL},
     {"PROBING_EVAL_TIMEOUT", "30", "default seconds eval waits for the interpreter and for the code", NULL},
     {"PROBING_TORCH", "1", "0 disables the torch module and optimizer hooks", NULL},
+    {"PROBING_HOOK_MODE", "call", "how module executions are seen: 'call' wraps torch.nn.Module.__call__ in C (torch keeps its fast path); 'hooks' uses torch's global forward hooks", NULL},
     {"PROBING_BACKWARD", "1", "0 records forward and optimizer only (no autograd node hooks: cheaper)", NULL},
     {"PROBING_MEM_SAMPLE_MS", "5", "period of the RSS sampler feeding allocated/max_allocated on CPU", NULL},
     {"PROBING_DEBUG", "", "1 prints the agent's debug messages to stderr", NULL},
