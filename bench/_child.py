@@ -3,7 +3,8 @@
     python3 bench/_child.py --mode plain|probing|pyhooks --model many|resnet|transformer|noop
 
 Modes: plain = nothing attached; probing = `import probing` first (the agent with its default
-recording, exactly what `probing run` / PROBING=1 do); pyhooks = no-op Python global forward
+recording, exactly what `probing run` / PROBING=1 do); probing-fwd = the same with
+PROBING_BACKWARD=0 (no autograd node hooks: forward and optimizer rows only); pyhooks = no-op Python global forward
 pre/post hooks (the cheapest thing a Python-hook profiler could do).
 Timing: time.perf_counter_ns around each whole training step (forward, loss, backward,
 optimizer step, zero_grad), after --warmup steps.
@@ -16,13 +17,15 @@ import sys
 import time
 
 p = argparse.ArgumentParser()
-p.add_argument("--mode", required=True, choices=["plain", "probing", "pyhooks"])
+p.add_argument("--mode", required=True, choices=["plain", "probing", "probing-fwd", "pyhooks"])
 p.add_argument("--model", required=True, choices=["many", "resnet", "transformer", "noop"])
 p.add_argument("--warmup", type=int, default=10)
 p.add_argument("--steps", type=int, default=40)
 args = p.parse_args()
 
-if args.mode == "probing":
+if args.mode in ("probing", "probing-fwd"):
+    if args.mode == "probing-fwd":
+        os.environ["PROBING_BACKWARD"] = "0"  # forward and optimizer rows only
     import probing  # noqa: F401  starts the agent; hooks go in when torch is imported
 
 import torch

@@ -60,7 +60,7 @@ def main():
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = ap.parse_args()
     models = args.models.split(",")
-    modes = ["plain", "probing", "pyhooks"]
+    modes = ["plain", "probing", "probing-fwd", "pyhooks"]
     samples = {(m, k): [] for m in models for k in modes}
     rng = random.Random(0)
     for rep in range(args.reps):
@@ -85,6 +85,7 @@ def main():
         if m == "noop":
             for k in ("probing", "pyhooks"):
                 per_call[k] = (statistics.median(samples[(m, k)]) - base) / 1000.0
+            pass
     table = "\n".join(lines)
     print(table)
 

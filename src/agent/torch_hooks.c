@@ -45,6 +45,7 @@ static int installed;
 static PyObject *handles[4];       /* RemovableHandles of our four registrations */
 static PyTypeObject *tensor_type;  /* torch._C.TensorBase */
 static PyObject *queue_callback;   /* bound Variable._execution_engine.queue_callback */
+static PyObject *is_grad_enabled;  /* torch._C.is_grad_enabled */
 static PyObject *str_grad_fn, *str_register_prehook, *str_named_modules, *str_remove;
 static char torch_version[64];
 static _Atomic int torch_version_set;
@@ -594,6 +595,21 @@ static void register_backward(frame *f, PyObject *out_gf, uint16_t depth)
 
 /* ---- the hooks ---- */
 
+/* Whether autograd records right now (no backward to time under no_grad/inference_mode): one
+ * C call, cheaper than looking for grad_fn on every input and output. */
+static inline int grad_enabled(void)
+{
+    if (!is_grad_enabled) return 1;
+    PyObject *r = PyObject_CallNoArgs(is_grad_enabled);
+    if (!r) {
+        PyErr_Clear();
+        return 1;
+    }
+    int on = r == Py_True;
+    Py_DECREF(r);
+    return on;
+}
+
 /* A module execution begins. inputs[0..n) are its arguments (positional, then keyword values).
  * [GIL held] */
 static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
@@ -621,7 +637,7 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
     f->seq = seq++;
     f->child_ns = 0;
     f->in_grad_fn = NULL;
-    if (record_backward)
+    if (record_backward && grad_enabled())
         for (Py_ssize_t i = 0; i < n && i < 16 && !f->in_grad_fn; i++) f->in_grad_fn = first_grad_fn(inputs[i], 1);
     f->start_ns = pb_now_ns();
 }
@@ -647,7 +663,7 @@ static void leave(PyObject *mod, PyObject *output, int64_t now)
     int64_t total = now - f->start_ns;
     if (output) {
         push_row(f->start_ns, now, total - f->child_ns, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
-        if (record_backward && output != Py_None) {
+        if (record_backward && output != Py_None && (f->in_grad_fn || grad_enabled())) {
             PyObject *out_gf = first_grad_fn(output, 0);
             if (out_gf) {
                 register_backward(f, out_gf, depth);
@@ -933,6 +949,9 @@ int pb_torch_hooks_install(void)
         tensor_type = (PyTypeObject *)PyObject_GetAttrString(tc, "_TensorBase");
         if (!tensor_type) goto out;
     }
+    Py_XDECREF(is_grad_enabled);
+    is_grad_enabled = PyObject_GetAttrString(tc, "is_grad_enabled");
+    PyErr_Clear();
     if (!PyType_Check((PyObject *)tensor_type)) {
         PyErr_SetString(PyExc_TypeError, "torch._C.TensorBase is not a type");
         goto out;
