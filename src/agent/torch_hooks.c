@@ -1,24 +1,21 @@
 /*
- * torch_hooks.c - the recording hot path: torch module and optimizer hooks in C.
+ * torch_hooks.c - the recording hot path: module executions, backward and optimizer steps, in C.
  *
- * Everything here runs with the GIL held (torch calls the hooks from Python), so the shared
- * state below needs no lock; only the ring push (lock-free) is seen by other threads.
+ * Everything here runs with the GIL held (torch calls into it from Python), so the shared state
+ * below needs no lock; only the ring push (lock-free) is seen by other threads.
  *
- * Per call of a module (forward pre-hook + forward hook) the work is: one hash lookup to get the
- * module's interned name, a push onto a per-thread frame stack, two clock reads, one row pushed
- * into the ring. Names are found once per model by walking root.named_modules() the first time a
- * root module runs; a weakref callback forgets modules that die.
+ * Module executions are seen through a C wrapper of torch.nn.Module.__call__ (default) or through
+ * torch's global forward pre/post hooks (PROBING_HOOK_MODE=hooks); both feed enter()/leave().
+ * Per execution the work is: one hash lookup for the module's interned name, a push onto a
+ * per-thread frame stack, two clock reads, one row pushed into the ring. Names are found once per
+ * model by walking root.named_modules() the first time a root module runs; a weakref callback
+ * forgets modules that die. `duration` is self time (frames accumulate their children's time).
  *
- * Steps: an optimizer.step() ends the step (its own duration becomes a 'step' row). Until the
- * first optimizer step is seen, the start of a new forward of the first root module ends the
- * step, so inference loops get one step per forward.
+ * Steps: an optimizer.step() (global optimizer step hooks) ends the step; its own duration is a
+ * 'step' row. Until the first optimizer step is seen, the start of a new forward of the first
+ * root module ends the step, so inference loops get one step per forward.
  *
- * Backward: when a module's output has a grad_fn, a small callable (BackwardSpan) is registered as
- * a pre-hook on that node (fires when the gradient reaches the module: start) and on the grad_fn
- * its input had before the forward (fires when the module's input gradient is complete: end).
- * When the input has no grad_fn (data, leaves), the end is the end of the backward pass (the
- * engine's queue_callback). Taking the input's grad_fn before the forward keeps in-place modules
- * such as ReLU(inplace=True) right: their output is their input tensor with a new grad_fn.
+ * Backward: see the section "backward: probes on autograd nodes" below.
  */
 #include "torch_hooks.h"
 

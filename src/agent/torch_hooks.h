@@ -1,12 +1,12 @@
 /*
- * torch_hooks.h - records python.torch_trace from torch's global module and optimizer hooks.
+ * torch_hooks.h - records python.torch_trace from inside torch, with no change to user code.
  *
- * The hooks are C functions registered with torch.nn.modules.module's global forward pre/post
- * hooks and torch.optim.optimizer's global step pre/post hooks, so every module of every model
- * is covered without touching the user's code. Backward time is measured with autograd node
- * pre-hooks registered on the grad_fn of a module's output (start) and of its input as it was
- * before the forward ran (end) — not with full module backward hooks, which wrap tensors in an
- * identity Function and break in-place ops. See docs/recording.md.
+ * Module executions: a C wrapper of torch.nn.Module.__call__ (default), or C callables registered
+ * as torch's global forward pre/post hooks (PROBING_HOOK_MODE=hooks). Optimizer steps: C
+ * callables registered as torch.optim's global step pre/post hooks. Backward time: autograd node
+ * pre-hooks on the grad_fn of a module's output (start) and of its input as it was before the
+ * forward ran (end) — not full module backward hooks, which wrap tensors in an identity Function
+ * and break in-place ops. See docs/tables.md.
  */
 #ifndef PB_AGENT_TORCH_HOOKS_H
 #define PB_AGENT_TORCH_HOOKS_H
