@@ -1,6 +1,12 @@
-"""Overhead benchmark: the same models with and without probing, interleaved in one run.
+"""Overhead benchmark: the same models with and without probing and the tools users would
+pick instead, interleaved in one run.
 
-    make bench            (or: python3 bench/overhead.py [--reps 5] [--steps 40])
+    make bench            (or: python3 bench/overhead.py [--reps 5] [--steps 40] [--modes ...])
+
+Modes (see _child.py): plain, probing, probing-fwd, pyhooks, torchprof (torch.profiler every
+step), torchprof-sched (schedule wait=1 warmup=1 active=3), anchor (Probing 0.2.4 from PyPI with
+torch tracing at full rate, in its own virtual environment bench/out/anchor-venv, created on
+first use), pyspy (the plain run under `py-spy record --rate 100`).
 
 For each repetition, every (model, mode) pair runs once in a fresh process, in a shuffled order,
 so drift in the machine's speed spreads over all modes alike. Each process reports the median of
@@ -36,15 +42,49 @@ MODELS = {
 }
 
 
+ANCHOR_VENV = os.path.join(HERE, "out", "anchor-venv")
+ANCHOR_VERSION = "0.2.4"
+
+
+def anchor_python():
+    """The interpreter of a separate virtual environment holding Probing (the anchor) and the
+    same torch; created on first use (Probing's package is also called `probing`)."""
+    py = os.path.join(ANCHOR_VENV, "bin", "python")
+    if not os.path.exists(py):
+        print(f"creating {ANCHOR_VENV} with probing=={ANCHOR_VERSION} (the Rust Probing)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", ANCHOR_VENV], check=True)
+        import torch
+        subprocess.run([py, "-m", "pip", "install", "-q", f"torch=={torch.__version__.split('+')[0]}",
+                        f"probing=={ANCHOR_VERSION}"], check=True)
+    return py
+
+
+def pyspy():
+    exe = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if not os.path.exists(exe):
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "py-spy"], check=True)
+    return exe
+
+
 def run_child(mode, model, steps, warmup):
     env = dict(os.environ)
-    env.pop("PROBING", None)
-    cmd = [sys.executable, CHILD, "--mode", mode, "--model", model, "--steps", str(steps),
-           "--warmup", str(warmup)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    for k in list(env):
+        if k.startswith("PROBING"):
+            del env[k]
+    child_mode, prefix, python = mode, [], sys.executable
+    if mode == "anchor":
+        python = anchor_python()
+        env["PROBING"] = "1"
+    elif mode == "pyspy":
+        child_mode = "plain"
+        prefix = [pyspy(), "record", "--rate", "100", "--format", "raw", "-o", os.devnull, "--"]
+    cmd = prefix + [python, CHILD, "--mode", child_mode, "--model", model, "--steps", str(steps),
+                    "--warmup", str(warmup)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         raise SystemExit(f"benchmark child failed: {' '.join(cmd)}\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    lines = [ln for ln in out.stdout.strip().splitlines() if ln.startswith("{")]
+    return json.loads(lines[-1])
 
 
 def fmt_ms(ns):
@@ -57,10 +97,13 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--models", default="many,transformer,resnet,noop")
+    ap.add_argument("--modes", default="plain,probing,probing-fwd,pyhooks,torchprof,torchprof-sched,anchor,pyspy")
     ap.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
     args = ap.parse_args()
     models = args.models.split(",")
-    modes = ["plain", "probing", "probing-fwd", "pyhooks"]
+    modes = args.modes.split(",")
+    if "plain" not in modes:
+        modes.insert(0, "plain")
     samples = {(m, k): [] for m in models for k in modes}
     rng = random.Random(0)
     for rep in range(args.reps):
@@ -83,9 +126,9 @@ def main():
             added = "" if k == "plain" else f"{(med / base - 1) * 100:+.1f}%"
             lines.append(f"| {m} | {k} | {fmt_ms(min(v))} / {fmt_ms(med)} / {fmt_ms(max(v))} | {added} |")
         if m == "noop":
-            for k in ("probing", "pyhooks"):
-                per_call[k] = (statistics.median(samples[(m, k)]) - base) / 1000.0
-            pass
+            for k in modes:
+                if k != "plain":
+                    per_call[k] = (statistics.median(samples[(m, k)]) - base) / 1000.0
     table = "\n".join(lines)
     print(table)
 
@@ -119,11 +162,13 @@ def main():
         "",
     ]
     if per_call:
+        parts = ", ".join(f"{k} {v:.0f} ns" for k, v in per_call.items())
         section.append(
-            f"Cost per module call (forward pre-hook + forward hook, `noop` model): probing "
-            f"{per_call['probing']:.0f} ns, no-op Python hooks {per_call['pyhooks']:.0f} ns. The hooks take "
-            "torch's slow path in `Module._call_impl` (taken whenever any global hook exists); probing's C "
-            "`__call__` wrapper keeps the fast path.")
+            f"Cost per module call (`noop` model, (median - plain) / 1,000 calls): {parts}. Global "
+            "hooks (pyhooks, torch.profiler's module events aside) take torch's slow path in "
+            "`Module._call_impl`; probing's C `__call__` wrapper keeps the fast path.")
+        if "anchor" in per_call and "probing" in per_call and per_call["probing"] > 0:
+            section.append(f"Probing (anchor) / probing per module call: {per_call['anchor'] / per_call['probing']:.1f}x.")
         section.append("")
     section.append("<!-- END overhead -->")
     text = "\n".join(section)
