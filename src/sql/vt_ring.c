@@ -24,6 +24,7 @@
 #define MAX_STEP_CONSTRAINTS 8
 
 enum { OP_EQ = 1, OP_GT, OP_GE, OP_LT, OP_LE };
+#define ORDER_DESC (1 << 30) /* idxNum flag: scan newest first */
 
 typedef struct ring_vtab {
     sqlite3_vtab base;
@@ -38,6 +39,9 @@ typedef struct ring_cursor {
     const int *enum_counts;
     uint64_t index; /* ring index of the row in `row` */
     uint64_t end;   /* stop before this index */
+    uint64_t lo;    /* descending scans stop below this index */
+    int desc;       /* scanning from the newest row back (ORDER BY step DESC, MAX(step)) */
+    int eof;
     unsigned char row[];
 } ring_cursor;
 
@@ -141,6 +145,13 @@ static int ring_best_index(sqlite3_vtab *base, sqlite3_index_info *info)
     }
     info->idxNum = idx_num | n;
 
+    /* Rows are in step order: ORDER BY step (and SQLite's MIN/MAX optimisation, which asks for
+     * that order and reads one row) costs nothing; DESC is a backwards scan. */
+    if (vt->step_column >= 0 && info->nOrderBy == 1 && info->aOrderBy[0].iColumn == vt->step_column) {
+        info->orderByConsumed = 1;
+        if (info->aOrderBy[0].desc) info->idxNum |= ORDER_DESC;
+    }
+
     double rows = nrows;
     if (has_eq) rows = nrows / 100;
     else if (has_lower && has_upper) rows = nrows / 10;
@@ -182,6 +193,25 @@ static void settle(ring_cursor *c)
     }
 }
 
+/* Descending: moves to the newest intact row at or below c->index, not below c->lo. A row that
+ * cannot be read below pb_ring_first() means everything older is gone too: end. */
+static void settle_desc(ring_cursor *c)
+{
+    const pb_ring *ring = c->table->ring;
+    for (;;) {
+        if (c->index < c->lo || c->index >= c->end) {
+            c->eof = 1;
+            return;
+        }
+        if (pb_ring_read(ring, c->index, c->row)) return;
+        if (c->index < pb_ring_first(ring) || c->index == 0) {
+            c->eof = 1;
+            return;
+        }
+        c->index--;
+    }
+}
+
 /* First index in [lo, hi) whose step is >= v, or hi. `buf` receives row copies. A row that
  * cannot be read is older than all readable rows if it lies below pb_ring_first() (counts as
  * "step < v"); otherwise it is being written and counts as `unreadable_is_ge`, which callers
@@ -207,7 +237,8 @@ static int ring_filter(sqlite3_vtab_cursor *base, int idx_num, const char *idx_s
     ring_cursor *c = (ring_cursor *)base;
     const pb_table *t = c->table;
     (void)idx_str;
-    c->index = c->end = 0;
+    c->index = c->end = c->lo = 0;
+    c->desc = c->eof = 0;
     if (!t->ring) return SQLITE_OK;
     const pb_ring *ring = t->ring;
     uint64_t hi = pb_ring_head(ring);
@@ -254,8 +285,20 @@ static int ring_filter(sqlite3_vtab_cursor *base, int idx_num, const char *idx_s
             if (i < hi) hi = i;
         }
     }
-    c->index = lo;
     c->end = hi > lo ? hi : lo;
+    c->lo = lo;
+    c->eof = 0;
+    c->desc = (idx_num & ORDER_DESC) != 0;
+    if (c->desc) {
+        if (c->end == lo) {
+            c->eof = 1;
+            return SQLITE_OK;
+        }
+        c->index = c->end - 1;
+        settle_desc(c);
+        return SQLITE_OK;
+    }
+    c->index = lo;
     settle(c);
     return SQLITE_OK;
 }
@@ -263,6 +306,14 @@ static int ring_filter(sqlite3_vtab_cursor *base, int idx_num, const char *idx_s
 static int ring_next(sqlite3_vtab_cursor *base)
 {
     ring_cursor *c = (ring_cursor *)base;
+    if (c->desc) {
+        if (c->index == 0) c->eof = 1;
+        else {
+            c->index--;
+            settle_desc(c);
+        }
+        return SQLITE_OK;
+    }
     c->index++;
     settle(c);
     return SQLITE_OK;
@@ -271,7 +322,7 @@ static int ring_next(sqlite3_vtab_cursor *base)
 static int ring_eof(sqlite3_vtab_cursor *base)
 {
     const ring_cursor *c = (const ring_cursor *)base;
-    return c->index >= c->end;
+    return c->desc ? c->eof : c->index >= c->end;
 }
 
 static int ring_column(sqlite3_vtab_cursor *base, sqlite3_context *ctx, int i)
