@@ -177,6 +177,32 @@ static void test_step_ranges(pb_db *db)
     CHECK(query_int(db, "SELECT count(*) FROM python.torch_trace WHERE step >= '50'") == 17 * 3 - 1,
           "a text bound is compared with SQLite's affinity rules");
 
+    /* ORDER BY step is answered by the ring's order (DESC scans backwards): same rows, same
+     * order as SQLite's own sort (forced with +step) */
+    const char *orders[] = {
+        "SELECT group_concat(step) FROM (SELECT step FROM python.torch_trace ORDER BY step%s)",
+        "SELECT group_concat(step) FROM (SELECT step FROM python.torch_trace ORDER BY step DESC%s)",
+        "SELECT group_concat(step) FROM (SELECT step FROM python.torch_trace WHERE step BETWEEN 47 AND 52 ORDER BY step DESC%s)",
+        "SELECT group_concat(step) FROM (SELECT step FROM python.torch_trace WHERE step > 60 ORDER BY step DESC%s LIMIT 4)",
+        "SELECT group_concat(step) FROM (SELECT step FROM python.torch_trace WHERE step > 1000 ORDER BY step DESC%s)",
+    };
+    for (size_t i = 0; i < sizeof orders / sizeof orders[0]; i++) {
+        char native[300], sorted[300];
+        snprintf(native, sizeof native, orders[i], "");
+        snprintf(sorted, sizeof sorted, orders[i], ", +step");
+        int rc1, rc2;
+        json_t *a = query(db, native, NULL, &rc1), *b = query(db, sorted, NULL, &rc2);
+        char *da = json_dumps(json_object_get(a, "rows"), 0), *dbs = json_dumps(json_object_get(b, "rows"), 0);
+        CHECK(rc1 == 0 && rc2 == 0 && da && dbs && strcmp(da, dbs) == 0, "ring order answers query %zu like a sort (%s)", i,
+              da ? da : "?");
+        free(da);
+        free(dbs);
+        json_decref(a);
+        json_decref(b);
+    }
+    CHECK(query_int(db, "SELECT max(step) FROM python.torch_trace WHERE step < 50") == 49, "MAX(step) with a bound");
+    CHECK(query_int(db, "SELECT step FROM python.torch_trace ORDER BY step DESC LIMIT 1") == 66, "newest step first");
+
     int rc;
     json_t *j = query(db, "EXPLAIN QUERY PLAN SELECT * FROM python.torch_trace WHERE step BETWEEN 47 AND 52", NULL, &rc);
     char *dump = json_dumps(j, 0);
