@@ -13,6 +13,7 @@
 #include "memsample.h"
 #include "paths.h"
 #include "server.h"
+#include "sysmon.h"
 #include "tables.h"
 #include "torch_hooks.h"
 
@@ -87,6 +88,7 @@ static void atfork_child(void)
     if (server) pb_server_forget_after_fork(server);
     server = NULL;
     pb_memsample_forget_after_fork();
+    pb_sysmon_forget_after_fork();
     pb_eval_forget_after_fork();
     started = 0;
 }
@@ -119,6 +121,12 @@ int pb_agent_start(void)
         pb_log_warn("not starting: cannot allocate tables: %s", pb_strerror(rc));
         return rc;
     }
+    if ((rc = pb_sysmon_tables_init())) {
+        pb_log_warn("not starting: cannot allocate the system tables: %s", pb_strerror(rc));
+        pb_tables_free();
+        return rc;
+    }
+    if ((rc = pb_sysmon_start())) pb_log_warn("system sampling is off: %s", pb_strerror(rc));
     if ((rc = pb_memsample_start())) pb_log_warn("memory sampling is off: %s", pb_strerror(rc));
     if ((rc = pb_eval_start())) pb_log_warn("eval is off: cannot start its thread: %s", pb_strerror(rc));
 
@@ -140,8 +148,10 @@ int pb_agent_start(void)
         pb_eval_shutdown();
         Py_BEGIN_ALLOW_THREADS
         pb_memsample_stop();
+        pb_sysmon_stop();
         Py_END_ALLOW_THREADS
         pb_tables_free();
+        pb_sysmon_tables_free();
         return rc;
     }
     if (!atfork_registered) {
@@ -164,8 +174,10 @@ void pb_agent_stop(void)
     Py_BEGIN_ALLOW_THREADS
     pb_server_stop(s);
     pb_memsample_stop();
+    pb_sysmon_stop();
     Py_END_ALLOW_THREADS
     pb_tables_free();
+    pb_sysmon_tables_free();
     started = 0;
     socket_path[0] = '\0';
 }
