@@ -6,6 +6,7 @@
 #include "clock.h"
 #include "config.h"
 #include "error.h"
+#include "distributed.h"
 #include "eval.h"
 #include "intern.h"
 #include "jsonw.h"
@@ -85,6 +86,7 @@ static void atfork_child(void)
     /* Only flags and close(): the child has one thread and every lock may be held. */
     forked_child = 1;
     pb_torch_hooks_disable();
+    pb_distributed_disable();
     if (server) pb_server_forget_after_fork(server);
     server = NULL;
     pb_memsample_forget_after_fork();
@@ -167,6 +169,7 @@ void pb_agent_stop(void)
 {
     if (!started) return;
     pb_torch_hooks_remove();
+    pb_distributed_remove();
     pb_eval_shutdown();
     pb_server *s = server;
     server = NULL;
