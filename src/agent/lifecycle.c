@@ -6,6 +6,7 @@
 #include "clock.h"
 #include "config.h"
 #include "error.h"
+#include "distributed.h"
 #include "eval.h"
 #include "intern.h"
 #include "jsonw.h"
@@ -13,6 +14,7 @@
 #include "memsample.h"
 #include "paths.h"
 #include "server.h"
+#include "sysmon.h"
 #include "tables.h"
 #include "torch_hooks.h"
 
@@ -84,9 +86,11 @@ static void atfork_child(void)
     /* Only flags and close(): the child has one thread and every lock may be held. */
     forked_child = 1;
     pb_torch_hooks_disable();
+    pb_distributed_disable();
     if (server) pb_server_forget_after_fork(server);
     server = NULL;
     pb_memsample_forget_after_fork();
+    pb_sysmon_forget_after_fork();
     pb_eval_forget_after_fork();
     started = 0;
 }
@@ -119,6 +123,12 @@ int pb_agent_start(void)
         pb_log_warn("not starting: cannot allocate tables: %s", pb_strerror(rc));
         return rc;
     }
+    if ((rc = pb_sysmon_tables_init())) {
+        pb_log_warn("not starting: cannot allocate the system tables: %s", pb_strerror(rc));
+        pb_tables_free();
+        return rc;
+    }
+    if ((rc = pb_sysmon_start())) pb_log_warn("system sampling is off: %s", pb_strerror(rc));
     if ((rc = pb_memsample_start())) pb_log_warn("memory sampling is off: %s", pb_strerror(rc));
     if ((rc = pb_eval_start())) pb_log_warn("eval is off: cannot start its thread: %s", pb_strerror(rc));
 
@@ -140,8 +150,10 @@ int pb_agent_start(void)
         pb_eval_shutdown();
         Py_BEGIN_ALLOW_THREADS
         pb_memsample_stop();
+        pb_sysmon_stop();
         Py_END_ALLOW_THREADS
         pb_tables_free();
+        pb_sysmon_tables_free();
         return rc;
     }
     if (!atfork_registered) {
@@ -157,6 +169,7 @@ void pb_agent_stop(void)
 {
     if (!started) return;
     pb_torch_hooks_remove();
+    pb_distributed_remove();
     pb_eval_shutdown();
     pb_server *s = server;
     server = NULL;
@@ -164,8 +177,10 @@ void pb_agent_stop(void)
     Py_BEGIN_ALLOW_THREADS
     pb_server_stop(s);
     pb_memsample_stop();
+    pb_sysmon_stop();
     Py_END_ALLOW_THREADS
     pb_tables_free();
+    pb_sysmon_tables_free();
     started = 0;
     socket_path[0] = '\0';
 }

@@ -3,6 +3,7 @@
  *
  * The whole agent is C; this file only exposes its entry points to the thin Python package:
  *   start() -> socket path or None     stop()      endpoint()      install_torch_hooks()
+ *   install_distributed()
  * start() also registers an atexit handler that stops the server (removing the socket file).
  */
 #include <Python.h>
@@ -11,6 +12,7 @@
 #include "lifecycle.h"
 #include "eval.h"
 #include "torch_hooks.h"
+#include "distributed.h"
 
 static PyObject *py_start(PyObject *self, PyObject *unused)
 {
@@ -57,6 +59,13 @@ static PyObject *py_install_torch_hooks(PyObject *self, PyObject *unused)
     Py_RETURN_TRUE;
 }
 
+static PyObject *py_install_distributed(PyObject *self, PyObject *unused)
+{
+    if (!pb_agent_endpoint() || pb_config_int("PROBING_TORCH", 1) == 0) Py_RETURN_FALSE;
+    if (pb_distributed_install()) return NULL;
+    Py_RETURN_TRUE;
+}
+
 static PyObject *py_hook_functions(PyObject *self, PyObject *unused) { return pb_torch_hook_functions(); }
 
 static PyMethodDef methods[] = {
@@ -66,6 +75,7 @@ static PyMethodDef methods[] = {
     {"_atexit", py_atexit, METH_NOARGS, "Interpreter exit: stop the agent."},
     {"endpoint", py_endpoint, METH_NOARGS, "Socket path or None."},
     {"install_torch_hooks", py_install_torch_hooks, METH_NOARGS, "Register torch hooks (torch must be imported)."},
+    {"install_distributed", py_install_distributed, METH_NOARGS, "Record torch.distributed collectives (c10d must be imported)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -75,7 +85,7 @@ static struct PyModuleDef moddef = {
 
 PyMODINIT_FUNC PyInit__agent(void)
 {
-    if (pb_torch_hooks_ready_types() || pb_eval_ready_types()) return NULL;
+    if (pb_torch_hooks_ready_types() || pb_eval_ready_types() || pb_distributed_ready_types()) return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;
     if (PyModule_AddStringConstant(m, "__version__", PB_VERSION)) {

@@ -1047,3 +1047,4 @@ void pb_torch_hooks_disable(void) { atomic_store(&enabled, 0); }
 const char *pb_torch_version(void) { return atomic_load(&torch_version_set) ? torch_version : NULL; }
 
 int64_t pb_torch_current_step(void) { return atomic_load_explicit(&step, memory_order_relaxed); }
+int64_t pb_torch_step_start_ns(void) { return step_start_ns; }

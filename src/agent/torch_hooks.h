@@ -30,6 +30,9 @@ const char *pb_torch_version(void);
 /* The current step number. [any thread, racy read] */
 int64_t pb_torch_current_step(void);
 
+/* pb_now_ns() when the current step began (0 before the first module ran). [training thread] */
+int64_t pb_torch_step_start_ns(void);
+
 /* The four hook callables, as a new tuple. torch.compile (dynamo) must treat them as no-ops
  * rather than graph-break on them: the package adds them to
  * torch._dynamo.config.ignore_logging_functions when dynamo is imported. [GIL held] */

@@ -1,0 +1,36 @@
+/*
+ * distributed.h - records python.nccl_trace: every torch.distributed collective and point-to-point
+ * call made through the Python API, for every backend (nccl, gloo, ...).
+ *
+ * The collective functions of torch.distributed.distributed_c10d (all_reduce, all_gather, ...)
+ * are replaced, in that module and in torch.distributed, by C callables that call the original
+ * unchanged and then push one row: operation, backend, bytes, dtype, group size, async_op,
+ * duration, step and offset in the step. See docs/tables.md for what duration_ms means and for
+ * what is not seen (DDP's own gradient all-reduces, which torch issues from C++).
+ */
+#ifndef PB_AGENT_DISTRIBUTED_H
+#define PB_AGENT_DISTRIBUTED_H
+
+#include <Python.h>
+#include <stdint.h>
+
+/* Host nanoseconds the training thread spent inside recorded collective calls (call to return)
+ * since the last reset; python.steps' `collectives` reads and resets it at each step end.
+ * [training thread] */
+extern int64_t pb_step_collectives_ns;
+
+/* Wraps the collectives of torch.distributed.distributed_c10d (and the same objects in
+ * torch.distributed). Idempotent; a function missing in this torch is skipped. Returns 0, or -1
+ * with a Python exception set. [GIL held] */
+int pb_distributed_install(void);
+
+/* Puts the original functions back where they are still our wrappers. [GIL held] */
+void pb_distributed_remove(void);
+
+/* Stops recording without touching Python (fork child). [any thread] */
+void pb_distributed_disable(void);
+
+/* The wrapper types; made by the module init. Returns 0 or -1 with an exception set. */
+int pb_distributed_ready_types(void);
+
+#endif

@@ -1,0 +1,114 @@
+"""python.nccl_trace on a real 2-rank job: `probing run -- python -m torch.distributed.run
+--nproc_per_node 2 tests/workloads/ddp_gloo.py` on CPU with the gloo backend. Every rank gets its
+own agent (and so does the torchrun launcher); each rank's table holds that rank's collectives,
+attributed to the training step they were issued in."""
+import json
+import re
+import socket
+
+import pytest
+
+from conftest import PYTHON, WORKLOADS, api_get, seed_file
+
+STEPS = 3
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture(scope="module")
+def ddp_job(cli, env, session_dir):
+    from conftest import Launcher
+    work = session_dir / "ddp"
+    work.mkdir()
+    launcher = Launcher(cli, env, work, env["PROBING_DIR"])
+    hold = work / "hold"
+    job = launcher.command([cli.binary, "run", "--", PYTHON, "-m", "torch.distributed.run",
+                            "--nproc_per_node", "2", "--master_port", free_port(),
+                            WORKLOADS / "ddp_gloo.py", "--steps", STEPS, "--hold-file", hold],
+                           name="ddp")
+    job._poll("HOLDING from both ranks",
+              lambda: len(re.findall(r"^HOLDING$", job.stdout(), re.M)) == 2, 120)
+    agents = json.loads(cli("list", "-f", "json").stdout)
+    ranks = {}
+    for a in agents:
+        if "ddp_gloo.py" in a["cmdline"] and "torch.distributed.run" not in a["cmdline"]:
+            status, info = api_get(a["endpoint"], "/api/info")
+            assert status == 200
+            ranks[info["rank"]] = str(a["pid"])
+    yield job, ranks
+    for r in (0, 1):
+        (work / f"hold.{r}").touch()
+    try:
+        job.proc.wait(timeout=60)
+    finally:
+        launcher.cleanup()
+
+
+def test_each_rank_has_its_agent(ddp_job):
+    job, ranks = ddp_job
+    assert sorted(ranks) == [0, 1], ranks
+    for r, pid in ranks.items():
+        assert f"rank {r} pid {pid}" in job.stdout()
+
+
+def test_all_reduces_attributed_to_steps(cli, ddp_job):
+    _, ranks = ddp_job
+    for r, pid in ranks.items():
+        rows = cli.query(pid, "SELECT step, backend, bytes, dtype, group_size, async_op, rank, "
+                              "duration_ms, time_offset FROM python.nccl_trace "
+                              "WHERE operation_type = 'all_reduce' ORDER BY step")
+        # the loss average runs after optimizer.step(), which ends a step: steps 1..STEPS
+        assert [row["step"] for row in rows] == list(range(1, STEPS + 1)), rows
+        for row in rows:
+            assert (row["backend"], row["bytes"], row["dtype"], row["group_size"],
+                    row["async_op"], row["rank"]) == ("gloo", 4, "float32", 2, 0, r)
+            assert row["duration_ms"] > 0 and row["time_offset"] >= 0
+
+
+def test_every_operation_recorded_once(cli, ddp_job):
+    _, ranks = ddp_job
+    for r, pid in ranks.items():
+        rows = cli.query(pid, "SELECT operation_type, COUNT(*) AS n, SUM(bytes) AS bytes, "
+                              "MAX(async_op) AS async_op, MIN(dtype) AS dtype "
+                              "FROM python.nccl_trace GROUP BY operation_type "
+                              "ORDER BY operation_type")
+        assert rows == [
+            # all_gather_into_tensor calls all_gather_single: one row, not two
+            {"operation_type": "all_gather_into_tensor", "n": 1, "bytes": 8, "async_op": 1,
+             "dtype": "float64"},
+            {"operation_type": "all_reduce", "n": STEPS, "bytes": 4 * STEPS, "async_op": 0,
+             "dtype": "float32"},
+            {"operation_type": "barrier", "n": 2, "bytes": 0, "async_op": 0, "dtype": ""},
+            {"operation_type": "broadcast", "n": 1, "bytes": 4, "async_op": 0,
+             "dtype": "float32"},
+        ], rows
+
+
+def test_seed_query_04_lists_all_reduce(cli, ddp_job):
+    _, ranks = ddp_job
+    for pid in ranks.values():
+        rows = cli.query(pid, seed_file("04-nccl-operation-times.sql"))
+        by_op = {row["operation_type"]: row for row in rows}
+        assert by_op["all_reduce"]["count"] == STEPS
+        assert by_op["all_reduce"]["max_time_ms"] >= by_op["all_reduce"]["avg_time_ms"] > 0
+        assert [row["avg_time_ms"] for row in rows] == sorted(
+            (row["avg_time_ms"] for row in rows), reverse=True)
+
+
+def test_launcher_records_no_collectives(cli, ddp_job):
+    job, _ = ddp_job
+    assert cli.scalar(job.target(), "SELECT COUNT(*) FROM python.nccl_trace") == 0
+
+
+def test_wrappers_look_like_the_originals(cli, ddp_job):
+    _, ranks = ddp_job
+    out = cli.eval(ranks[0], "import torch.distributed as d, torch.distributed.distributed_c10d "
+                             "as c\nprint(d.all_reduce is c.all_reduce, d.all_reduce.__name__, "
+                             "d.barrier.__name__)")
+    assert out.split() == ["True", "all_reduce", "barrier"]

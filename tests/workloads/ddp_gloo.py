@@ -1,0 +1,63 @@
+"""Data-parallel training on CPU with the gloo backend: run under torchrun, e.g.
+
+    torchrun --nproc_per_node 2 tests/workloads/ddp_gloo.py --steps 5
+
+A small MLP wrapped in DistributedDataParallel; each step also averages the loss across ranks
+with an explicit dist.all_reduce (what training loops do for logging), and the run starts with a
+barrier and a broadcast and ends with an async all_gather_into_tensor. Rank 0 prints the step
+lines and the final loss; every rank holds at the end when --hold-file is given (each rank waits
+for PATH.<rank>).
+"""
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from _workload import hold, make_deterministic, make_parser, report_final, report_step, say
+
+
+def main():
+    args = make_parser(__doc__, steps=5).parse_args()
+    make_deterministic(args.seed)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    loss_fn = nn.MSELoss()
+    dist.barrier()
+    start = torch.zeros(1)
+    if rank == 0:
+        start += 1
+    dist.broadcast(start, src=0)
+    g = torch.Generator().manual_seed(1000 + rank)
+    loss = None
+    for step in range(args.steps):
+        x = torch.randn(16, 32, generator=g)
+        y = torch.randn(16, 4, generator=g)
+        optimizer.zero_grad()
+        out = loss_fn(model(x), y)
+        out.backward()
+        optimizer.step()
+        mean = out.detach().clone()
+        dist.all_reduce(mean)
+        mean /= world
+        loss = mean
+        if rank == 0:
+            report_step(step + 1, mean, args.print_every)
+    gathered = torch.zeros(world, dtype=torch.float64)
+    work = dist.all_gather_into_tensor(gathered, torch.full((1,), float(rank), dtype=torch.float64),
+                                       async_op=True)
+    work.wait()
+    if rank == 0:
+        report_final(loss)
+    say(f"rank {rank} pid {os.getpid()}")
+    dist.barrier()
+    if args.hold_file:
+        hold(f"{args.hold_file}.{rank}")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
