@@ -533,14 +533,19 @@ typedef struct shares {
     int has_data, has_collectives;
 } shares;
 
+/* Mean per-step times over the steady steps, outlier steps (over OUTLIER_FACTOR x the median,
+ * reported on their own) left out so that one slow step cannot decide the bottleneck. */
 static shares mean_shares(report *r)
 {
     shares m;
-    size_t n = r->count - r->warmup, data_n = 0, coll_n = 0;
+    size_t n = 0, data_n = 0, coll_n = 0;
     memset(&m, 0, sizeof m);
-    if (!n) return m;
+    if (r->count == r->warmup) return m;
+    double limit = OUTLIER_FACTOR * median_wall(r->steps, r->warmup, r->count);
     for (size_t i = r->warmup; i < r->count; i++) {
         const step_row *s = &r->steps[i];
+        if (s->wall > limit) continue;
+        n++;
         m.wall += s->wall;
         m.forward += s->forward;
         m.backward += s->backward;
@@ -548,6 +553,7 @@ static shares mean_shares(report *r)
         if (s->has_data) m.data += s->data, data_n++;
         if (s->has_collectives) m.collectives += s->collectives, coll_n++;
     }
+    if (!n) return m;
     m.wall /= (double)n;
     m.forward /= (double)n;
     m.backward /= (double)n;
