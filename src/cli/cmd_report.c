@@ -138,7 +138,7 @@ int cmd_report(const pb_cli_args *a)
         goto done;
     }
     if (a->json) {
-        char *text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        char *text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
         if (!text) {
             pb_cli_error("out of memory");
             goto done;

@@ -99,7 +99,7 @@ if __name__ == "__main__":
     inputs = torch.randn(4096, width, generator=g)
     labels = inputs[:, :classes].argmax(dim=1)
     batch_size = args.batch_size
-    dataset = (SlowDataset(inputs, labels, 0.0003) if args.case == "slow_data"
+    dataset = (SlowDataset(inputs, labels, 0.001) if args.case == "slow_data"
                else TensorDataset(inputs, labels))
     train_loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, drop_last=True,
                               generator=torch.Generator().manual_seed(args.seed))
