@@ -32,6 +32,8 @@ typedef struct pb_cli_args {
     double timeout_s;       /* --timeout value; 0 when not given */
     char **positional;      /* borrowed from argv */
     int positional_count;
+    int json;               /* --json given */
+    int last_steps;         /* --last N value; 0 when not given */
     char **exec_argv;       /* run: the command after "--" (NULL-terminated, borrowed) */
     int exec_argc;
 } pb_cli_args;
@@ -50,5 +52,6 @@ int cmd_eval(const pb_cli_args *a);
 int cmd_tables(const pb_cli_args *a);
 int cmd_info(const pb_cli_args *a);
 int cmd_run(const pb_cli_args *a);
+int cmd_report(const pb_cli_args *a);
 
 #endif

@@ -23,7 +23,7 @@
 
 #define STDIN_MAX_BYTES ((size_t)64 << 20)
 
-enum { OPT_FORMAT = 1, OPT_TIMEOUT = 2, OPT_OUTPUT = 4 };
+enum { OPT_FORMAT = 1, OPT_TIMEOUT = 2, OPT_OUTPUT = 4, OPT_JSON = 8, OPT_LAST = 16 };
 
 typedef struct command {
     const char *name;
@@ -63,8 +63,15 @@ static const command commands[] = {
      "Sets PROBING=1, puts the probing Python package first on PYTHONPATH and executes\n"
      "COMMAND in place of probing (same pid, signals, exit status). Set PROBING_PYTHONPATH to\n"
      "the directory that contains probing/ when it cannot be found next to this program.\n"},
+    {"report", cmd_report, OPT_JSON | OPT_LAST, 1, 0, "probing <target> report [--json] [--last N]",
+     "diagnose the training: baseline, bottleneck, component, what to look at next",
+     "Follows the four phases of the profiling method (baseline, bottleneck type, component,\n"
+     "operation) and its checks (memory growth, collectives, load imbalance, AMP, host syncs,\n"
+     "first-iteration overhead) over the recorded steps. Every finding shows its numbers and\n"
+     "the SQL behind them; what the data cannot support is listed as missing.\n"
+     "  --json    the same content as JSON (schema in docs/report.md)\n"
+     "  --last N  only the last N complete steps (default: every step recorded)\n"},
     /* Planned; hidden from help until they exist. */
-    {"report", NULL, 0, 1, 0, NULL, NULL, NULL},
     {"inject", NULL, 0, 1, 0, NULL, NULL, NULL},
     {"backtrace", NULL, 0, 1, 0, NULL, NULL, NULL},
     {"capture", NULL, 0, 1, 0, NULL, NULL, NULL},
@@ -265,6 +272,19 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
                 return PB_EXIT_USAGE;
             }
             a->timeout_s = t;
+        } else if ((c->options & OPT_JSON) && strcmp(arg, "--json") == 0) {
+            a->json = 1;
+        } else if ((c->options & OPT_LAST) &&
+                   (m = match_valued(argc, argv, &i, 0, "last", &value)) != 0) {
+            if (m < 0) return PB_EXIT_USAGE;
+            char *end;
+            errno = 0;
+            long n = strtol(value, &end, 10);
+            if (errno || end == value || *end || n < 1 || n > 100000000) {
+                pb_cli_error("--last wants a number of steps of 1 or more, not '%s'", value);
+                return PB_EXIT_USAGE;
+            }
+            a->last_steps = (int)n;
         } else if ((c->options & OPT_OUTPUT) &&
                    (m = match_valued(argc, argv, &i, 'o', "output", &value)) != 0) {
             if (m < 0) return PB_EXIT_USAGE;

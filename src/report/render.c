@@ -1,0 +1,245 @@
+/*
+ * render.c - the report (the JSON of pb_report_build) as text for a terminal.
+ *
+ * Walks the document in seed 002's order: baseline, bottleneck type, component, operation,
+ * then the checks, then what data was missing. Times are shown in ms, shares in %. Every
+ * finding prints its SQL indented under it so it can be copied into `probing <target> query`.
+ */
+#include "report.h"
+
+#include <errno.h>
+#include <string.h>
+
+static double num(json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    return json_is_number(v) ? json_number_value(v) : 0.0;
+}
+
+static void print_sql(FILE *out, const char *sql)
+{
+    const char *p = sql;
+    fputs("      sql: ", out);
+    while (*p) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        fwrite(p, 1, len, out);
+        p += len;
+        if (*p) {
+            fputs("\n           ", out);
+            p++;
+        }
+    }
+    fputc('\n', out);
+}
+
+static void print_value(FILE *out, json_t *v)
+{
+    if (json_is_integer(v))
+        fprintf(out, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v))
+        fprintf(out, "%.6g", json_real_value(v));
+    else if (json_is_string(v))
+        fputs(json_string_value(v), out);
+    else if (json_is_true(v))
+        fputs("true", out);
+    else if (json_is_false(v))
+        fputs("false", out);
+    else
+        fputs("-", out);
+}
+
+static void print_finding(FILE *out, json_t *f)
+{
+    const char *sev = json_string_value(json_object_get(f, "severity"));
+    char tag[16];
+    size_t i;
+    for (i = 0; sev && sev[i] && i < sizeof tag - 1; i++)
+        tag[i] = (char)(sev[i] >= 'a' && sev[i] <= 'z' ? sev[i] - 32 : sev[i]);
+    tag[i] = '\0';
+    fprintf(out, "  [%s] %s\n", tag, json_string_value(json_object_get(f, "claim")));
+    json_t *nums = json_object_get(f, "numbers");
+    if (json_object_size(nums)) {
+        const char *key;
+        json_t *v;
+        int first = 1;
+        fputs("      numbers: ", out);
+        json_object_foreach(nums, key, v) {
+            fprintf(out, "%s%s=", first ? "" : ", ", key);
+            print_value(out, v);
+            first = 0;
+        }
+        fputc('\n', out);
+    }
+    json_t *sql;
+    json_array_foreach(json_object_get(f, "sql"), i, sql) print_sql(out, json_string_value(sql));
+    const char *rec = json_string_value(json_object_get(f, "recommendation"));
+    if (rec) fprintf(out, "      recommendation: %s\n", rec);
+}
+
+static void print_findings(FILE *out, json_t *findings, const char *phase)
+{
+    size_t i;
+    json_t *f;
+    json_array_foreach(findings, i, f) {
+        if (!strcmp(json_string_value(json_object_get(f, "phase")), phase)) print_finding(out, f);
+    }
+}
+
+static void print_modules(FILE *out, const char *title, json_t *rows, const char *sql)
+{
+    size_t i;
+    json_t *row;
+    fprintf(out, "  %s:\n", title);
+    json_array_foreach(rows, i, row) {
+        fprintf(out, "    %-32s %-8s calls %-6lld self %9.3f ms (%4.1f%%)  total %9.3f ms\n",
+                json_string_value(json_object_get(row, "module")),
+                json_string_value(json_object_get(row, "stage")),
+                (long long)num(row, "calls"), num(row, "self_s") * 1e3,
+                100 * num(row, "self_share"), num(row, "total_s") * 1e3);
+    }
+    print_sql(out, sql);
+}
+
+static void print_baseline(FILE *out, json_t *doc)
+{
+    json_t *b = json_object_get(doc, "baseline");
+    fputs("\n1. Baseline\n", out);
+    if (!json_is_object(b)) {
+        print_findings(out, json_object_get(doc, "findings"), "baseline");
+        return;
+    }
+    json_t *st = json_object_get(b, "step_time");
+    fprintf(out, "  steps %lld..%lld: %lld steady, %lld warm-up step(s) left out; step time from "
+                 "%s\n",
+            (long long)num(b, "first_step"), (long long)num(b, "last_step"),
+            (long long)num(b, "steady_steps"), (long long)num(b, "warmup_steps"),
+            json_string_value(json_object_get(b, "step_source")));
+    if (json_is_object(st))
+        fprintf(out,
+                "  step time (ms): mean %.3f  std %.3f  median %.3f  p95 %.3f  p99 %.3f  "
+                "min %.3f  max %.3f\n",
+                num(st, "mean_s") * 1e3, num(st, "std_s") * 1e3, num(st, "median_s") * 1e3,
+                num(st, "p95_s") * 1e3, num(st, "p99_s") * 1e3, num(st, "min_s") * 1e3,
+                num(st, "max_s") * 1e3);
+    if (json_is_number(json_object_get(b, "samples_per_s")))
+        fprintf(out, "  throughput: %.1f samples/s (batch size %g, from %s)\n",
+                num(b, "samples_per_s"), num(b, "batch_size"),
+                json_string_value(json_object_get(b, "batch_size_source")));
+    else if (json_is_string(json_object_get(b, "throughput_note")))
+        fprintf(out, "  throughput: unknown (%s)\n",
+                json_string_value(json_object_get(b, "throughput_note")));
+    json_t *c = json_object_get(b, "conditions");
+    if (json_is_object(c)) {
+        const char *key;
+        json_t *v;
+        int first = 1;
+        fputs("  conditions: ", out);
+        json_object_foreach(c, key, v) {
+            fprintf(out, "%s%s ", first ? "" : ", ", key);
+            print_value(out, v);
+            first = 0;
+        }
+        fputc('\n', out);
+    } else if (json_is_string(json_object_get(b, "conditions_note"))) {
+        fprintf(out, "  conditions: %s\n", json_string_value(json_object_get(b, "conditions_note")));
+    }
+    print_sql(out, json_string_value(json_object_get(b, "sql")));
+    print_findings(out, json_object_get(doc, "findings"), "baseline");
+}
+
+int pb_report_render(FILE *out, json_t *doc)
+{
+    json_t *target = json_object_get(doc, "target");
+    json_t *findings = json_object_get(doc, "findings");
+    if (json_is_object(target)) {
+        fprintf(out, "probing report for pid %lld", (long long)num(target, "pid"));
+        json_t *cmd = json_object_get(target, "cmdline");
+        size_t i;
+        json_t *arg;
+        if (json_array_size(cmd)) {
+            fputs(" (", out);
+            json_array_foreach(cmd, i, arg) fprintf(out, "%s%s", i ? " " : "",
+                                                    json_string_value(arg));
+            fputc(')', out);
+        }
+        fputc('\n', out);
+    } else {
+        fputs("probing report\n", out);
+    }
+    const char *primary = json_string_value(json_object_get(doc, "primary"));
+    size_t i;
+    json_t *f;
+    if (primary) {
+        json_array_foreach(findings, i, f) {
+            if (!strcmp(json_string_value(json_object_get(f, "id")), primary))
+                fprintf(out, "primary finding: %s\n",
+                        json_string_value(json_object_get(f, "claim")));
+        }
+    } else {
+        fputs("primary finding: none - no problem found in the recorded data\n", out);
+    }
+    print_baseline(out, doc);
+
+    json_t *bn = json_object_get(doc, "bottleneck");
+    fputs("\n2. Bottleneck type\n", out);
+    if (json_is_object(bn)) {
+        fprintf(out, "  %s\n  decided by: %s\n", json_string_value(json_object_get(bn, "label")),
+                json_string_value(json_object_get(bn, "decided_by")));
+        if (json_is_number(json_object_get(bn, "gpu_utilization")))
+            fprintf(out, "  GPU utilisation: %.0f%%\n", num(bn, "gpu_utilization"));
+    }
+    print_findings(out, findings, "bottleneck");
+
+    json_t *comp = json_object_get(doc, "component");
+    fputs("\n3. Component\n", out);
+    if (json_is_object(comp)) {
+        const char *key;
+        json_t *v;
+        fputs("  share of the mean step:", out);
+        json_object_foreach(json_object_get(comp, "shares"), key, v) {
+            if (json_is_number(v))
+                fprintf(out, " %s %.1f%%", key, 100 * json_number_value(v));
+            else
+                fprintf(out, " %s n/a", key);
+        }
+        fputc('\n', out);
+        if (json_is_string(json_object_get(comp, "unaccounted_means")))
+            fprintf(out, "  unaccounted = %s\n",
+                    json_string_value(json_object_get(comp, "unaccounted_means")));
+        print_modules(out, "top modules by self time", json_object_get(comp, "top_by_self"),
+                      json_string_value(json_object_get(comp, "top_by_self_sql")));
+        print_modules(out, "top modules by total time", json_object_get(comp, "top_by_total"),
+                      json_string_value(json_object_get(comp, "top_by_total_sql")));
+    }
+    print_findings(out, findings, "component");
+
+    fputs("\n4. Operation: what to look at next\n", out);
+    json_array_foreach(json_object_get(doc, "next"), i, f) {
+        fprintf(out, "  - %s:\n      $ %s\n", json_string_value(json_object_get(f, "why")),
+                json_string_value(json_object_get(f, "command")));
+    }
+
+    fputs("\nChecks\n", out);
+    print_findings(out, findings, "check");
+
+    json_t *missing = json_object_get(doc, "missing");
+    if (json_array_size(missing)) {
+        fputs("\nMissing data\n", out);
+        json_array_foreach(missing, i, f) {
+            fprintf(out, "  - %s (%s): needed for %s\n",
+                    json_string_value(json_object_get(f, "table")),
+                    json_string_value(json_object_get(f, "state")),
+                    json_string_value(json_object_get(f, "needed_for")));
+        }
+    }
+    json_t *errors = json_object_get(doc, "query_errors");
+    if (json_array_size(errors)) {
+        fputs("\nQueries that failed\n", out);
+        json_array_foreach(errors, i, f) {
+            fprintf(out, "  - %s\n", json_string_value(json_object_get(f, "error")));
+            print_sql(out, json_string_value(json_object_get(f, "sql")));
+        }
+    }
+    return ferror(out) ? -EIO : 0;
+}

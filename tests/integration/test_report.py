@@ -1,0 +1,128 @@
+"""`probing <pid> report`: real training runs with one planted cause each
+(tests/workloads/planted.py) under `probing run`, diagnosed by the real binary. Each test
+asserts the primary finding and the absence of false findings; the healthy run must report no
+problem at all.
+
+This agent does not record python.dataloader_trace, python.steps, python.memory or
+python.amp_trace yet: the slow-dataset run is diagnosed from python.torch_trace alone (a large
+share of the step outside modules and the optimizer, "likely" data loading), and host-device
+syncs (CUDA only) are covered by the unit tests on synthetic python.steps rows.
+"""
+import json
+
+import pytest
+
+PROBLEMS = ("critical", "warning")
+
+
+def report(cli, traced, case, steps=30, *extra):
+    t = traced("planted.py", "--case", case, "--steps", steps, "--print-every", 5)
+    t.wait_holding()
+    r = cli(t.target(), "report", "--json", *extra)
+    assert r.stderr == "", r.stderr
+    doc = json.loads(r.stdout)
+    return t, doc
+
+
+def findings(doc, severities=PROBLEMS):
+    return {f["id"]: f for f in doc["findings"] if f["severity"] in severities}
+
+
+def test_healthy_run_reports_no_problem(cli, traced):
+    t, doc = report(cli, traced, "healthy")
+    assert doc["primary"] is None, json.dumps(doc["findings"], indent=1)
+    assert findings(doc) == {}, json.dumps(doc["findings"], indent=1)
+    assert doc["bottleneck"]["type"] == "compute", doc["bottleneck"]
+    b = doc["baseline"]
+    assert b["warmup_steps"] >= 1 and b["steady_steps"] + b["warmup_steps"] == 30
+    st = b["step_time"]
+    assert st["min_s"] <= st["median_s"] <= st["p95_s"] <= st["p99_s"] <= st["max_s"]
+    assert b["batch_size"] == 64 and b["samples_per_s"] > 0
+    c = b["conditions"]
+    assert c["device"] == "cpu" and c["num_workers"] == 0 and c["pin_memory"] is False
+    assert c["param_dtype"] == "float32" and c["torch"].startswith("2.")
+    missing = {m["table"] for m in doc["missing"]}
+    assert "python.dataloader_trace" in missing and "python.nccl_trace" in missing
+    # The SQL of a finding re-runs as printed.
+    sql = next(f for f in doc["findings"] if f["id"] == "memory_growth")["sql"][0]
+    assert cli.query(t.target(), sql)
+
+
+def test_slow_dataset_points_at_unaccounted_time(cli, traced):
+    _, doc = report(cli, traced, "slow_data")
+    assert doc["primary"] == "unaccounted_time", json.dumps(doc["findings"], indent=1)
+    f = findings(doc)["unaccounted_time"]
+    assert "unaccounted (data loading, Python between steps)" in f["claim"]
+    assert f["numbers"]["num_workers"] == 0
+    assert doc["bottleneck"]["type"] == "data_likely"
+    assert "data_bound" not in findings(doc)  # not claimed without python.dataloader_trace
+    assert set(findings(doc)) == {"unaccounted_time"}
+
+
+def test_heavy_compute_names_the_module(cli, traced):
+    _, doc = report(cli, traced, "heavy_compute", 20)
+    assert doc["primary"] is None, json.dumps(doc["findings"], indent=1)
+    assert doc["bottleneck"]["type"] == "compute"
+    top = doc["component"]["top_by_self"][0]
+    assert top["module"] == "wide.2", doc["component"]["top_by_self"]
+    compute = next(f for f in doc["findings"] if f["id"] == "compute_bound")
+    assert "wide.2" in compute["claim"]
+
+
+def test_oversized_optimizer(cli, traced):
+    _, doc = report(cli, traced, "big_optimizer", 20)
+    assert doc["primary"] == "optimizer_heavy", json.dumps(doc["findings"], indent=1)
+    assert doc["bottleneck"]["type"] == "optimizer"
+    assert set(findings(doc)) == {"optimizer_heavy"}
+
+
+def test_many_tiny_modules_is_host_overhead(cli, traced):
+    _, doc = report(cli, traced, "tiny_modules", 20)
+    assert doc["primary"] == "host_overhead", json.dumps(doc["findings"], indent=1)
+    assert findings(doc)["host_overhead"]["numbers"]["module_calls_per_step"] >= 150
+    assert set(findings(doc)) == {"host_overhead"}
+
+
+def test_leak_is_memory_growth(cli, traced):
+    _, doc = report(cli, traced, "leak", 40)
+    assert doc["primary"] == "memory_growth", json.dumps(doc["findings"], indent=1)
+    n = findings(doc)["memory_growth"]["numbers"]
+    assert n["slope_mb_per_step"] > 2, n  # 4 MB appended per step
+    assert "data_bound" not in findings(doc) and "optimizer_heavy" not in findings(doc)
+
+
+def test_text_report_and_last(cli, traced):
+    t, _ = report(cli, traced, "healthy", 20)
+    r = cli(t.target(), "report", "--last", "5")
+    out = r.stdout
+    assert "primary finding: none - no problem found in the recorded data" in out
+    for heading in ("1. Baseline", "2. Bottleneck type", "3. Component",
+                    "4. Operation: what to look at next", "Checks", "Missing data"):
+        assert f"\n{heading}\n" in out, out
+    assert "steps 16..20: 5 steady" in out or "steps 15..19: 5 steady" in out, out
+    assert f"$ probing {t.target()} query" in out
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--last", "0"], "probing: --last wants a number of steps of 1 or more, not '0'\n"),
+    (["--last", "x"], "probing: --last wants a number of steps of 1 or more, not 'x'\n"),
+    (["--last"], "probing: option --last needs a value\n"),
+    (["--json", "extra"], "probing: report takes no arguments (got 'extra'); see "
+                          "'probing report --help'\n"),
+    (["-f", "json"], "probing: unknown option '-f' for report; see 'probing report --help' "
+                     "(use -- before an argument that starts with '-')\n"),
+])
+def test_bad_arguments(cli, args, message):
+    r = cli("1", "report", *args, check=False)
+    assert r.returncode == 2 and r.stderr == message, r.stderr
+
+
+def test_report_needs_a_target(cli):
+    r = cli("report", check=False)
+    assert r.returncode == 2
+    assert r.stderr == ("probing: report needs a target: probing <target> report [--json] "
+                        "[--last N] (see 'probing list')\n")
+
+
+def test_help_lists_report(cli):
+    assert "probing <target> report [--json] [--last N]" in cli("--help").stdout
