@@ -4,6 +4,7 @@
 #include "lifecycle.h"
 
 #include "clock.h"
+#include "collect.h"
 #include "config.h"
 #include "error.h"
 #include "eval.h"
@@ -119,6 +120,7 @@ int pb_agent_start(void)
         pb_log_warn("not starting: cannot allocate tables: %s", pb_strerror(rc));
         return rc;
     }
+    if ((rc = pb_collect_tables_init())) pb_log_warn("step, data loader, memory and AMP tables are off: %s", pb_strerror(rc));
     if ((rc = pb_memsample_start())) pb_log_warn("memory sampling is off: %s", pb_strerror(rc));
     if ((rc = pb_eval_start())) pb_log_warn("eval is off: cannot start its thread: %s", pb_strerror(rc));
 
@@ -142,6 +144,7 @@ int pb_agent_start(void)
         pb_memsample_stop();
         Py_END_ALLOW_THREADS
         pb_tables_free();
+        pb_collect_tables_free();
         return rc;
     }
     if (!atfork_registered) {
@@ -166,6 +169,7 @@ void pb_agent_stop(void)
     pb_memsample_stop();
     Py_END_ALLOW_THREADS
     pb_tables_free();
+    pb_collect_tables_free();
     started = 0;
     socket_path[0] = '\0';
 }

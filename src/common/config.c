@@ -19,6 +19,7 @@ static pb_config_entry entries[] = {
     {"PROBING_HOOK_MODE", "call", "how module executions are seen: 'call' wraps torch.nn.Module.__call__ in C (torch keeps its fast path); 'hooks' uses torch's global forward hooks", NULL},
     {"PROBING_BACKWARD", "1", "0 records forward and optimizer only (no autograd node hooks: cheaper)", NULL},
     {"PROBING_MEM_SAMPLE_MS", "5", "period of the RSS sampler feeding allocated/max_allocated on CPU", NULL},
+    {"PROBING_MEMORY_PHASE_EVERY", "50", "python.memory records phase rows (after_data, after_forward, ...) on every N-th step; 0 never", NULL},
     {"PROBING_DEBUG", "", "1 prints the agent's debug messages to stderr", NULL},
 };
 
