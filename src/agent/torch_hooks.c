@@ -699,7 +699,10 @@ static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_NONE;
 }
 
-/* ---- ModuleCall: torch.nn.Module.__call__ replaced by a C wrapper (PROBING_HOOK_MODE=call) ----
+/* ---- Wrapper: torch.nn.Module.__call__ replaced by a C wrapper (PROBING_HOOK_MODE=call) ----
+ *
+ * The same type wraps other torch functions for the collectors (pb_wrap_attr, collect.c): then
+ * its vectorcall is wrap_vectorcall, which hands each call to a C function with the original.
  *
  * With any global module hook registered, torch leaves its fast call path for every module and
  * runs several microseconds of Python per call (closures, hook dict iteration) — more than a
@@ -768,7 +771,7 @@ static void modcall_dealloc(PyObject *self)
 }
 
 static PyTypeObject modcall_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.ModuleCall",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.Wrapper",
     .tp_basicsize = sizeof(modcall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_vectorcall_offset = offsetof(modcall, vectorcall),
