@@ -79,6 +79,22 @@ def test_dataloader_with_workers_and_iterable_dataset(cli, amp_run):
     assert [r["samples"] for r in samples] == [4, 4, 4, 4, 2, 2] * 2
 
 
+def test_dataloader_wait_with_workers_map_style(cli, traced):
+    """With workers, a fresh epoch's first next() waits for one worker to load a whole batch of
+    sleeping samples; later batches were loaded ahead (prefetch) by the two workers."""
+    sleep = 0.02
+    t = traced("data_amp.py", "--steps", 10, "--batch-size", BATCH, "--samples", SAMPLES,
+               "--sleep", sleep, "--num-workers", 2)
+    t.wait_holding()
+    rows = cli.query(t.target(), "SELECT * FROM python.dataloader_trace ORDER BY step")
+    assert [r["batch_index"] for r in rows] == [0, 1, 2, 3, 4] * 2
+    assert all(r["num_workers"] == 2 and r["prefetch_factor"] == 2 and r["batch_size"] == BATCH
+               for r in rows)
+    firsts = [r["wait"] for r in rows if r["batch_index"] == 0]
+    assert min(firsts) >= BATCH * sleep, firsts
+    t.finish()
+
+
 # ----------------------------------------------------------------------------- steps
 
 
@@ -112,6 +128,25 @@ def test_steps_data_wait_dominates_a_data_bound_run(cli, slow_run):
     rows = cli.query(slow_run.target(),
                      "SELECT SUM(data_wait) AS w, SUM(wall) AS t FROM python.steps WHERE step > 0")
     assert rows[0]["w"] >= (STEPS - 1) * BATCH * SLEEP
+
+
+def test_steps_with_global_hooks_mode(cli, traced, env):
+    """PROBING_HOOK_MODE=hooks feeds the same accumulators."""
+    t = traced("data_amp.py", "--steps", 6, "--batch-size", BATCH, "--amp",
+               env=dict(env, PROBING_HOOK_MODE="hooks"))
+    t.wait_holding()
+    target = t.target()
+    steps = cli.query(target, "SELECT * FROM python.steps ORDER BY step")
+    assert [s["step"] for s in steps] == list(range(6))
+    fwd = {r["step"]: r["d"] for r in cli.query(
+        target, "SELECT step, SUM(duration) AS d FROM python.torch_trace "
+                "WHERE stage = 'forward' GROUP BY step")}
+    for s in steps:
+        assert s["forward"] == pytest.approx(fwd[s["step"]], abs=1e-6)
+        assert s["samples"] == BATCH
+    amp = cli.query(target, "SELECT DISTINCT scale, autocast_dtype FROM python.amp_trace")
+    assert amp == [{"scale": 65536.0, "autocast_dtype": "bfloat16"}]
+    t.finish()
 
 
 # ----------------------------------------------------------------------------- memory
