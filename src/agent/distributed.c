@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t pb_step_collectives_ns;
 
 /* Where a function keeps its arguments: positions and keyword names (-1 / NULL: none). */
 typedef struct op_spec {

@@ -12,12 +12,9 @@
 #define PB_AGENT_DISTRIBUTED_H
 
 #include <Python.h>
-#include <stdint.h>
+#include "step_accum.h" /* pb_step_collectives_ns: recorded collective time, read by python.steps */
 
-/* Host nanoseconds the training thread spent inside recorded collective calls (call to return)
- * since the last reset; python.steps' `collectives` reads and resets it at each step end.
- * [training thread] */
-extern int64_t pb_step_collectives_ns;
+#include <stdint.h>
 
 /* Wraps the collectives of torch.distributed.distributed_c10d (and the same objects in
  * torch.distributed). Idempotent; a function missing in this torch is skipped. Returns 0, or -1

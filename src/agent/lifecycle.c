@@ -4,6 +4,7 @@
 #include "lifecycle.h"
 
 #include "clock.h"
+#include "collect.h"
 #include "config.h"
 #include "error.h"
 #include "distributed.h"
@@ -129,6 +130,7 @@ int pb_agent_start(void)
         return rc;
     }
     if ((rc = pb_sysmon_start())) pb_log_warn("system sampling is off: %s", pb_strerror(rc));
+    if ((rc = pb_collect_tables_init())) pb_log_warn("step, data loader, memory and AMP tables are off: %s", pb_strerror(rc));
     if ((rc = pb_memsample_start())) pb_log_warn("memory sampling is off: %s", pb_strerror(rc));
     if ((rc = pb_eval_start())) pb_log_warn("eval is off: cannot start its thread: %s", pb_strerror(rc));
 
@@ -154,6 +156,7 @@ int pb_agent_start(void)
         Py_END_ALLOW_THREADS
         pb_tables_free();
         pb_sysmon_tables_free();
+        pb_collect_tables_free();
         return rc;
     }
     if (!atfork_registered) {
@@ -181,6 +184,7 @@ void pb_agent_stop(void)
     Py_END_ALLOW_THREADS
     pb_tables_free();
     pb_sysmon_tables_free();
+    pb_collect_tables_free();
     started = 0;
     socket_path[0] = '\0';
 }

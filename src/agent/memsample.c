@@ -127,3 +127,11 @@ void pb_memsample_reset_peak(void)
     atomic_store_explicit(&peak_mb, atomic_load_explicit(&current_mb, memory_order_relaxed),
                           memory_order_relaxed);
 }
+
+float pb_memsample_read_now_mb(void)
+{
+    if (statm_fd < 0) return pb_memsample_current_mb();
+    float mb = read_rss_mb();
+    publish(mb);
+    return mb;
+}

@@ -19,6 +19,9 @@ void pb_memsample_forget_after_fork(void);
 /* Latest RSS in MB and peak since the last reset. [any thread, lock-free] */
 float pb_memsample_current_mb(void);
 float pb_memsample_peak_mb(void);
+/* Reads RSS now (one pread of /proc/self/statm), publishes it and returns it in MB; the last
+ * sampled value when the sampler is not running. Once per step, never per module. [any thread] */
+float pb_memsample_read_now_mb(void);
 /* Starts a new peak window at the current value. [any thread] */
 void pb_memsample_reset_peak(void);
 

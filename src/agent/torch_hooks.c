@@ -20,6 +20,7 @@
 #include "torch_hooks.h"
 
 #include "clock.h"
+#include "collect.h"
 #include "config.h"
 #include "intern.h"
 #include "log.h"
@@ -261,6 +262,7 @@ static inline void push_row(int64_t start_ns, int64_t end_ns, int64_t self_ns, u
     r.rank = rank;
     r.stage = stage;
     pb_ring_push(pb_table_torch_trace.ring, &r);
+    pb_collect_stage_time(stage, self_ns);
 }
 
 static int nactive;
@@ -268,6 +270,7 @@ static void node_map_clear(void);
 
 static void end_step(int64_t now)
 {
+    pb_collect_step_end(atomic_load_explicit(&step, memory_order_relaxed), now - step_start_ns);
     atomic_fetch_add_explicit(&step, 1, memory_order_relaxed);
     step_start_ns = now;
     seq = 0;
@@ -499,6 +502,7 @@ static PyObject *backward_done(PyObject *self, PyObject *unused)
         span_unref(s);
     }
     node_map_clear();
+    if (atomic_load_explicit(&enabled, memory_order_relaxed)) pb_collect_phase(PB_PHASE_AFTER_BACKWARD);
     Py_RETURN_NONE;
 }
 static PyMethodDef backward_done_def = {"_backward_done", (PyCFunction)backward_done, METH_NOARGS, NULL};
@@ -624,6 +628,7 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
         }
         if (!primary_root) primary_root = mod;
         else if (!training_latched && mod == primary_root && primary_ran) end_step(pb_now_ns());
+        if (mod == primary_root) pb_collect_forward_begin();
     }
     mod_entry fallback, *e = map_find(mod);
     if (!e) e = discover(mod, ts, &fallback);
@@ -674,6 +679,7 @@ static void leave(PyObject *mod, PyObject *output, int64_t now)
         last_event_ns = pb_now_ns();
     }
     Py_CLEAR(f->in_grad_fn);
+    if (depth == 0 && output) pb_collect_phase(mod == primary_root ? PB_PHASE_AFTER_FORWARD : PB_PHASE_AFTER_LOSS);
     if (depth == 0 && mod == primary_root) primary_ran = 1;
 }
 
@@ -693,7 +699,10 @@ static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_NONE;
 }
 
-/* ---- ModuleCall: torch.nn.Module.__call__ replaced by a C wrapper (PROBING_HOOK_MODE=call) ----
+/* ---- Wrapper: torch.nn.Module.__call__ replaced by a C wrapper (PROBING_HOOK_MODE=call) ----
+ *
+ * The same type wraps other torch functions for the collectors (pb_wrap_attr, collect.c): then
+ * its vectorcall is wrap_vectorcall, which hands each call to a C function with the original.
  *
  * With any global module hook registered, torch leaves its fast call path for every module and
  * runs several microseconds of Python per call (closures, hook dict iteration) — more than a
@@ -708,10 +717,19 @@ static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
 
 typedef struct modcall {
     PyObject_HEAD
-    vectorcallfunc vectorcall;
-    PyObject *orig; /* the __call__ it wraps (owned) */
+    vectorcallfunc vectorcall; /* modcall_vectorcall, or wrap_vectorcall for pb_wrap_attr */
+    PyObject *orig; /* the callable it wraps (owned) */
     PyObject *dict; /* __wrapped__, __name__, ... for inspect */
+    pb_wrap_fn fn;  /* pb_wrap_attr wrappers only */
 } modcall;
+
+/* Generic wrapper (pb_wrap_attr): hands the call to fn with the original. */
+static PyObject *wrap_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    modcall *mc = (modcall *)self;
+    if (!atomic_load_explicit(&enabled, memory_order_relaxed)) return PyObject_Vectorcall(mc->orig, args, nargsf, kwnames);
+    return mc->fn(mc->orig, args, nargsf, kwnames);
+}
 
 static PyObject *modcall_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -753,7 +771,7 @@ static void modcall_dealloc(PyObject *self)
 }
 
 static PyTypeObject modcall_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.ModuleCall",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.Wrapper",
     .tp_basicsize = sizeof(modcall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
     .tp_vectorcall_offset = offsetof(modcall, vectorcall),
@@ -763,10 +781,69 @@ static PyTypeObject modcall_type = {
     .tp_dictoffset = offsetof(modcall, dict),
     .tp_getattro = PyObject_GenericGetAttr,
     .tp_setattro = PyObject_GenericSetAttr,
-    .tp_doc = "probing: torch.nn.Module.__call__ with recording around the original (see __wrapped__)",
+    .tp_doc = "probing: a torch function with recording around the original (see __wrapped__)",
 };
 
 static modcall *installed_call;
+
+/* A new wrapper of orig (borrowed) with its inspect attributes, or NULL with an exception. */
+static modcall *wrapper_new(PyObject *orig, vectorcallfunc call, pb_wrap_fn fn)
+{
+    modcall *mc = PyObject_New(modcall, &modcall_type);
+    if (!mc) return NULL;
+    mc->vectorcall = call;
+    mc->fn = fn;
+    Py_INCREF(orig);
+    mc->orig = orig;
+    mc->dict = PyDict_New();
+    if (!mc->dict || PyDict_SetItemString(mc->dict, "__wrapped__", orig)) goto fail;
+    static const char *const copied[] = {"__name__", "__qualname__", "__doc__", "__module__", NULL};
+    for (int i = 0; copied[i]; i++) {
+        PyObject *v = PyObject_GetAttrString(orig, copied[i]);
+        if (v) {
+            int rc = PyDict_SetItemString(mc->dict, copied[i], v);
+            Py_DECREF(v);
+            if (rc) goto fail;
+        }
+        PyErr_Clear();
+    }
+    return mc;
+fail:
+    Py_DECREF(mc);
+    return NULL;
+}
+
+int pb_wrap_attr(PyObject *owner, const char *attr, pb_wrap_fn fn, PyObject **wrapper)
+{
+    int rc = -1;
+    modcall *mc = NULL;
+    PyObject *orig = PyObject_GetAttrString(owner, attr);
+    if (!orig) goto out;
+    if (Py_TYPE(orig) == &modcall_type) { /* already ours */
+        rc = 0;
+        goto out;
+    }
+    if (!(mc = wrapper_new(orig, wrap_vectorcall, fn))) goto out;
+    if (PyObject_SetAttrString(owner, attr, (PyObject *)mc)) goto out;
+    Py_XSETREF(*wrapper, (PyObject *)mc);
+    mc = NULL;
+    rc = 0;
+out:
+    Py_XDECREF(mc);
+    Py_XDECREF(orig);
+    return rc;
+}
+
+void pb_unwrap_attr(PyObject *owner, const char *attr, PyObject **wrapper)
+{
+    if (!*wrapper) return;
+    PyObject *cur = PyObject_GetAttrString(owner, attr);
+    if (cur == *wrapper) PyObject_SetAttrString(owner, attr, ((modcall *)*wrapper)->orig);
+    /* else wrapped again by someone after us: theirs stays; ours passes calls through */
+    PyErr_Clear();
+    Py_XDECREF(cur);
+    Py_CLEAR(*wrapper);
+}
 
 /* Points dynamo's notion of the unpatched Module.__call__ from `from` to `to`, in the modules
  * that hold it (already imported ones; later imports read the patched attribute themselves). */
@@ -800,23 +877,9 @@ static int install_call_wrapper(void)
         rc = 0;
         goto out;
     }
-    mc = PyObject_New(modcall, &modcall_type);
-    if (!mc) goto out;
-    mc->vectorcall = modcall_vectorcall;
-    Py_INCREF(orig);
-    mc->orig = orig;
-    mc->dict = PyDict_New();
-    if (!mc->dict) goto out;
+    if (!(mc = wrapper_new(orig, modcall_vectorcall, NULL))) goto out;
     name = PyUnicode_FromString("__call__");
-    if (!name || PyDict_SetItemString(mc->dict, "__wrapped__", orig) ||
-        PyDict_SetItemString(mc->dict, "__name__", name))
-        goto out;
-    PyObject *qn = PyObject_GetAttrString(orig, "__qualname__");
-    if (qn) {
-        PyDict_SetItemString(mc->dict, "__qualname__", qn);
-        Py_DECREF(qn);
-    }
-    PyErr_Clear();
+    if (!name || PyDict_SetItemString(mc->dict, "__name__", name)) goto out;
     if (PyObject_SetAttrString(Module, "__call__", (PyObject *)mc)) goto out;
     retarget_dynamo(orig, (PyObject *)mc);
     installed_call = mc;
@@ -868,9 +931,20 @@ static PyObject *opt_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
         push_row(opt_start_ns, now, now - opt_start_ns, opt_seq, name, name, 0, PB_STAGE_STEP, ts ? ts->tid : 0);
     opt_start_ns = 0;
     training_latched = 1;
-    end_step(now);
+    pb_collect_optimizer_done();
+    end_step(pb_now_ns());
     Py_RETURN_NONE;
 }
+
+void pb_torch_end_step(void)
+{
+    training_latched = 1;
+    end_step(pb_now_ns());
+}
+
+int64_t pb_torch_step_start_ns(void) { return step_start_ns; }
+
+uint16_t pb_torch_rank(void) { return rank; }
 
 static PyMethodDef hook_defs[] = {
     {"_forward_pre_hook", (PyCFunction)(void (*)(void))fwd_pre, METH_FASTCALL, NULL},
@@ -995,6 +1069,10 @@ int pb_torch_hooks_install(void)
     handles[3] = call_register("torch.optim.optimizer", "register_optimizer_step_post_hook", fns[3], 0);
     if (!handles[3]) goto out;
     installed = 1;
+    if (pb_collect_install()) { /* the collectors are extras: module recording goes on */
+        PyErr_Clear();
+        pb_log_warn("data loader, AMP and sync collectors are off: torch is not as expected");
+    }
     rc = 0;
 out:
     if (rc) {
@@ -1022,6 +1100,7 @@ out:
 void pb_torch_hooks_remove(void)
 {
     atomic_store(&enabled, 0);
+    pb_collect_remove();
     remove_call_wrapper();
     for (int i = 0; i < 4; i++) {
         if (!handles[i]) continue;
@@ -1047,4 +1126,3 @@ void pb_torch_hooks_disable(void) { atomic_store(&enabled, 0); }
 const char *pb_torch_version(void) { return atomic_load(&torch_version_set) ? torch_version : NULL; }
 
 int64_t pb_torch_current_step(void) { return atomic_load_explicit(&step, memory_order_relaxed); }
-int64_t pb_torch_step_start_ns(void) { return step_start_ns; }

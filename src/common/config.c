@@ -21,6 +21,7 @@ static pb_config_entry entries[] = {
     {"PROBING_MEM_SAMPLE_MS", "5", "period of the RSS sampler feeding allocated/max_allocated on CPU", NULL},
     {"PROBING_SYSTEM_SAMPLE_MS", "1000", "period of the system.process / system.gpu sampler (minimum 10)", NULL},
     {"PROBING_NVML_LIBRARY", "", "NVML library to dlopen for system.gpu (default libnvidia-ml.so.1; tests point it at a fake)", NULL},
+    {"PROBING_MEMORY_PHASE_EVERY", "50", "python.memory records phase rows (after_data, after_forward, ...) on every N-th step; 0 never", NULL},
     {"PROBING_DEBUG", "", "1 prints the agent's debug messages to stderr", NULL},
 };
 
