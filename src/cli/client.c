@@ -126,6 +126,11 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "probing-cli/" PB_VERSION);
     headers = curl_slist_append(headers, "Expect:"); /* no 100-continue round trip */
+    if (t->kind == PB_TARGET_TCP && t->token[0]) {
+        char auth[sizeof t->token + 32];
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", t->token);
+        headers = curl_slist_append(headers, auth); /* copies */
+    }
     if (body) {
         headers = curl_slist_append(headers, "Content-Type: application/json");
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);

@@ -423,7 +423,7 @@ fail:;
 }
 
 /* Takes the token from opts, else PROBING_TOKEN, else makes one and writes it to the token
- * file. Returns 0, -EINVAL (a given token too long, too short or with spaces) or a negative
+ * file. Returns 0, PB_EBADTOKEN (a given token too long, too short or with spaces) or a negative
  * errno. */
 static int setup_token(pb_server *s)
 {
@@ -432,7 +432,7 @@ static int setup_token(pb_server *s)
     if (given && *given) {
         size_t len = strlen(given);
         if (len < PB_SERVER_TOKEN_MIN || len > PB_SERVER_TOKEN_MAX || strpbrk(given, " \t\r\n"))
-            return -EINVAL;
+            return PB_EBADTOKEN;
         memcpy(s->token, given, len + 1);
         return 0;
     }

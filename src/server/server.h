@@ -57,8 +57,8 @@ typedef struct pb_server_opts {
 /* Opens the listeners and starts serving. *out is owned by the caller (pb_server_stop).
  * Returns 0; -EADDRINUSE (a live agent owns unix_path, or the TCP port is taken); -EEXIST
  * (unix_path exists and is not a socket: left alone); -ENAMETOOLONG; -EINVAL (bad tcp_listen,
- * no listener asked for, a given token shorter than PB_SERVER_TOKEN_MIN, longer than
- * PB_SERVER_TOKEN_MAX or containing whitespace); another negative errno; or PB_EINTERNAL (libmicrohttpd refused to
+ * no listener asked for); PB_EBADTOKEN (a given token shorter than PB_SERVER_TOKEN_MIN, longer
+ * than PB_SERVER_TOKEN_MAX or containing whitespace); another negative errno; or PB_EINTERNAL (libmicrohttpd refused to
  * start). Nothing is left open on failure. [any thread; registry complete] */
 int pb_server_start(pb_server **out, const pb_server_opts *opts);
 

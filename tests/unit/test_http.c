@@ -429,7 +429,7 @@ static void test_tcp_and_fork(void)
     o.tcp_listen = "127.0.0.1:0";
     o.token = "short";
     pb_server *s = NULL;
-    CHECK(pb_server_start(&s, &o) == -EINVAL && !s, "a token under 16 characters -> -EINVAL");
+    CHECK(pb_server_start(&s, &o) == PB_EBADTOKEN && !s, "a token under 16 characters -> PB_EBADTOKEN");
     o.token = "0123456789abcdef0123456789abcdef";
     CHECK(pb_server_start(&s, &o) == 0 && pb_server_tcp_port(s) > 0, "TCP listener on 127.0.0.1:0");
     int port = pb_server_tcp_port(s);
