@@ -22,6 +22,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,10 +36,12 @@
 
 #define POOL_MAX 8                  /* idle SQL connections kept */
 #define CONNECTION_IDLE_TIMEOUT 120 /* idle keep-alive seconds; a running handler is not idle */
+#define CONNECTION_SPARE 8          /* connections over max_connections still answered (503) */
 
 typedef struct listener {
     pb_server *server;
     int is_unix; /* peer uid is checked on Unix sockets only */
+    _Atomic int open_connections;
     int fd;      /* listening socket; MHD closes it on stop */
     struct MHD_Daemon *daemon;
 } listener;
@@ -261,6 +264,15 @@ static int check_request_start(listener *l, struct MHD_Connection *conn, const c
                                enum MHD_Result *ret)
 {
     pb_server *s = l->server;
+    int open_now = atomic_load(&l->open_connections);
+    if (open_now > s->opts.max_connections) {
+        *ret = respond_error(conn, 503,
+                             "too many connections: this agent serves at most %d at once and %d "
+                             "are open; try again when some have finished",
+                             s->opts.max_connections, open_now - 1);
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
+        return 1;
+    }
     if (!l->is_unix) {
         if (!authorized(s, conn)) {
             *ret = respond_error(conn, 401,
@@ -346,6 +358,18 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     *req_cls = NULL;
 }
 
+/* Counts open connections, so that the one over the limit gets a 503 that says so instead of a
+ * closed socket (MHD's own limit, CONNECTION_SPARE higher, only closes). [server thread] */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    listener *l = cls;
+    (void)conn;
+    (void)socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&l->open_connections, 1);
+    else if (code == MHD_CONNECTION_NOTIFY_CLOSED) atomic_fetch_sub(&l->open_connections, 1);
+}
+
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
 {
     char msg[512];
@@ -360,10 +384,11 @@ static int start_daemon(pb_server *s, listener *l)
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO | MHD_USE_ERROR_LOG,
         0, NULL, NULL, on_request, l,
         MHD_OPTION_LISTEN_SOCKET, (MHD_socket)l->fd,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opts.max_connections,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->opts.max_connections + CONNECTION_SPARE),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_IDLE_TIMEOUT,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, l,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
         MHD_OPTION_END);
     return l->daemon ? 0 : PB_EINTERNAL;

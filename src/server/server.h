@@ -48,7 +48,7 @@ typedef struct pb_server_opts {
     pb_info_fn info;          /* NULL: /api/info answers 503 */
     void *ctx;                /* passed to eval and info */
     pb_query_limits limits;   /* zero fields take PROBING_MAX_RESULT_MB / PROBING_QUERY_TIMEOUT */
-    int max_connections;      /* <= 0: 64 */
+    int max_connections;      /* <= 0: 64; the next 8 get 503 "too many connections", later ones are closed */
     size_t max_request_bytes; /* larger request bodies get 413; 0: 4 MB */
     const char *token;        /* TCP bearer token (copied); NULL: PROBING_TOKEN, else generated */
     int tcp_eval;             /* 1: serve /api/eval on TCP; 0: only if PROBING_TCP_EVAL=1 */
