@@ -35,7 +35,8 @@
 #include <unistd.h>
 
 #define POOL_MAX 8                  /* idle SQL connections kept */
-#define CONNECTION_IDLE_TIMEOUT 120 /* idle keep-alive seconds; a running handler is not idle */
+#define CONNECTION_IDLE_TIMEOUT 10 /* seconds a connection may send nothing (keep-alive, slow or
+                                      * stuck clients); a running handler is not idle */
 #define CONNECTION_SPARE 8          /* connections over max_connections still answered (503) */
 
 typedef struct listener {
