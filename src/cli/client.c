@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct body_sink {
     pb_buf *buf;
@@ -31,6 +32,17 @@ static size_t on_body(char *data, size_t size, size_t count, void *user)
         return 0; /* makes curl fail with CURLE_WRITE_ERROR */
     }
     return n;
+}
+
+/* Whether pid is gone, or goes within 200 ms: a dying process closes its sockets a moment
+ * before /proc shows it dead. */
+static int exited_soon(pid_t pid)
+{
+    for (int i = 0; i < 20; i++) {
+        if (!pb_target_pid_alive(pid)) return 1;
+        nanosleep(&(struct timespec){.tv_nsec = 10 * 1000 * 1000}, NULL);
+    }
+    return 0;
 }
 
 /* Words a transport failure for the user. */
@@ -74,8 +86,11 @@ static void describe_failure(const pb_target *t, CURLcode cc, long os_errno, int
     case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
     case CURLE_PARTIAL_FILE:
-        snprintf(err, errlen,
-                 "the target closed the connection before answering (did the process exit?)");
+        if (is_unix && t->pid && exited_soon(t->pid))
+            snprintf(err, errlen, "process %d exited before answering", (int)t->pid);
+        else
+            snprintf(err, errlen,
+                     "the target closed the connection before answering (did the process exit?)");
         break;
     case CURLE_WRITE_ERROR:
         if (too_big)
@@ -126,6 +141,11 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "probing-cli/" PB_VERSION);
     headers = curl_slist_append(headers, "Expect:"); /* no 100-continue round trip */
+    if (t->kind == PB_TARGET_TCP && t->token[0]) {
+        char auth[sizeof t->token + 32];
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", t->token);
+        headers = curl_slist_append(headers, auth); /* copies */
+    }
     if (body) {
         headers = curl_slist_append(headers, "Content-Type: application/json");
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);

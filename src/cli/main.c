@@ -155,7 +155,9 @@ static void print_help(FILE *out)
         if (commands[i].run) fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
     fputs("\nA target is a pid (12345), host:port or [::1]:port (an agent started with\n"
           "PROBING_LISTEN), or the path of an agent socket. It may also be given as -t TARGET\n"
-          "(--target), before or after the command.\n"
+          "(--target), before or after the command. A host:port target needs the agent's token:\n"
+          "--token T, else $PROBING_TOKEN, else the agent's token file when readable\n"
+          "(docs/security.md).\n"
           "\nOptions:\n  -h, --help     show this help; 'probing <command> --help' for one command\n"
           "  -V, --version  show the version\n"
           "\nExit status: 0 success; 1 error (including SQL errors and exceptions in eval);\n"
@@ -256,6 +258,9 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
             help = 1;
         } else if ((m = match_valued(argc, argv, &i, 't', "target", &value)) != 0) {
             if (m < 0 || set_target(a, value)) return PB_EXIT_USAGE;
+        } else if (c->needs_target && (m = match_valued(argc, argv, &i, 0, "token", &value)) != 0) {
+            if (m < 0) return PB_EXIT_USAGE;
+            pb_target_set_token(value);
         } else if ((c->options & OPT_FORMAT) &&
                    (m = match_valued(argc, argv, &i, 'f', "format", &value)) != 0) {
             if (m < 0) return PB_EXIT_USAGE;
@@ -348,6 +353,11 @@ static int run(int argc, char **argv)
         }
         if ((m = match_valued(argc, argv, &i, 't', "target", &value)) != 0) {
             if (m < 0 || set_target(&a, value)) return PB_EXIT_USAGE;
+            continue;
+        }
+        if ((m = match_valued(argc, argv, &i, 0, "token", &value)) != 0) {
+            if (m < 0) return PB_EXIT_USAGE;
+            pb_target_set_token(value);
             continue;
         }
         return unknown_option(arg, NULL);

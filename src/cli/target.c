@@ -11,6 +11,7 @@
 #include "paths.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -19,6 +20,51 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+static const char *token_option; /* --token */
+
+void pb_target_set_token(const char *token) { token_option = token; }
+
+/* Looks in the socket directory for a token file "<pid>.token" whose "port N" line names port
+ * and whose process is alive; copies its token into out. Files we may not read are skipped:
+ * then the agent answers 401 and says how to pass the token. */
+static void token_from_files(int port, char *out, size_t outlen)
+{
+    char dir[PATH_MAX];
+    if (pb_paths_dir(dir, sizeof dir)) return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char path[PATH_MAX + 256], text[512], token[260];
+        int file_port = 0;
+        size_t n = strlen(e->d_name);
+        if (n < 7 || strcmp(e->d_name + n - 6, ".token") != 0) continue;
+        long pid = strtol(e->d_name, NULL, 10);
+        if (pid <= 0 || pid > INT_MAX || !pb_target_pid_alive((pid_t)pid)) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) continue;
+        ssize_t len = read(fd, text, sizeof text - 1);
+        close(fd);
+        if (len <= 0) continue;
+        text[len] = '\0';
+        if (sscanf(text, "%259s port %d", token, &file_port) == 2 && file_port == port &&
+            strlen(token) < outlen) {
+            strcpy(out, token);
+            break;
+        }
+    }
+    closedir(d);
+}
+
+static void find_token(int port, char *out, size_t outlen)
+{
+    const char *given = token_option;
+    if (!given || !*given) given = getenv("PROBING_TOKEN");
+    if (given && *given) snprintf(out, outlen, "%s", given);
+    else token_from_files(port, out, outlen);
+}
 
 int pb_target_is_pid(const char *s)
 {
@@ -215,6 +261,7 @@ static int resolve_tcp(const char *spec, pb_target *t)
     t->kind = PB_TARGET_TCP;
     snprintf(t->host_port, sizeof t->host_port, "%.*s:%d", (int)host_len, host, atoi(port));
     snprintf(t->url_base, sizeof t->url_base, "http://%s", t->host_port);
+    find_token(atoi(port), t->token, sizeof t->token);
     return 0;
 bad:
     pb_cli_error("'%s' is not a target: give a pid, host:port or a socket path "

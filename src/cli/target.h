@@ -4,7 +4,10 @@
  * A target is one of:
  *   12345                  a pid: the agent's socket <socket dir>/12345.sock (paths.h)
  *   host:port, [::1]:port  TCP (the agent was started with PROBING_LISTEN=host:port);
- *                          an optional "http://" prefix is accepted
+ *                          an optional "http://" prefix is accepted. The agent's token is
+ *                          --token, else PROBING_TOKEN, else read from a token file
+ *                          <socket dir>/<pid>.token that names the same port (readable only
+ *                          by the agent's owner); see docs/security.md
  *   /path/x.sock, ./x      a Unix socket path (anything containing '/' or ending in .sock)
  * Resolution checks what can be checked without connecting (the process exists, the socket
  * file exists) so that the user gets a message that says what to do next.
@@ -23,7 +26,12 @@ typedef struct pb_target {
     char socket_path[108];  /* PB_TARGET_UNIX: fits struct sockaddr_un.sun_path */
     char host_port[300];    /* PB_TARGET_TCP: "host:port" as it goes into the URL */
     char url_base[320];     /* "http://localhost" (Unix) or "http://host:port" (TCP) */
+    char token[260];        /* PB_TARGET_TCP: bearer token to send, "" when none was found */
 } pb_target;
+
+/* Sets the token for TCP targets (--token; borrowed, must outlive resolution). It wins over
+ * PROBING_TOKEN, which wins over the token file of a local agent listening on the port. */
+void pb_target_set_token(const char *token);
 
 /* Resolves spec (borrowed) into t. Returns 0, or prints a "probing: ..." message on stderr and
  * returns the exit code to use: 1 when the target does not exist or is not traced, 2 when spec

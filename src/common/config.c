@@ -11,6 +11,8 @@ static pb_config_entry entries[] = {
     {"PROBING", "", "1 starts the agent in every Python process that has probing installed", NULL},
     {"PROBING_DIR", "", "directory for agent sockets (default /tmp/probing-<uid>, mode 0700)", NULL},
     {"PROBING_LISTEN", "", "host:port to also serve on TCP (off by default)", NULL},
+    {"PROBING_TOKEN", "", "bearer token TCP clients must send (default: 32 random bytes written to <dir>/<pid>.token, mode 0600)", NULL},
+    {"PROBING_TCP_EVAL", "", "1 allows eval over TCP (refused by default: it runs code)", NULL},
     {"PROBING_RING_ROWS", "1M", "capacity in rows of python.torch_trace (oldest rows are dropped)", NULL},
     {"PROBING_QUERY_TIMEOUT", "30", "seconds a query may run before it is interrupted", NULL},
     {"PROBING_MAX_RESULT_MB", "64", "largest query result in MB; longer results are cut with a message", NULL},

@@ -13,6 +13,7 @@ const char *pb_strerror(int err)
     case PB_ETIMEOUT: return "timed out";
     case PB_ENOPYTHON: return "Python interpreter not available";
     case PB_EDISABLED: return "probing agent is disabled";
+    case PB_EBADTOKEN: return "PROBING_TOKEN must be 16 to 256 characters without whitespace";
     default: break;
     }
     if (err < 0 && err > -4096) return strerror(-err); /* strerror is safe enough for static codes */

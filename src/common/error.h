@@ -16,6 +16,7 @@ enum {
     PB_ETIMEOUT = -10003,  /* an operation did not finish before its deadline */
     PB_ENOPYTHON = -10004, /* the Python interpreter is not available */
     PB_EDISABLED = -10005, /* the agent is turned off (forked child, failed start) */
+    PB_EBADTOKEN = -10006, /* a TCP token given by the user is unusable */
 };
 
 /* Returns a static string describing err (negative errno or PB_E*). [any thread] */

@@ -15,27 +15,34 @@
 #include "routes.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #define POOL_MAX 8                  /* idle SQL connections kept */
-#define CONNECTION_IDLE_TIMEOUT 120 /* idle keep-alive seconds; a running handler is not idle */
+#define CONNECTION_IDLE_TIMEOUT 10 /* seconds a connection may send nothing (keep-alive, slow or
+                                      * stuck clients); a running handler is not idle */
+#define CONNECTION_SPARE 8          /* connections over max_connections still answered (503) */
 
 typedef struct listener {
     pb_server *server;
     int is_unix; /* peer uid is checked on Unix sockets only */
+    _Atomic int open_connections;
     int fd;      /* listening socket; MHD closes it on stop */
     struct MHD_Daemon *daemon;
 } listener;
@@ -47,6 +54,11 @@ struct pb_server {
     dev_t unix_dev;      /* identity of the socket file we created */
     ino_t unix_ino;
     int tcp_port;
+    char token[PB_SERVER_TOKEN_MAX + 1]; /* required on TCP; "" without TCP */
+    int tcp_eval;                        /* 1: /api/eval is served on TCP too */
+    char *token_path;                    /* the token file we wrote, or NULL */
+    dev_t token_dev;
+    ino_t token_ino;
     listener unix_l, tcp_l;
     pthread_mutex_t pool_lock;
     pb_db *pool[POOL_MAX];
@@ -224,11 +236,61 @@ static enum MHD_Result respond_error(struct MHD_Connection *conn, int status, co
     return respond(conn, status, &out, NULL);
 }
 
-/* First call for a request: may answer at once (403, 413) before any body is read. Returns
- * 1 when it did. */
-static int check_request_start(listener *l, struct MHD_Connection *conn, enum MHD_Result *ret)
+/* Compares without stopping at the first difference, so that the time taken says nothing about
+ * how much of a guess was right. Returns 1 when equal. */
+int pb_server_token_equal(const char *given, size_t given_len, const char *expected)
+{
+    size_t expected_len = strlen(expected);
+    unsigned char diff = given_len != expected_len;
+    for (size_t i = 0; i < expected_len; i++)
+        diff |= (unsigned char)(i < given_len ? given[i] : 0) ^ (unsigned char)expected[i];
+    return expected_len > 0 && diff == 0;
+}
+
+/* Whether the request carries "Authorization: Bearer <our token>". */
+static int authorized(pb_server *s, struct MHD_Connection *conn)
+{
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!auth || strncasecmp(auth, "Bearer ", 7) != 0) return 0;
+    auth += 7;
+    while (*auth == ' ') auth++;
+    size_t len = strlen(auth);
+    while (len && auth[len - 1] == ' ') len--;
+    return pb_server_token_equal(auth, len, s->token);
+}
+
+/* First call for a request: may answer at once (401, 403, 413) before any body is read.
+ * Returns 1 when it did. */
+static int check_request_start(listener *l, struct MHD_Connection *conn, const char *url,
+                               enum MHD_Result *ret)
 {
     pb_server *s = l->server;
+    int open_now = atomic_load(&l->open_connections);
+    if (open_now > s->opts.max_connections) {
+        *ret = respond_error(conn, 503,
+                             "too many connections: this agent serves at most %d at once and %d "
+                             "are open; try again when some have finished",
+                             s->opts.max_connections, open_now - 1);
+        MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
+        return 1;
+    }
+    if (!l->is_unix) {
+        if (!authorized(s, conn)) {
+            *ret = respond_error(conn, 401,
+                                 "unauthorized: this agent's TCP endpoint needs its token in an "
+                                 "'Authorization: Bearer <token>' header (the probing CLI sends "
+                                 "--token or PROBING_TOKEN, or reads the token file in the agent's "
+                                 "socket directory when it may)");
+            return 1;
+        }
+        if (!s->tcp_eval && strcmp(url, "/api/eval") == 0) {
+            *ret = respond_error(conn, 403,
+                                 "eval over TCP is off: it runs code in the process; use the Unix "
+                                 "socket (probing <pid> eval ...), or start the process with "
+                                 "PROBING_TCP_EVAL=1 to allow it");
+            return 1;
+        }
+    }
     if (l->is_unix) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         uid_t peer = (uid_t)-1, self = geteuid();
@@ -261,7 +323,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!r) return MHD_NO;
         *req_cls = r;
         enum MHD_Result ret;
-        if (check_request_start(l, conn, &ret)) return ret;
+        if (check_request_start(l, conn, url, &ret)) return ret;
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -297,6 +359,18 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     *req_cls = NULL;
 }
 
+/* Counts open connections, so that the one over the limit gets a 503 that says so instead of a
+ * closed socket (MHD's own limit, CONNECTION_SPARE higher, only closes). [server thread] */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    listener *l = cls;
+    (void)conn;
+    (void)socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&l->open_connections, 1);
+    else if (code == MHD_CONNECTION_NOTIFY_CLOSED) atomic_fetch_sub(&l->open_connections, 1);
+}
+
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
 {
     char msg[512];
@@ -311,13 +385,86 @@ static int start_daemon(pb_server *s, listener *l)
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_AUTO | MHD_USE_ERROR_LOG,
         0, NULL, NULL, on_request, l,
         MHD_OPTION_LISTEN_SOCKET, (MHD_socket)l->fd,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->opts.max_connections,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->opts.max_connections + CONNECTION_SPARE),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_IDLE_TIMEOUT,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, l,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
         MHD_OPTION_END);
     return l->daemon ? 0 : PB_EINTERNAL;
+}
+
+/* ---- the TCP token ---- */
+
+/* 32 random bytes as 64 hex digits. Returns 0 or a negative errno. */
+static int generate_token(char out[65])
+{
+    unsigned char raw[32];
+    size_t got = 0;
+    while (got < sizeof raw) {
+        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof raw; i++) snprintf(out + 2 * i, 3, "%02x", raw[i]);
+    return 0;
+}
+
+/* Writes "<token>\nport <port>\n" to the file beside the socket (<dir>/<pid>.token), mode 0600,
+ * replacing a leftover file of the same name (pids are reused). Returns 0 or a negative errno. */
+static int write_token_file(pb_server *s)
+{
+    size_t n = strlen(s->unix_path);
+    if (n < 5 || strcmp(s->unix_path + n - 5, ".sock") != 0) return 0; /* no place for it */
+    s->token_path = malloc(n + 2);
+    if (!s->token_path) return -ENOMEM;
+    memcpy(s->token_path, s->unix_path, n - 5);
+    strcpy(s->token_path + n - 5, ".token");
+    char text[128];
+    int len = snprintf(text, sizeof text, "%s\nport %d\n", s->token, s->tcp_port);
+    unlink(s->token_path);
+    int fd = open(s->token_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    struct stat st;
+    if (fd < 0) goto fail;
+    if (write(fd, text, (size_t)len) != len || fstat(fd, &st) != 0) {
+        int err = errno ? errno : EIO;
+        close(fd);
+        unlink(s->token_path);
+        errno = err;
+        goto fail;
+    }
+    close(fd);
+    s->token_dev = st.st_dev;
+    s->token_ino = st.st_ino;
+    return 0;
+fail:;
+    int rc = -errno;
+    free(s->token_path);
+    s->token_path = NULL;
+    return rc;
+}
+
+/* Takes the token from opts, else PROBING_TOKEN, else makes one and writes it to the token
+ * file. Returns 0, PB_EBADTOKEN (a given token too long, too short or with spaces) or a negative
+ * errno. */
+static int setup_token(pb_server *s)
+{
+    const char *given = s->opts.token;
+    if (!given || !*given) given = pb_config_str("PROBING_TOKEN");
+    if (given && *given) {
+        size_t len = strlen(given);
+        if (len < PB_SERVER_TOKEN_MIN || len > PB_SERVER_TOKEN_MAX || strpbrk(given, " \t\r\n"))
+            return PB_EBADTOKEN;
+        memcpy(s->token, given, len + 1);
+        return 0;
+    }
+    int rc = generate_token(s->token);
+    if (rc) return rc;
+    return s->unix_path ? write_token_file(s) : 0;
 }
 
 /* ---- lifecycle ---- */
@@ -348,6 +495,11 @@ int pb_server_start(pb_server **out, const pb_server_opts *opts)
 
     if (s->unix_path && (rc = listen_unix(s, s->unix_path))) goto fail;
     if (s->tcp_listen && (rc = listen_tcp(s, s->tcp_listen))) goto fail;
+    if (s->tcp_listen) {
+        const char *tcp_eval = pb_config_str("PROBING_TCP_EVAL");
+        s->tcp_eval = s->opts.tcp_eval || (tcp_eval && strcmp(tcp_eval, "1") == 0);
+        if ((rc = setup_token(s))) goto fail;
+    }
 
     /* Threads inherit the creator's mask: MHD's threads start with every signal blocked. */
     sigset_t all, old;
@@ -387,10 +539,17 @@ void pb_server_stop(pb_server *s)
         if (lstat(s->unix_path, &st) == 0 && st.st_dev == s->unix_dev && st.st_ino == s->unix_ino)
             unlink(s->unix_path);
     }
+    if (s->token_path) {
+        struct stat st;
+        if (lstat(s->token_path, &st) == 0 && st.st_dev == s->token_dev && st.st_ino == s->token_ino)
+            unlink(s->token_path);
+    }
     for (int i = 0; i < s->pool_len; i++) pb_db_close(s->pool[i]);
     pthread_mutex_destroy(&s->pool_lock);
     free(s->unix_path);
     free(s->tcp_listen);
+    free(s->token_path);
+    explicit_bzero(s->token, sizeof s->token);
     free(s);
 }
 
@@ -403,6 +562,8 @@ void pb_server_forget_after_fork(pb_server *s)
 }
 
 int pb_server_tcp_port(const pb_server *s) { return s ? s->tcp_port : 0; }
+
+const char *pb_server_token_path(const pb_server *s) { return s ? s->token_path : NULL; }
 
 /* ---- what routes.c borrows ---- */
 

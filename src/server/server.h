@@ -8,8 +8,12 @@
  *
  * The Unix socket is created here: mode 0600 and, on each request, the peer's uid is checked
  * (SO_PEERCRED): only our own uid and root are served. A socket file left by a dead agent is
- * replaced; one a live agent answers on is not (-EADDRINUSE). TCP has no peer check; it is only
- * opened when the user asks for it (PROBING_LISTEN).
+ * replaced; one a live agent answers on is not (-EADDRINUSE). TCP is only opened when the user
+ * asks for it (PROBING_LISTEN) and then every TCP request must carry the agent's token in
+ * "Authorization: Bearer <token>" (else 401). The token is the user's (opts.token or
+ * PROBING_TOKEN) or 32 random bytes in hex written to <socket dir>/<pid>.token (mode 0600,
+ * removed on stop). /api/eval is refused on TCP (403) unless opts.tcp_eval or
+ * PROBING_TCP_EVAL=1. See docs/security.md.
  *
  * All server threads run with every signal blocked, so SIGINT/SIGPIPE keep going to the traced
  * program's own threads.
@@ -24,6 +28,9 @@
 #include <sys/types.h>
 
 typedef struct pb_server pb_server;
+
+#define PB_SERVER_TOKEN_MIN 16  /* shortest token accepted from the user */
+#define PB_SERVER_TOKEN_MAX 256
 
 /* Runs code and fills out_json with the whole /api/eval response body; may set *http_status
  * (200 when left alone; 504 for a timeout, ...). Returns 0 or an error (then, if out_json is
@@ -41,14 +48,17 @@ typedef struct pb_server_opts {
     pb_info_fn info;          /* NULL: /api/info answers 503 */
     void *ctx;                /* passed to eval and info */
     pb_query_limits limits;   /* zero fields take PROBING_MAX_RESULT_MB / PROBING_QUERY_TIMEOUT */
-    int max_connections;      /* <= 0: 64 */
+    int max_connections;      /* <= 0: 64; the next 8 get 503 "too many connections", later ones are closed */
     size_t max_request_bytes; /* larger request bodies get 413; 0: 4 MB */
+    const char *token;        /* TCP bearer token (copied); NULL: PROBING_TOKEN, else generated */
+    int tcp_eval;             /* 1: serve /api/eval on TCP; 0: only if PROBING_TCP_EVAL=1 */
 } pb_server_opts;
 
 /* Opens the listeners and starts serving. *out is owned by the caller (pb_server_stop).
  * Returns 0; -EADDRINUSE (a live agent owns unix_path, or the TCP port is taken); -EEXIST
  * (unix_path exists and is not a socket: left alone); -ENAMETOOLONG; -EINVAL (bad tcp_listen,
- * no listener asked for); another negative errno; or PB_EINTERNAL (libmicrohttpd refused to
+ * no listener asked for); PB_EBADTOKEN (a given token shorter than PB_SERVER_TOKEN_MIN, longer
+ * than PB_SERVER_TOKEN_MAX or containing whitespace); another negative errno; or PB_EINTERNAL (libmicrohttpd refused to
  * start). Nothing is left open on failure. [any thread; registry complete] */
 int pb_server_start(pb_server **out, const pb_server_opts *opts);
 
@@ -65,6 +75,14 @@ void pb_server_forget_after_fork(pb_server *s);
 
 /* The TCP port actually bound (useful with port 0), or 0 without TCP. [any thread] */
 int pb_server_tcp_port(const pb_server *s);
+
+/* The token file written for TCP (<dir>/<pid>.token), or NULL when none was written (no TCP,
+ * or the token was given). Borrowed; valid until pb_server_stop(). [any thread] */
+const char *pb_server_token_path(const pb_server *s);
+
+/* 1 when given (given_len bytes, not NUL-terminated) equals the non-empty expected token; the
+ * time taken does not depend on where they differ. [any thread] */
+int pb_server_token_equal(const char *given, size_t given_len, const char *expected);
 
 /* Whether a peer with uid `peer` may use an agent running as `self`: the same user or root.
  * [any thread] */

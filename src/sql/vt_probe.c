@@ -216,7 +216,13 @@ static int probe_column(sqlite3_vtab_cursor *base, sqlite3_context *ctx, int i)
     const pb_config_entry *e = pb_config_at(c->index);
     switch (i) {
     case CC_NAME: result_text(ctx, e->name); break;
-    case CC_VALUE: result_text(ctx, e->value ? e->value : e->deflt); break;
+    case CC_VALUE: {
+        const char *v = e->value ? e->value : e->deflt;
+        /* a secret stays out of query results: say only whether it is set */
+        if (strcmp(e->name, "PROBING_TOKEN") == 0 && v && *v) v = "(set)";
+        result_text(ctx, v);
+        break;
+    }
     case CC_DEFAULT: result_text(ctx, e->deflt); break;
     case CC_DOC: result_text(ctx, e->doc); break;
     }

@@ -15,6 +15,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -93,12 +94,19 @@ static size_t on_header(char *data, size_t size, size_t n, void *ctx)
 }
 
 /* Sends one request; returns the parsed JSON body (or NULL), status in r->status. */
+static const char *bearer; /* "Authorization: Bearer ..." sent by http() when set */
+
 static json_t *http(const char *unix_path, const char *url_or_path, const char *method,
                     const char *body, size_t body_len, reply *r)
 {
     char url[256];
+    struct curl_slist *headers = NULL;
     memset(r, 0, sizeof *r);
     CURL *c = curl_easy_init();
+    if (bearer) {
+        headers = curl_slist_append(headers, bearer);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
+    }
     if (unix_path) {
         snprintf(url, sizeof url, "http://localhost%s", url_or_path);
         curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, unix_path);
@@ -120,6 +128,7 @@ static json_t *http(const char *unix_path, const char *url_or_path, const char *
     if (cc == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
     else r->status = -(long)cc;
     curl_easy_cleanup(c);
+    curl_slist_free_all(headers);
     json_t *j = r->body.data ? json_loadb(r->body.data, r->body.len, 0, NULL) : NULL;
     pb_buf_free(&r->body);
     return j;
@@ -418,15 +427,45 @@ static void test_tcp_and_fork(void)
     pb_server_opts o = test_opts();
     o.unix_path = NULL;
     o.tcp_listen = "127.0.0.1:0";
+    o.token = "short";
     pb_server *s = NULL;
+    CHECK(pb_server_start(&s, &o) == PB_EBADTOKEN && !s, "a token under 16 characters -> PB_EBADTOKEN");
+    o.token = "0123456789abcdef0123456789abcdef";
     CHECK(pb_server_start(&s, &o) == 0 && pb_server_tcp_port(s) > 0, "TCP listener on 127.0.0.1:0");
     int port = pb_server_tcp_port(s);
-    char url[64];
+    char url[64], eval_url[64];
     snprintf(url, sizeof url, "http://127.0.0.1:%d/api/info", port);
+    snprintf(eval_url, sizeof eval_url, "http://127.0.0.1:%d/api/eval", port);
     reply r;
+    bearer = NULL;
+    json_t *j = http(NULL, url, "GET", NULL, 0, &r);
+    CHECK(r.status == 401, "TCP without a token -> 401 (got %ld)", r.status);
+    CHECK_STR(error_of(j),
+              "unauthorized: this agent's TCP endpoint needs its token in an 'Authorization: Bearer <token>' header "
+              "(the probing CLI sends --token or PROBING_TOKEN, or reads the token file in the agent's socket "
+              "directory when it may)",
+              "401 message");
+    json_decref(j);
+    bearer = "Authorization: Bearer 0123456789abcdef0123456789abcdeX";
     json_decref(http(NULL, url, "GET", NULL, 0, &r));
-    CHECK(r.status == 200, "GET /api/info over TCP");
-    pb_buf_free(&r.body);
+    CHECK(r.status == 401, "TCP with a wrong token of the right length -> 401");
+    bearer = "Authorization: Bearer 0123456789abcdef0123456789abcdef0";
+    json_decref(http(NULL, url, "GET", NULL, 0, &r));
+    CHECK(r.status == 401, "TCP with the token plus a character -> 401");
+    bearer = "Authorization: Basic 0123456789abcdef0123456789abcdef";
+    json_decref(http(NULL, url, "GET", NULL, 0, &r));
+    CHECK(r.status == 401, "TCP with the token under another scheme -> 401");
+    bearer = "Authorization: Bearer 0123456789abcdef0123456789abcdef";
+    json_decref(http(NULL, url, "GET", NULL, 0, &r));
+    CHECK(r.status == 200, "GET /api/info over TCP with the token");
+    j = http(NULL, eval_url, "POST", "{\"code\":\"x\"}", 12, &r);
+    CHECK(r.status == 403, "eval over TCP -> 403 (got %ld)", r.status);
+    CHECK_STR(error_of(j),
+              "eval over TCP is off: it runs code in the process; use the Unix socket (probing <pid> eval ...), or "
+              "start the process with PROBING_TCP_EVAL=1 to allow it",
+              "403 eval message");
+    json_decref(j);
+    CHECK(pb_server_token_path(s) == NULL, "a given token is not written to a file");
 
     /* a forked child forgets the server; once the parent stops, nothing listens any more */
     int pipefd[2], readyfd[2];
@@ -455,6 +494,46 @@ static void test_tcp_and_fork(void)
     int st;
     waitpid(pid, &st, 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child exits cleanly");
+    bearer = NULL;
+}
+
+/* A generated token: 64 hex digits in <dir>/<pid>.token, mode 0600, gone after stop; eval on
+ * TCP when asked for. */
+static void test_generated_token(void)
+{
+    pb_server_opts o = test_opts();
+    o.tcp_listen = "127.0.0.1:0";
+    o.tcp_eval = 1;
+    pb_server *s = NULL;
+    CHECK(pb_server_start(&s, &o) == 0, "TCP with a generated token starts");
+    if (!s) return;
+    char expect[PATH_MAX];
+    snprintf(expect, sizeof expect, "%s/%d.token", dir, (int)getpid());
+    const char *path = pb_server_token_path(s);
+    CHECK(path && strcmp(path, expect) == 0, "token file is %s (got %s)", expect, path ? path : "NULL");
+    struct stat st;
+    CHECK(stat(expect, &st) == 0 && (st.st_mode & 0777) == 0600, "token file mode 0600");
+    char text[128] = "", token[80] = "", header[128];
+    int port = 0;
+    FILE *f = fopen(expect, "r");
+    if (f) {
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        text[n] = '\0';
+        fclose(f);
+    }
+    CHECK(sscanf(text, "%79s port %d", token, &port) == 2 && strlen(token) == 64 &&
+              strspn(token, "0123456789abcdef") == 64 && port == pb_server_tcp_port(s),
+          "token file holds 64 hex digits and the port (%s)", text);
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/api/eval", pb_server_tcp_port(s));
+    snprintf(header, sizeof header, "Authorization: Bearer %s", token);
+    bearer = header;
+    reply r;
+    json_decref(http(NULL, url, "POST", "{\"code\":\"x\"}", 12, &r));
+    CHECK(r.status == 200, "eval over TCP with tcp_eval and the token (got %ld)", r.status);
+    bearer = NULL;
+    pb_server_stop(s);
+    CHECK(stat(expect, &st) != 0, "stop() removed the token file");
 }
 
 int main(void)
@@ -485,6 +564,7 @@ int main(void)
     CHECK(stat(sock_path, &st) != 0, "stop() removed %s", sock_path);
     pb_server_stop(NULL);
     test_tcp_and_fork();
+    test_generated_token();
 
     rmdir(dir);
     pb_registry_reset();
