@@ -725,6 +725,7 @@ static void phases_bottleneck_component(report *r)
                 "Increase num_workers in DataLoader, enable pin_memory=True, move data "
                 "augmentation to GPU, cache preprocessed data if the dataset is small, use "
                 "faster storage (seed 002).");
+        nums = NULL; /* the finding owns it */
     } else if (!strcmp(type, "data_likely") ||
                (!strcmp(type, "compute") && !m.has_data && m.other >= UNACCOUNTED_SHARE * m.wall)) {
         char *claim = textf("%.0f%% of each step (%.3g ms) is outside modules and the "
@@ -739,7 +740,8 @@ static void phases_bottleneck_component(report *r)
                             "Likely data loading (CPU-bound): increase num_workers in "
                             "DataLoader, enable pin_memory=True, cache preprocessed data "
                             "(seed 002). To confirm, measure the data-loader wait: "
-                            "python.dataloader_trace is not recorded by this agent.");
+                            "python.dataloader_trace is empty, so the loop's data loading "
+                            "was not seen (a loader other than torch's DataLoader?).");
         if (json_is_integer(workers))
             json_object_set(json_object_get(f, "numbers"), "num_workers", workers);
         suggest(r, "see where the time between steps goes: compare each step's module time "

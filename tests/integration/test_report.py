@@ -42,21 +42,23 @@ def test_healthy_run_reports_no_problem(cli, traced):
     assert c["device"] == "cpu" and c["num_workers"] == 0 and c["pin_memory"] is False
     assert c["param_dtype"] == "float32" and c["torch"].startswith("2.")
     missing = {m["table"] for m in doc["missing"]}
-    assert "python.dataloader_trace" in missing and "python.nccl_trace" in missing
+    assert "python.dataloader_trace" not in missing and "python.steps" not in missing
+    assert "python.nccl_trace" in missing  # not distributed: nothing to record
     # The SQL of a finding re-runs as printed.
     sql = next(f for f in doc["findings"] if f["id"] == "memory_growth")["sql"][0]
     assert cli.query(t.target(), sql)
 
 
-def test_slow_dataset_points_at_unaccounted_time(cli, traced):
+def test_slow_dataset_is_data_bound(cli, traced):
     _, doc = report(cli, traced, "slow_data")
-    assert doc["primary"] == "unaccounted_time", json.dumps(doc["findings"], indent=1)
-    f = findings(doc)["unaccounted_time"]
-    assert "unaccounted (data loading, Python between steps)" in f["claim"]
-    assert f["numbers"]["num_workers"] == 0
-    assert doc["bottleneck"]["type"] == "data_likely"
-    assert "data_bound" not in findings(doc)  # not claimed without python.dataloader_trace
-    assert set(findings(doc)) == {"unaccounted_time"}
+    assert doc["primary"] == "data_bound", json.dumps(doc["findings"], indent=1)
+    assert doc["bottleneck"]["type"] == "data"
+    assert "data-loader wait" in doc["bottleneck"]["decided_by"]
+    f = findings(doc)["data_bound"]
+    assert f["numbers"]["data_wait_s"] > f["numbers"]["forward_s"] + f["numbers"]["backward_s"]
+    assert "num_workers" in f["recommendation"]
+    assert doc["component"]["shares"]["data"] > 0.5
+    assert set(findings(doc)) == {"data_bound"}
 
 
 def test_heavy_compute_names_the_module(cli, traced):
