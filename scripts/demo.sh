@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job: a real training run under probing, then what probing saw, from the outside.
+# The main job: a real training run under probing, then what probing saw, from the outside,
+# ending with the four-phase report.
 # Run through `make demo` (which installs everything first and puts .venv/bin on PATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,7 +57,6 @@ WHERE module LIKE '%attention%' OR module LIKE '%attn%'
 GROUP BY module
 ORDER BY avg_time DESC"
 run eval "print(f'Num workers: {train_loader.num_workers}'); print(f'batch size: {batch_size}')"
-echo
-echo "(probing <pid> report — the four-phase diagnosis — is not built yet; see the issues.)"
+run report
 touch "$hold"
 wait "$pid" || true
