@@ -95,3 +95,72 @@ def test_socket_dir_cannot_be_created(launcher, env, session_dir):
     t = start_without_socket(launcher, env, d)
     assert agent_warnings(t) == [
         f"probing: not starting: cannot use socket directory {d}: Not a directory"]
+
+
+# An LD_PRELOAD shim whose pthread_create fails with EAGAIN (what RLIMIT_NPROC gives) when the
+# caller is the agent or libmicrohttpd (the server's threads), and works for everyone else
+# (PyTorch's own pools, the interpreter). No test-only knob in the product.
+FAIL_THREADS_C = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), void *arg)
+{
+    static int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+    if (!real) real = (int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *))
+                          dlsym(RTLD_NEXT, "pthread_create");
+    Dl_info info;
+    if (dladdr(__builtin_return_address(0), &info) && info.dli_fname &&
+        (strstr(info.dli_fname, "probing/_agent") || strstr(info.dli_fname, "libmicrohttpd")))
+        return EAGAIN;
+    return real(t, a, fn, arg);
+}
+"""
+
+
+def test_agent_cannot_create_threads(launcher, env, session_dir):
+    src = session_dir / "failthreads.c"
+    src.write_text(FAIL_THREADS_C)
+    shim = session_dir / "failthreads.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(src), "-o", str(shim), "-ldl"], check=True)
+    d = session_dir / "nothreads"
+    d.mkdir(mode=0o700)
+    t = start_without_socket(launcher, dict(env, LD_PRELOAD=str(shim)), d)
+    # The job finishes (start_without_socket checks it). Each part that needs a thread says it
+    # is off, then the server (libmicrohttpd cannot start its listener thread) stops the agent:
+    # four lines rather than one, see docs/security.md.
+    again = "Resource temporarily unavailable"
+    assert agent_warnings(t) == [
+        f"probing: system sampling is off: {again}",
+        f"probing: memory sampling is off: {again}",
+        f"probing: eval is off: cannot start its thread: {again}",
+        f"probing: not starting: cannot listen on {d}/{t.pid}.sock: internal error"]
+    assert list(d.iterdir()) == []
+
+
+def test_full_disk_for_the_token_file(launcher, env):
+    """The only file probing writes is the TCP token file beside the socket."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tmpfs")
+    m = Path(tempfile.mkdtemp(prefix="pbfull", dir="/tmp"))
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", str(m)], check=True)
+        d = m / "s"
+        d.mkdir(mode=0o700)
+        fd = os.open(m / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+        try:   # fill it: writes stop with ENOSPC
+            while os.write(fd, b"x" * 4096):
+                pass
+        except OSError:
+            pass
+        os.close(fd)
+        t = start_without_socket(launcher, dict(env, PROBING_LISTEN="127.0.0.1:0"), d)
+        assert agent_warnings(t) == [
+            f"probing: not starting: cannot listen on {d}/{t.pid}.sock / 127.0.0.1:0: "
+            "No space left on device"]
+        assert list(d.iterdir()) == []   # no socket, no half-written token file
+    finally:
+        subprocess.run(["umount", str(m)])
+        m.rmdir()

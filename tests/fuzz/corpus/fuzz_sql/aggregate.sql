@@ -1,0 +1,1 @@
+SELECT module, kind, count(*), avg(loss), max(t) FROM python.torch_trace GROUP BY module, kind ORDER BY 3 DESC LIMIT 5

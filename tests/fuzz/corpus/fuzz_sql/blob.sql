@@ -1,0 +1,1 @@
+SELECT x'00ff', 'hé', 1e308*10, NULL

@@ -1,0 +1,1 @@
+SELECT schema, name, rows, capacity, rows_dropped FROM probe.tables

@@ -1,0 +1,1 @@
+INSERT INTO python.torch_trace VALUES (1,2,3,4,5)

@@ -1,0 +1,1 @@
+SELECT json_object('s', step, 'm', module), json_group_array(loss) FROM python.torch_trace

@@ -1,0 +1,1 @@
+SELECT * FROM python.torch_trace

@@ -1,0 +1,1 @@
+SELECT step, loss - lag(loss) OVER (ORDER BY step) FROM python.torch_trace WHERE step BETWEEN 3 AND 20
