@@ -3,6 +3,7 @@
 
 #include "lifecycle.h"
 
+#include "buf.h"
 #include "clock.h"
 #include "collect.h"
 #include "config.h"
@@ -129,10 +130,14 @@ int pb_agent_start(void)
         pb_tables_free();
         return rc;
     }
-    if ((rc = pb_sysmon_start())) pb_log_warn("system sampling is off: %s", pb_strerror(rc));
-    if ((rc = pb_collect_tables_init())) pb_log_warn("step, data loader, memory and AMP tables are off: %s", pb_strerror(rc));
-    if ((rc = pb_memsample_start())) pb_log_warn("memory sampling is off: %s", pb_strerror(rc));
-    if ((rc = pb_eval_start())) pb_log_warn("eval is off: cannot start its thread: %s", pb_strerror(rc));
+    /* Parts that can fail without stopping the agent; the user hears about them in the one
+     * message below, not one line each. */
+    pb_buf off = PB_BUF_INIT;
+    if ((rc = pb_sysmon_start())) pb_buf_printf(&off, "%ssystem sampling (%s)", off.len ? ", " : "", pb_strerror(rc));
+    if ((rc = pb_collect_tables_init()))
+        pb_buf_printf(&off, "%sstep, data loader, memory and AMP tables (%s)", off.len ? ", " : "", pb_strerror(rc));
+    if ((rc = pb_memsample_start())) pb_buf_printf(&off, "%smemory sampling (%s)", off.len ? ", " : "", pb_strerror(rc));
+    if ((rc = pb_eval_start())) pb_buf_printf(&off, "%seval (%s)", off.len ? ", " : "", pb_strerror(rc));
 
     pb_server_opts opts = {0};
     opts.unix_path = socket_path;
@@ -146,8 +151,10 @@ int pb_agent_start(void)
     opts.max_connections = 64;
     opts.max_request_bytes = 4u << 20;
     if ((rc = pb_server_start(&server, &opts))) {
-        pb_log_warn("not starting: cannot listen on %s%s%s: %s", socket_path, opts.tcp_listen ? " / " : "",
-                    opts.tcp_listen ? opts.tcp_listen : "", pb_strerror(rc));
+        pb_log_warn("not starting: cannot listen on %s%s%s: %s%s%s", socket_path, opts.tcp_listen ? " / " : "",
+                    opts.tcp_listen ? opts.tcp_listen : "", pb_strerror(rc), off.len ? "; also failed: " : "",
+                    off.len ? off.data : "");
+        pb_buf_free(&off);
         server = NULL;
         pb_eval_shutdown();
         Py_BEGIN_ALLOW_THREADS
@@ -164,6 +171,8 @@ int pb_agent_start(void)
         atfork_registered = 1;
     }
     started = 1;
+    if (off.len) pb_log_warn("started on %s without: %s", socket_path, off.data);
+    pb_buf_free(&off);
     pb_log_debug("agent listening on %s", socket_path);
     return 0;
 }
