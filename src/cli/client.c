@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "error.h"
+#include "recording.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -118,6 +119,8 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
     char url[512];
     struct curl_slist *headers = NULL;
     body_sink sink = {&resp->body, 0};
+    if (t->kind == PB_TARGET_FILE)
+        return pb_recording_request(t, method, path, body, resp, err, errlen);
     CURL *h = curl_easy_init();
 
     resp->status = 0;

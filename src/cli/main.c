@@ -61,11 +61,14 @@ static const command commands[] = {
      "list the tables the target can query, with their columns", ""},
     {"info", cmd_info, OPT_FORMAT, 1, 0, "probing <target> info [-f table|json]",
      "show the target's pid, command, Python and torch versions, uptime", ""},
-    {"run", cmd_run, OPT_OUTPUT, 0, 0, "probing run -- COMMAND [ARGS...]",
+    {"run", cmd_run, OPT_OUTPUT, 0, 0, "probing run [-o FILE.db] -- COMMAND [ARGS...]",
      "start COMMAND with the probing agent loaded",
      "Sets PROBING=1, puts the probing Python package first on PYTHONPATH and executes\n"
      "COMMAND in place of probing (same pid, signals, exit status). Set PROBING_PYTHONPATH to\n"
-     "the directory that contains probing/ when it cannot be found next to this program.\n"},
+     "the directory that contains probing/ when it cannot be found next to this program.\n"
+     "  -o FILE.db  keep the whole record in the SQLite file FILE.db, flushed every second,\n"
+     "              at exit and on SIGTERM; read it later with 'probing FILE.db query ...'\n"
+     "              (docs/recordings.md)\n"},
     {"report", cmd_report, OPT_JSON | OPT_LAST, 1, 0, "probing <target> report [--json] [--last N]",
      "diagnose the training: baseline, bottleneck, component, what to look at next",
      "Follows the four phases of the profiling method (baseline, bottleneck type, component,\n"
@@ -309,11 +312,6 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
         } else if ((c->options & OPT_OUTPUT) &&
                    (m = match_valued(argc, argv, &i, 'o', "output", &value)) != 0) {
             if (m < 0) return PB_EXIT_USAGE;
-            if (c->run == cmd_run) {
-                pb_cli_error("'run -o' (write a report when the program ends) is not available "
-                             "in this version; run without -o");
-                return PB_EXIT_USAGE;
-            }
             a->output = value;
         } else if ((c->options & OPT_STAGE) &&
                    (m = match_valued(argc, argv, &i, 0, "stage", &value)) != 0) {
