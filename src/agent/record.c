@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #define TICK_MS 50
+#define BUSY_TIMEOUT_MS 10000 /* a CLI reading the file holds a shared lock for a query */
 
 static sqlite3 *conn;
 static pthread_t thread;
@@ -146,10 +147,15 @@ static int flush(void)
     int rc = SQLITE_OK;
     pthread_mutex_lock(&flush_lock);
     if (failed || !conn) goto done;
+    /* Heads are read newest table first: collectors register per-step summaries (python.steps)
+     * after the tables their rows sum up, so a step row in this flush finds all its module rows
+     * in it too. */
+    uint64_t heads[PB_REGISTRY_MAX];
+    for (int t = pb_registry_count() - 1; t >= 0; t--) heads[t] = pb_ring_head(pb_registry_get(t)->ring);
     rc = exec("BEGIN");
     for (int t = 0; rc == SQLITE_OK && t < pb_registry_count(); t++) {
         const pb_table *tab = pb_registry_get(t);
-        uint64_t head = pb_ring_head(tab->ring), first = pb_ring_first(tab->ring);
+        uint64_t head = heads[t], first = pb_ring_first(tab->ring);
         if (tab->row_size > sizeof rowbuf) continue;
         if (flushed_to[t] < first) {
             lost[t] += first - flushed_to[t];
@@ -306,6 +312,7 @@ void pb_record_start(const pb_buf *info)
     unlink(journal);
     if (sqlite3_open_v2(path, &conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                         SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
+        sqlite3_busy_timeout(conn, BUSY_TIMEOUT_MS) != SQLITE_OK ||
         create_schema(info) != SQLITE_OK) {
         pb_log_warn("recording to %s is off: %s; training goes on", path,
                     conn ? sqlite3_errmsg(conn) : "cannot open");

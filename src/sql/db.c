@@ -137,6 +137,7 @@ int pb_db_open_file(const char *path, pb_db **out, char *why, size_t whylen)
                          SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) goto fail;
     sqlite3_extended_result_codes(db->conn, 1);
+    sqlite3_busy_timeout(db->conn, 10000); /* the recorder may be writing a flush */
     sqlite3_db_config(db->conn, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, (int *)NULL);
     sqlite3_db_config(db->conn, SQLITE_DBCONFIG_DEFENSIVE, 1, (int *)NULL);
     sqlite3_db_config(db->conn, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)NULL);
