@@ -14,6 +14,7 @@
 #include "jsonw.h"
 #include "log.h"
 #include "memsample.h"
+#include "record.h"
 #include "paths.h"
 #include "server.h"
 #include "sysmon.h"
@@ -173,6 +174,11 @@ int pb_agent_start(void)
     started = 1;
     if (off.len) pb_log_warn("started on %s without: %s", socket_path, off.data);
     pb_buf_free(&off);
+    {
+        pb_buf info = PB_BUF_INIT;
+        if (info_json(NULL, &info) == 0) pb_record_start(&info);
+        pb_buf_free(&info);
+    }
     pb_log_debug("agent listening on %s", socket_path);
     return 0;
 }
@@ -187,6 +193,7 @@ void pb_agent_stop(void)
     server = NULL;
     /* Server threads may be waiting on an eval that needs the GIL: let go of it while joining. */
     Py_BEGIN_ALLOW_THREADS
+    pb_record_stop(); /* last flush, while the rings still exist */
     pb_server_stop(s);
     pb_memsample_stop();
     pb_sysmon_stop();

@@ -34,6 +34,9 @@ typedef struct pb_cli_args {
     int positional_count;
     int json;               /* --json given */
     int last_steps;         /* --last N value; 0 when not given */
+    const char *output;     /* -o/--output value (timeline, flamegraph), NULL when not given */
+    const char *stage;      /* --stage value (flamegraph), NULL when not given */
+    int folded;             /* --folded given */
     char **exec_argv;       /* run: the command after "--" (NULL-terminated, borrowed) */
     int exec_argc;
 } pb_cli_args;
@@ -53,5 +56,7 @@ int cmd_tables(const pb_cli_args *a);
 int cmd_info(const pb_cli_args *a);
 int cmd_run(const pb_cli_args *a);
 int cmd_report(const pb_cli_args *a);
+int cmd_timeline(const pb_cli_args *a);
+int cmd_flamegraph(const pb_cli_args *a);
 
 #endif

@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "error.h"
+#include "recording.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -118,6 +119,8 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
     char url[512];
     struct curl_slist *headers = NULL;
     body_sink sink = {&resp->body, 0};
+    if (t->kind == PB_TARGET_FILE)
+        return pb_recording_request(t, method, path, body, resp, err, errlen);
     CURL *h = curl_easy_init();
 
     resp->status = 0;
@@ -230,4 +233,51 @@ void pb_client_print_error(long status, json_t *root)
         pb_cli_error("the target answered HTTP %ld without saying why", status);
         break;
     }
+}
+
+int pb_client_query_rows(const pb_target *t, const char *sql, json_t **rows)
+{
+    json_t *all = json_array();
+    *rows = NULL;
+    if (!all) {
+        pb_cli_error("out of memory");
+        return 1;
+    }
+    for (long long offset = 0;; offset += PB_CLIENT_PAGE_ROWS) {
+        char *paged = NULL;
+        if (asprintf(&paged, "SELECT * FROM (%s) LIMIT %lld OFFSET %lld", sql,
+                     (long long)PB_CLIENT_PAGE_ROWS, offset) < 0) {
+            pb_cli_error("out of memory");
+            goto fail;
+        }
+        json_t *request = json_pack("{s:s}", "sql", paged), *root = NULL;
+        long status = 0;
+        free(paged);
+        int rc = request ? pb_client_call(t, "POST", "/api/query", request,
+                                          PB_CLI_QUERY_TIMEOUT_MS, &root, &status)
+                         : (pb_cli_error("out of memory"), 1);
+        json_decref(request);
+        if (rc) goto fail;
+        json_t *page = json_object_get(root, "rows");
+        if (status != 200 || !json_is_array(page)) {
+            pb_client_print_error(status, root);
+            json_decref(root);
+            goto fail;
+        }
+        if (json_is_true(json_object_get(root, "truncated"))) {
+            pb_cli_error("the target cut a page of %d rows at PROBING_MAX_RESULT_MB; raise it in "
+                         "the target's environment", PB_CLIENT_PAGE_ROWS);
+            json_decref(root);
+            goto fail;
+        }
+        size_t n = json_array_size(page);
+        json_array_extend(all, page);
+        json_decref(root);
+        if (n < (size_t)PB_CLIENT_PAGE_ROWS) break;
+    }
+    *rows = all;
+    return 0;
+fail:
+    json_decref(all);
+    return 1;
 }

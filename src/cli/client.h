@@ -41,4 +41,14 @@ int pb_client_call(const pb_target *t, const char *method, const char *path, jso
  * when there is none. root is borrowed. */
 void pb_client_print_error(long status, json_t *root);
 
+/* Rows per request of pb_client_query_rows(). */
+#define PB_CLIENT_PAGE_ROWS 100000
+
+/* Runs the read-only query sql (borrowed; a SELECT that may be wrapped as a subquery) on t,
+ * fetching its rows in pages of PB_CLIENT_PAGE_ROWS (LIMIT/OFFSET) so that a record of millions
+ * of rows stays under the agent's answer limit. sql should ORDER BY so pages do not overlap.
+ * On success *rows is an array of row arrays (caller owns) and 0 is returned; on failure the
+ * error is printed ("probing: ...") and 1 returned. [main thread] */
+int pb_client_query_rows(const pb_target *t, const char *sql, json_t **rows);
+
 #endif

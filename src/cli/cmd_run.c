@@ -1,6 +1,7 @@
 /*
  * cmd_run.c - `probing run -- COMMAND ARGS...`: start a program with the agent loaded.
  *
+ * With -o FILE it also sets PROBING_RECORD=<absolute FILE> (the agent records into it).
  * Sets PROBING=1 and puts two directories in front of PYTHONPATH: the one holding the
  * `probing` Python package and its probing/_boot folder, whose sitecustomize.py starts the agent
  * when Python starts. Then execvp() replaces this process, so the program keeps our pid,
@@ -97,6 +98,28 @@ int cmd_run(const pb_cli_args *a)
     if (setenv("PROBING", "1", 1)) {
         pb_cli_error("cannot set PROBING=1: %s", strerror(errno));
         return PB_EXIT_ERROR;
+    }
+    if (a->output) {
+        /* Absolute, so a program that changes directory still writes where the user meant;
+         * PROBING_RECORD_PID tells the agent of this process (exec keeps the pid) from its
+         * children, which record into <path>.<pid> instead (docs/recordings.md). */
+        char dir[PATH_MAX], absolute[PATH_MAX + 256], pid[32];
+        const char *slash = strrchr(a->output, '/');
+        const char *base = slash ? slash + 1 : a->output;
+        int n = slash ? snprintf(dir, sizeof dir, "%.*s", (int)(slash - a->output + 1), a->output)
+                      : snprintf(dir, sizeof dir, ".");
+        char resolved[PATH_MAX];
+        if (!*base || n < 0 || (size_t)n >= sizeof dir || !realpath(dir, resolved)) {
+            pb_cli_error("cannot record to %s: %s", a->output,
+                         *base ? strerror(errno) : "it names a directory, not a file");
+            return PB_EXIT_USAGE;
+        }
+        snprintf(absolute, sizeof absolute, "%s/%s", resolved, base);
+        snprintf(pid, sizeof pid, "%ld", (long)getpid());
+        if (setenv("PROBING_RECORD", absolute, 1) || setenv("PROBING_RECORD_PID", pid, 1)) {
+            pb_cli_error("cannot set PROBING_RECORD: %s", strerror(errno));
+            return PB_EXIT_ERROR;
+        }
     }
     char parent[PATH_MAX];
     if (find_package_parent(parent, sizeof parent) == 0) {

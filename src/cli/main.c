@@ -23,7 +23,10 @@
 
 #define STDIN_MAX_BYTES ((size_t)64 << 20)
 
-enum { OPT_FORMAT = 1, OPT_TIMEOUT = 2, OPT_OUTPUT = 4, OPT_JSON = 8, OPT_LAST = 16 };
+enum {
+    OPT_FORMAT = 1, OPT_TIMEOUT = 2, OPT_OUTPUT = 4, OPT_JSON = 8, OPT_LAST = 16,
+    OPT_STAGE = 32, OPT_FOLDED = 64
+};
 
 typedef struct command {
     const char *name;
@@ -58,11 +61,14 @@ static const command commands[] = {
      "list the tables the target can query, with their columns", ""},
     {"info", cmd_info, OPT_FORMAT, 1, 0, "probing <target> info [-f table|json]",
      "show the target's pid, command, Python and torch versions, uptime", ""},
-    {"run", cmd_run, OPT_OUTPUT, 0, 0, "probing run -- COMMAND [ARGS...]",
+    {"run", cmd_run, OPT_OUTPUT, 0, 0, "probing run [-o FILE.db] -- COMMAND [ARGS...]",
      "start COMMAND with the probing agent loaded",
      "Sets PROBING=1, puts the probing Python package first on PYTHONPATH and executes\n"
      "COMMAND in place of probing (same pid, signals, exit status). Set PROBING_PYTHONPATH to\n"
-     "the directory that contains probing/ when it cannot be found next to this program.\n"},
+     "the directory that contains probing/ when it cannot be found next to this program.\n"
+     "  -o FILE.db  keep the whole record in the SQLite file FILE.db, flushed every second,\n"
+     "              at exit and on SIGTERM; read it later with 'probing FILE.db query ...'\n"
+     "              (docs/recordings.md)\n"},
     {"report", cmd_report, OPT_JSON | OPT_LAST, 1, 0, "probing <target> report [--json] [--last N]",
      "diagnose the training: baseline, bottleneck, component, what to look at next",
      "Follows the four phases of the profiling method (baseline, bottleneck type, component,\n"
@@ -71,11 +77,24 @@ static const command commands[] = {
      "the SQL behind them; what the data cannot support is listed as missing.\n"
      "  --json    the same content as JSON (schema in docs/report.md)\n"
      "  --last N  only the last N complete steps (default: every step recorded)\n"},
+    {"timeline", cmd_timeline, OPT_OUTPUT, 1, 0, "probing <target> timeline -o FILE.json",
+     "write the recorded steps, modules, data waits and collectives as a Chrome trace",
+     "Writes Chrome-trace JSON (\"traceEvents\", complete events, microseconds) that\n"
+     "https://ui.perfetto.dev and chrome://tracing open: one slice per step, module execution\n"
+     "(forward, backward), optimizer step, data-loader wait and collective, pid = rank,\n"
+     "tid = thread. '-o -' writes to stdout. See docs/cli.md for how times are derived.\n"},
+    {"flamegraph", cmd_flamegraph, OPT_OUTPUT | OPT_STAGE | OPT_FOLDED, 1, 0,
+     "probing <target> flamegraph (-o FILE.svg | --folded [-o FILE]) [--stage S]",
+     "draw module self time as a flame graph (SVG) or write folded stacks",
+     "Stacks are root;layer1;layer1.0;layer1.0.conv1 (the root module, then the prefixes of\n"
+     "the qualified name), weighted by the recorded self time (python.torch_trace.duration).\n"
+     "  -o FILE       write the SVG (or, with --folded, the text) to FILE\n"
+     "  --folded      folded-stack text, \"stack microseconds\" per line (flamegraph.pl input)\n"
+     "  --stage S     forward (default), backward, step (optimizer) or all\n"},
     /* Planned; hidden from help until they exist. */
     {"inject", NULL, 0, 1, 0, NULL, NULL, NULL},
     {"backtrace", NULL, 0, 1, 0, NULL, NULL, NULL},
     {"capture", NULL, 0, 1, 0, NULL, NULL, NULL},
-    {"timeline", NULL, 0, 1, 0, NULL, NULL, NULL},
 };
 
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
@@ -152,7 +171,7 @@ static void print_help(FILE *out)
         if (commands[i].run) fprintf(out, "  %s\n", commands[i].usage);
     fputs("\nCommands:\n", out);
     for (size_t i = 0; i < COMMAND_COUNT; i++)
-        if (commands[i].run) fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+        if (commands[i].run) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fputs("\nA target is a pid (12345), host:port or [::1]:port (an agent started with\n"
           "PROBING_LISTEN), or the path of an agent socket. It may also be given as -t TARGET\n"
           "(--target), before or after the command. A host:port target needs the agent's token:\n"
@@ -293,9 +312,13 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
         } else if ((c->options & OPT_OUTPUT) &&
                    (m = match_valued(argc, argv, &i, 'o', "output", &value)) != 0) {
             if (m < 0) return PB_EXIT_USAGE;
-            pb_cli_error("'run -o' (write a report when the program ends) is not available in "
-                         "this version; run without -o");
-            return PB_EXIT_USAGE;
+            a->output = value;
+        } else if ((c->options & OPT_STAGE) &&
+                   (m = match_valued(argc, argv, &i, 0, "stage", &value)) != 0) {
+            if (m < 0) return PB_EXIT_USAGE;
+            a->stage = value;
+        } else if ((c->options & OPT_FOLDED) && strcmp(arg, "--folded") == 0) {
+            a->folded = 1;
         } else {
             return unknown_option(arg, c->name);
         }

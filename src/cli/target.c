@@ -82,9 +82,22 @@ static int ends_with(const char *s, const char *suffix)
 
 static int is_path_spec(const char *s) { return strchr(s, '/') || ends_with(s, ".sock"); }
 
+/* An existing regular file that starts with "SQLite format 3\0": a recording. */
+static int is_recording(const char *s)
+{
+    char header[16];
+    struct stat st;
+    if (pb_target_is_pid(s) || stat(s, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    int fd = open(s, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, header, sizeof header);
+    close(fd);
+    return n == (ssize_t)sizeof header && memcmp(header, "SQLite format 3", 16) == 0;
+}
+
 int pb_target_looks_like(const char *s)
 {
-    return pb_target_is_pid(s) || strchr(s, ':') || is_path_spec(s);
+    return pb_target_is_pid(s) || strchr(s, ':') || is_path_spec(s) || is_recording(s);
 }
 
 int pb_target_pid_alive(pid_t pid)
@@ -272,6 +285,17 @@ bad:
 int pb_target_resolve(const char *spec, pb_target *t)
 {
     if (pb_target_is_pid(spec)) return resolve_pid(spec, t);
+    if (is_recording(spec)) {
+        memset(t, 0, sizeof *t);
+        t->kind = PB_TARGET_FILE;
+        if (strlen(spec) >= sizeof t->file_path) {
+            pb_cli_error("the recording's path is too long: %s", spec);
+            return PB_EXIT_USAGE;
+        }
+        snprintf(t->file_path, sizeof t->file_path, "%s", spec);
+        snprintf(t->url_base, sizeof t->url_base, "file:");
+        return 0;
+    }
     if (strncmp(spec, "http://", 7) != 0 && is_path_spec(spec)) return resolve_path(spec, t);
     return resolve_tcp(spec, t);
 }

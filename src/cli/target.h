@@ -9,6 +9,8 @@
  *                          <socket dir>/<pid>.token that names the same port (readable only
  *                          by the agent's owner); see docs/security.md
  *   /path/x.sock, ./x      a Unix socket path (anything containing '/' or ending in .sock)
+ *   run.db, /path/run.db   a recording: an existing file that starts with SQLite's header
+ *                          (probing run -o; answered locally by recording.c)
  * Resolution checks what can be checked without connecting (the process exists, the socket
  * file exists) so that the user gets a message that says what to do next.
  */
@@ -18,7 +20,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-typedef enum pb_target_kind { PB_TARGET_UNIX, PB_TARGET_TCP } pb_target_kind;
+typedef enum pb_target_kind { PB_TARGET_UNIX, PB_TARGET_TCP, PB_TARGET_FILE } pb_target_kind;
 
 typedef struct pb_target {
     pb_target_kind kind;
@@ -27,6 +29,7 @@ typedef struct pb_target {
     char host_port[300];    /* PB_TARGET_TCP: "host:port" as it goes into the URL */
     char url_base[320];     /* "http://localhost" (Unix) or "http://host:port" (TCP) */
     char token[260];        /* PB_TARGET_TCP: bearer token to send, "" when none was found */
+    char file_path[4096];   /* PB_TARGET_FILE: the recording */
 } pb_target;
 
 /* Sets the token for TCP targets (--token; borrowed, must outlive resolution). It wins over

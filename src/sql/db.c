@@ -125,6 +125,55 @@ fail:
     return (rc & 0xff) == SQLITE_NOMEM ? -ENOMEM : PB_ESQL;
 }
 
+int pb_db_open_file(const char *path, pb_db **out, char *why, size_t whylen)
+{
+    static const char *const schemas[] = {"python", "system", "probe"};
+    int rc;
+    sqlite3_stmt *st = NULL;
+    *out = NULL;
+    pb_db *db = calloc(1, sizeof *db);
+    if (!db) return -ENOMEM;
+    rc = sqlite3_open_v2(":memory:", &db->conn,
+                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) goto fail;
+    sqlite3_extended_result_codes(db->conn, 1);
+    sqlite3_busy_timeout(db->conn, 10000); /* the recorder may be writing a flush */
+    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, (int *)NULL);
+    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_DEFENSIVE, 1, (int *)NULL);
+    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)NULL);
+    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, (int *)NULL);
+    for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
+        char *sql = sqlite3_mprintf("ATTACH %Q AS \"%w\"", path, schemas[i]);
+        if (!sql) {
+            rc = SQLITE_NOMEM;
+            goto fail;
+        }
+        rc = sqlite3_exec(db->conn, sql, NULL, NULL, NULL);
+        sqlite3_free(sql);
+        if (rc != SQLITE_OK) goto fail;
+    }
+    /* Reading the catalogue also rolls back a flush that a killed process left half done. */
+    rc = sqlite3_prepare_v2(db->conn, "SELECT COUNT(*) FROM probe.tables, probe.info", -1, &st,
+                            NULL);
+    if (rc == SQLITE_OK) rc = sqlite3_step(st) == SQLITE_ROW ? SQLITE_OK : sqlite3_errcode(db->conn);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_OK) goto fail;
+    sqlite3_limit(db->conn, SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_BYTES);
+    sqlite3_limit(db->conn, SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES);
+    sqlite3_limit(db->conn, SQLITE_LIMIT_ATTACHED, 0);
+    sqlite3_progress_handler(db->conn, PROGRESS_EVERY, progress_handler, db);
+    rc = sqlite3_set_authorizer(db->conn, pb__authorize, &db->auth);
+    if (rc != SQLITE_OK) goto fail;
+    *out = db;
+    return 0;
+
+fail:
+    snprintf(why, whylen, "%s", db->conn ? sqlite3_errmsg(db->conn) : sqlite3_errstr(rc));
+    sqlite3_close(db->conn);
+    free(db);
+    return (rc & 0xff) == SQLITE_NOMEM ? -ENOMEM : PB_ESQL;
+}
+
 void pb_db_close(pb_db *db)
 {
     if (!db) return;

@@ -33,6 +33,15 @@ typedef struct pb_query_limits {
  * part of the set-up; the reason was logged). [any thread, registry complete] */
 int pb_db_open(pb_db **out);
 
+/* Opens a recording (the SQLite file written by the agent's recorder, PROBING_RECORD) for
+ * queries under the same names as live: the file is attached as python, system and probe, so
+ * python.torch_trace, probe.tables and probe.info resolve to its tables. Opened read-write when
+ * the file allows it (so SQLite can roll back a flush a killed process left half done); the
+ * authorizer keeps every query read-only. On failure writes SQLite's reason into why and
+ * returns -ENOMEM or PB_ESQL (not a SQLite file, not a recording). Needs no registry.
+ * [one thread] */
+int pb_db_open_file(const char *path, pb_db **out, char *why, size_t whylen);
+
 /* Closes the connection. NULL-safe. [thread that last used it] */
 void pb_db_close(pb_db *db);
 

@@ -112,3 +112,27 @@ def test_wrappers_look_like_the_originals(cli, ddp_job):
                              "as c\nprint(d.all_reduce is c.all_reduce, d.all_reduce.__name__, "
                              "d.barrier.__name__)")
     assert out.split() == ["True", "all_reduce", "barrier"]
+
+
+def test_timeline_shows_collectives_per_rank(cli, ddp_job):
+    """`probing <rank> timeline`: every collective of a recorded step is a slice on the training
+    thread of pid = rank, named by its operation, inside its step."""
+    _, ranks = ddp_job
+    for r, pid in ranks.items():
+        doc = json.loads(cli(pid, "timeline", "-o", "-").stdout)
+        events = doc["traceEvents"]
+        assert {e["pid"] for e in events} == {r}
+        steps = {e["args"]["step"]: e for e in events if e["cat"] == "step"}
+        rows = cli.query(pid, "SELECT step, operation_type FROM python.nccl_trace "
+                              "ORDER BY step, time_offset")
+        recorded = sorted((row["step"], row["operation_type"]) for row in rows
+                          if row["step"] in steps)
+        colls = [e for e in events if e["cat"] == "collective"]
+        assert sorted((e["args"]["step"], e["name"]) for e in colls
+                      if e["args"]["step"] in steps) == recorded
+        assert ("all_reduce" in {name for _, name in recorded})
+        for e in colls:
+            s = steps.get(e["args"]["step"])
+            if s:
+                assert e["tid"] == s["tid"]
+                assert s["ts"] - 0.002 <= e["ts"] <= e["ts"] + e["dur"] <= s["ts"] + s["dur"] + 0.002

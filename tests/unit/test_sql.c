@@ -17,6 +17,7 @@
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sqlite3.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -421,6 +422,40 @@ static void test_cleared_ring(pb_db *db)
     CHECK(query_int(db, "SELECT count(*) FROM python.torch_trace WHERE step < 102") == 2, "upper bound too");
 }
 
+/* pb_db_open_file: a recording-shaped file attached as python/system/probe, read-only. */
+static void test_open_file(void)
+{
+    char path[] = "/tmp/pb_test_sql_XXXXXX";
+    char why[256];
+    int fd = mkstemp(path), rc;
+    sqlite3 *w = NULL;
+    pb_db *db = NULL;
+    if (fd >= 0) close(fd);
+    CHECK(fd >= 0 && sqlite3_open(path, &w) == SQLITE_OK &&
+          sqlite3_exec(w, "CREATE TABLE tables(schema, name, doc, columns, rows, capacity, "
+                          "rows_dropped, empty_reason); CREATE TABLE info(json);"
+                          "CREATE TABLE steps(step INTEGER, wall REAL);"
+                          "INSERT INTO steps VALUES (0, 1.5), (1, 2.5);"
+                          "INSERT INTO info VALUES ('{}')", NULL, NULL, NULL) == SQLITE_OK,
+          "write a recording-shaped file");
+    sqlite3_close(w);
+    CHECK(pb_db_open_file(path, &db, why, sizeof why) == 0 && db, "pb_db_open_file");
+    if (!db) return;
+    CHECK(query_int(db, "SELECT SUM(wall) * 10 FROM python.steps") == 40,
+          "python.steps resolves to the file's steps");
+    CHECK(query_int(db, "SELECT COUNT(*) FROM probe.info") == 1, "probe.info resolves");
+    const char *err = query_error(db, "DELETE FROM python.steps", &rc, NULL);
+    CHECK(rc == PB_ESQL && err && strstr(err, "DELETE is not allowed"), "a recording is read-only");
+    err = query_error(db, "ATTACH '/tmp/x.db' AS x", &rc, NULL);
+    CHECK(rc == PB_ESQL, "no ATTACH on a recording");
+    CHECK(query_int(db, "SELECT COUNT(*) FROM python.steps") == 2, "rows still there");
+    pb_db_close(db);
+    db = NULL;
+    CHECK(pb_db_open_file("/nonexistent-dir/x.db", &db, why, sizeof why) == PB_ESQL && !db,
+          "a missing file is refused");
+    unlink(path);
+}
+
 int main(void)
 {
     pb_config_load();
@@ -448,6 +483,7 @@ int main(void)
     test_cleared_ring(db);
     pb_db_close(db);
     pb_db_close(NULL);
+    test_open_file();
 
     pb_registry_reset();
     pb_ring_destroy(trace.ring);

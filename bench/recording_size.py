@@ -1,0 +1,104 @@
+"""Recording size benchmark: bytes of a `probing run -o` recording per 1,000 steps, against the
+size of torch.profiler's Chrome trace of the same training.
+
+    python bench/recording_size.py [--steps 1000] [--no-write]
+
+For each workload (tests/workloads/planted.py --case healthy: an MLP fed by a DataLoader; and
+tests/workloads/resnet_inplace.py: a small ResNet), two runs of the same script with the same
+arguments:
+  1. `probing run -o rec.db -- python <script> --steps N`: the size of rec.db after exit, and
+     its rows per table;
+  2. the script under torch.profiler.profile(activities=[CPU]) with default options (no shapes,
+     no stacks, no memory), run with runpy so the script is unchanged, then
+     prof.export_chrome_trace(trace.json): the size of trace.json. The profiler covers the whole
+     script (setup included); setup adds few events next to N training steps.
+Sizes are scaled to 1,000 steps (size * 1000 / N). Results are written to bench/RESULTS.md
+between the BEGIN/END recording markers.
+"""
+import argparse
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PROBING = REPO / "build" / "src" / "cli" / "probing"
+WORKLOADS = REPO / "tests" / "workloads"
+PROFILE = """
+import runpy, sys, torch
+out, script, *argv = sys.argv[1:]
+sys.argv = [script, *argv]
+sys.path.insert(0, str(__import__('pathlib').Path(script).parent))
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+    try:
+        runpy.run_path(script, run_name='__main__')
+    except SystemExit:
+        pass
+prof.export_chrome_trace(out)
+"""
+CASES = [("planted.py healthy (MLP + DataLoader)", "planted.py", ["--case", "healthy"]),
+         ("resnet_inplace.py (small ResNet)", "resnet_inplace.py", [])]
+
+
+def mb(n):
+    return f"{n / 1e6:.2f} MB"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    env = dict(os.environ)
+    env.pop("PROBING", None)
+    rows_out = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, script, extra in CASES:
+            argv = [str(WORKLOADS / script), *extra, "--steps", str(args.steps), "--print-every", "0"]
+            rec = Path(tmp) / "rec.db"
+            subprocess.run([str(PROBING), "run", "-o", str(rec), "--", sys.executable, *argv],
+                           env=env, check=True, capture_output=True)
+            con = sqlite3.connect(rec)
+            counts = {n: con.execute(f'SELECT COUNT(*) FROM "{n}"').fetchone()[0]
+                      for (n,) in con.execute("SELECT name FROM tables")}
+            con.close()
+            rec_size = rec.stat().st_size
+            trace = Path(tmp) / "trace.json"
+            subprocess.run([sys.executable, "-c", PROFILE, str(trace), *argv], env=env, check=True,
+                           capture_output=True)
+            trace_size = trace.stat().st_size
+            scale = 1000 / args.steps
+            rows_out.append((label, rec_size * scale, trace_size * scale, counts))
+            print(label, mb(rec_size * scale), mb(trace_size * scale), counts, flush=True)
+            rec.unlink()
+            trace.unlink()
+    lines = ["<!-- BEGIN recording -->", "## Recording size per 1,000 steps", "",
+             f"`python bench/recording_size.py --steps {args.steps}` (CPU, torch "
+             f"{__import__('torch').__version__}); sizes scaled to 1,000 steps.", "",
+             "| workload | `probing run -o` recording | torch.profiler Chrome trace (CPU, defaults) "
+             "| ratio | rows in the recording |", "|---|---|---|---|---|"]
+    for label, rec_size, trace_size, counts in rows_out:
+        nonzero = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+        lines.append(f"| {label} | {mb(rec_size)} | {mb(trace_size)} | "
+                     f"{trace_size / rec_size:.0f}x | {nonzero} |")
+    lines += ["", "The recording holds probing's own tables (module executions, steps, data "
+              "waits, memory, system samples); torch.profiler's trace holds every aten op, which "
+              "probing's recording does not. The trace is the whole script under the profiler.",
+              "<!-- END recording -->"]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.no_write:
+        path = REPO / "bench" / "RESULTS.md"
+        old = path.read_text()
+        new = re.sub(r"<!-- BEGIN recording -->.*?<!-- END recording -->\n", lambda m: text, old,
+                     flags=re.S)
+        if new == old and "<!-- BEGIN recording -->" not in old:
+            new = old.rstrip("\n") + "\n\n" + text
+        path.write_text(new)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+/*
+ * recording.c - the agent's API over a recording file; see recording.h.
+ *
+ * The file is opened once per run of the CLI and kept open (a report makes dozens of queries).
+ */
+#include "recording.h"
+
+#include "db.h"
+#include "error.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pb_db *db;
+
+static int respond_error(pb_response *resp, long status, const char *message)
+{
+    json_t *o = json_pack("{s:s}", "error", message);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    resp->status = status;
+    int rc = text ? pb_buf_puts(&resp->body, text) : -ENOMEM;
+    free(text);
+    return rc;
+}
+
+/* Runs sql and returns its rows (array of arrays, caller owns) or NULL. */
+static json_t *rows_of(const char *sql)
+{
+    pb_buf out = PB_BUF_INIT;
+    json_error_t jerr;
+    json_t *root = NULL, *rows = NULL;
+    if (pb_db_query_json(db, sql, NULL, &out) == 0)
+        root = json_loadb(out.data, out.len, JSON_ALLOW_NUL, &jerr);
+    pb_buf_free(&out);
+    rows = json_incref(json_object_get(root, "rows"));
+    json_decref(root);
+    return rows;
+}
+
+static int tables_json(pb_response *resp)
+{
+    json_t *rows = rows_of("SELECT schema, name, doc, columns, rows, capacity, rows_dropped, "
+                           "empty_reason FROM probe.tables");
+    json_t *tables = json_array(), *row;
+    json_error_t jerr;
+    size_t i;
+    if (!rows || !tables) {
+        json_decref(rows);
+        json_decref(tables);
+        return respond_error(resp, 500, "cannot read the recording's catalogue (probe.tables)");
+    }
+    json_array_foreach(rows, i, row) {
+        const char *cols = json_string_value(json_array_get(row, 3));
+        json_t *columns = cols ? json_loads(cols, 0, &jerr) : NULL;
+        json_array_append_new(tables, json_pack(
+            "{s:O,s:O,s:O,s:o,s:O,s:O,s:O,s:O}", "schema", json_array_get(row, 0), "name",
+            json_array_get(row, 1), "doc", json_array_get(row, 2), "columns",
+            columns ? columns : json_array(), "rows", json_array_get(row, 4), "capacity",
+            json_array_get(row, 5), "rows_dropped", json_array_get(row, 6), "empty_reason",
+            json_array_get(row, 7)));
+    }
+    json_decref(rows);
+    json_t *root = json_pack("{s:o}", "tables", tables);
+    char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    resp->status = 200;
+    int rc = text ? pb_buf_puts(&resp->body, text) : -ENOMEM;
+    free(text);
+    return rc;
+}
+
+int pb_recording_request(const pb_target *t, const char *method, const char *path,
+                         const char *body, pb_response *resp, char *err, size_t errlen)
+{
+    char why[512];
+    int rc = 0;
+    resp->status = 0;
+    memset(&resp->body, 0, sizeof resp->body);
+    if (!db && pb_db_open_file(t->file_path, &db, why, sizeof why) != 0) {
+        snprintf(err, errlen, "cannot read the recording %s: %s", t->file_path, why);
+        return -1;
+    }
+    if (strcmp(path, "/api/query") == 0 && strcmp(method, "POST") == 0) {
+        json_error_t jerr;
+        json_t *req = body ? json_loads(body, 0, &jerr) : NULL;
+        const char *sql = json_string_value(json_object_get(req, "sql"));
+        if (!sql) {
+            rc = respond_error(resp, 400, "the request needs {\"sql\": \"...\"}");
+        } else {
+            int q = pb_db_query_json(db, sql, NULL, &resp->body);
+            resp->status = q == 0 ? 200 : q == -ENOMEM ? 500 : 400;
+            if (q == -ENOMEM) rc = q;
+        }
+        json_decref(req);
+    } else if (strcmp(path, "/api/tables") == 0) {
+        rc = tables_json(resp);
+    } else if (strcmp(path, "/api/info") == 0) {
+        json_t *rows = rows_of("SELECT json FROM probe.info");
+        const char *info = json_string_value(json_array_get(json_array_get(rows, 0), 0));
+        resp->status = info ? 200 : 500;
+        rc = info ? pb_buf_puts(&resp->body, info)
+                  : respond_error(resp, 500, "the recording has no info row");
+        json_decref(rows);
+    } else if (strcmp(path, "/api/eval") == 0) {
+        rc = respond_error(resp, 400, "a recording cannot run code: eval needs a live process");
+    } else {
+        rc = respond_error(resp, 404, "not available on a recording");
+    }
+    if (rc) {
+        pb_buf_free(&resp->body);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,19 @@
+/*
+ * recording.h - answering the agent's HTTP API from a recording file, in the CLI.
+ *
+ * A PB_TARGET_FILE target (probing run.db query ...) has no process to talk to: client.c hands
+ * its requests here, and every command works unchanged on the same JSON. /api/query runs the
+ * SQL through src/sql's pb_db_open_file (same engine, same authorizer, same JSON as live);
+ * /api/tables is built from probe.tables; /api/info is the agent's info saved at start; eval
+ * is refused (there is no process).
+ */
+#ifndef PB_CLI_RECORDING_H
+#define PB_CLI_RECORDING_H
+
+#include "client.h"
+
+/* Same contract as pb_client_request(). [main thread] */
+int pb_recording_request(const pb_target *t, const char *method, const char *path,
+                         const char *body, pb_response *resp, char *err, size_t errlen);
+
+#endif
