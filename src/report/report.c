@@ -1122,7 +1122,10 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
                  r.lo, r.hi);
             merge_per_step(&r, sql, 1);
         }
-        detect_warmup(&r);
+        /* Warm-up happens at the start of a run: a --last window that starts later has none,
+         * and a slow step in it is an outlier, not warm-up. */
+        if (last_steps > 0 && r.lo > 0) r.warmup = 0;
+        else detect_warmup(&r);
         phase_baseline(&r);
         phases_bottleneck_component(&r);
         if (r.count == 1)
