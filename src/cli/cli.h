@@ -53,5 +53,6 @@ int cmd_tables(const pb_cli_args *a);
 int cmd_info(const pb_cli_args *a);
 int cmd_run(const pb_cli_args *a);
 int cmd_report(const pb_cli_args *a);
+int cmd_backtrace(const pb_cli_args *a);
 
 #endif

@@ -71,9 +71,18 @@ static const command commands[] = {
      "the SQL behind them; what the data cannot support is listed as missing.\n"
      "  --json    the same content as JSON (schema in docs/report.md)\n"
      "  --last N  only the last N complete steps (default: every step recorded)\n"},
+    {"backtrace", cmd_backtrace, OPT_FORMAT, 1, 0, "probing <pid> backtrace [-f table|json]",
+     "show the Python stack of every thread, read from outside the process",
+     "Reads the interpreter's memory with process_vm_readv: needs no agent, and works on a\n"
+     "deadlocked process or one whose main thread holds the GIL in a long C call. Frames are\n"
+     "printed innermost first as 'function (file:line)'. CPython 3.11, 3.12 and 3.13 on\n"
+     "x86_64. Needs the permission to ptrace the process (same user and\n"
+     "kernel.yama.ptrace_scope 0, or root / CAP_SYS_PTRACE). --native is not available yet.\n"
+     "  -f table  text, one block per thread (default)\n"
+     "  -f json   {pid, cmdline, python, library, threads: [{native_id, thread_id, name,\n"
+     "            holds_gil, truncated, frames: [{function, file, line}]}]}\n"},
     /* Planned; hidden from help until they exist. */
     {"inject", NULL, 0, 1, 0, NULL, NULL, NULL},
-    {"backtrace", NULL, 0, 1, 0, NULL, NULL, NULL},
     {"capture", NULL, 0, 1, 0, NULL, NULL, NULL},
     {"timeline", NULL, 0, 1, 0, NULL, NULL, NULL},
 };
@@ -391,7 +400,8 @@ static int run(int argc, char **argv)
     }
     a.command = c->name;
     int rc = parse_command_args(c, argc, argv, i + 1, &a);
-    if (rc < 0 && a.target) {
+    /* backtrace reads the process from outside: its target is a pid, not an agent. */
+    if (rc < 0 && a.target && c->run != cmd_backtrace) {
         int resolve_rc = pb_target_resolve(a.target, &a.resolved);
         if (resolve_rc) rc = resolve_rc;
     }
