@@ -54,5 +54,6 @@ int cmd_info(const pb_cli_args *a);
 int cmd_run(const pb_cli_args *a);
 int cmd_report(const pb_cli_args *a);
 int cmd_backtrace(const pb_cli_args *a);
+int cmd_detach(const pb_cli_args *a);
 
 #endif

@@ -71,6 +71,11 @@ static const command commands[] = {
      "the SQL behind them; what the data cannot support is listed as missing.\n"
      "  --json    the same content as JSON (schema in docs/report.md)\n"
      "  --last N  only the last N complete steps (default: every step recorded)\n"},
+    {"detach", cmd_detach, 0, 1, 0, "probing <target> detach",
+     "remove the agent from the target; the process runs on without probing",
+     "The agent answers, then removes its torch hooks and wrappers, stops its threads, frees\n"
+     "its tables and removes its socket; training goes on unchanged. Waits until the socket\n"
+     "is gone. Afterwards the process is no longer traced ('probing <pid> query' says so).\n"},
     {"backtrace", cmd_backtrace, OPT_FORMAT, 1, 0, "probing <pid> backtrace [-f table|json]",
      "show the Python stack of every thread, read from outside the process",
      "Reads the interpreter's memory with process_vm_readv: needs no agent, and works on a\n"
