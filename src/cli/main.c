@@ -291,6 +291,10 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
                 return PB_EXIT_USAGE;
             }
             a->timeout_s = t;
+        } else if (c->run == cmd_backtrace && strcmp(arg, "--native") == 0) {
+            pb_cli_error("backtrace --native (native frames) is not available in this version; "
+                         "run it without --native for the Python frames");
+            return PB_EXIT_USAGE;
         } else if ((c->options & OPT_JSON) && strcmp(arg, "--json") == 0) {
             a->json = 1;
         } else if ((c->options & OPT_LAST) &&

@@ -486,18 +486,24 @@ int pb_pystack_read(pid_t pid, pb_pystack **out, char *why, size_t why_len)
     for (int interps = 0; interp && interps < 64; interps++) {
         uint64_t tstate = 0, holder = gil_holder(&r, runtime, interp);
         if ((rc = pb_remote_read_u64(pid, interp + r.l->interp_threads_head, &tstate))) goto fail;
+        /* A thread that ends while it is read takes its state with it: the list ends there
+         * (what was read is shown) unless the whole process is gone. */
         while (tstate && s->thread_count < MAX_THREADS) {
-            pb_pythread *t = &s->threads[s->thread_count++];
+            pb_pythread *t = &s->threads[s->thread_count];
             if ((rc = pb_remote_read_u64(pid, tstate + r.l->tstate_thread_id, &t->thread_id)) ||
-                (rc = pb_remote_read_u64(pid, tstate + r.l->tstate_native_id, &t->native_id)))
-                goto fail;
+                (rc = pb_remote_read_u64(pid, tstate + r.l->tstate_native_id, &t->native_id))) {
+                if (rc == -ESRCH || rc == -EPERM) goto fail;
+                break;
+            }
+            s->thread_count++;
             t->holds_gil = holder == tstate;
             read_thread_name(pid, t->native_id, t->name, sizeof t->name);
             if ((rc = walk_thread(&r, tstate, t))) goto fail;
-            if ((rc = pb_remote_read_u64(pid, tstate + r.l->tstate_next, &tstate))) goto fail;
+            if (pb_remote_read_u64(pid, tstate + r.l->tstate_next, &tstate)) break;
         }
-        if ((rc = pb_remote_read_u64(pid, interp + r.l->interp_next, &interp))) goto fail;
+        if (pb_remote_read_u64(pid, interp + r.l->interp_next, &interp)) break;
     }
+    rc = 0;
     *out = s;
     return 0;
 fail:

@@ -206,3 +206,31 @@ def test_backtrace_without_permission(cli, launcher, tmp_path):
                        timeout=60)
     assert r.returncode == 1, r.stderr
     assert r.stderr == message.format(pid=t.pid)
+
+
+def test_backtrace_native_is_not_available(cli):
+    r = cli(os.getpid(), "backtrace", "--native", check=False)
+    assert r.returncode == 2
+    assert r.stderr == ("probing: backtrace --native (native frames) is not available in this "
+                        "version; run it without --native for the Python frames\n")
+
+
+def test_backtrace_of_a_traced_torch_training(cli, launcher):
+    """The test's python runs torch; the agent being there changes nothing for backtrace."""
+    t = launcher.traced("detach_train.py", "--steps", "20", "--print-every", "0")
+    t.wait_holding()
+    sleep_line = next(n for n, line in enumerate(
+        (WORKLOADS / "_workload.py").read_text().splitlines(), 1) if "time.sleep(0.05)" in line)
+    stacks = backtrace_json(cli, t.pid)
+    main = next(th for th in stacks["threads"] if th["native_id"] == t.pid)
+    assert frames_of(main) == [("hold", "_workload.py", sleep_line),
+                               ("main", "detach_train.py", marker_line_in("detach_train.py",
+                                                                          "w.hold(")),
+                               ("<module>", "detach_train.py",
+                                marker_line_in("detach_train.py", "main()"))]
+
+
+def marker_line_in(script, text):
+    """The last line of a workload that starts with text (after indentation)."""
+    lines = (WORKLOADS / script).read_text().splitlines()
+    return max(n for n, line in enumerate(lines, 1) if line.strip().startswith(text))
