@@ -70,3 +70,10 @@ def when_imported(name, callback):
     _pending.setdefault(name, []).append(callback)
     if _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
+
+
+def remove():
+    """Forgets every pending callback and takes the finder out of sys.meta_path (detach)."""
+    _pending.clear()
+    while _finder in sys.meta_path:
+        sys.meta_path.remove(_finder)

@@ -215,7 +215,12 @@ static PyObject *collective_call(PyObject *self, PyObject *args, PyObject *kwarg
         if (t < 0) PyErr_Clear();
     }
     r.async_op = (uint8_t)async_op;
-    if (!async_op || !push_on_completion(result, &r, start)) pb_ring_push(pb_table_nccl_trace.ring, &r);
+    /* The collective let go of the GIL: the agent may have detached meanwhile. */
+    if (!atomic_load_explicit(&enabled, memory_order_relaxed) || !pb_table_nccl_trace.ring) {
+        /* detached: nothing to record */
+    } else if (!async_op || !push_on_completion(result, &r, start)) {
+        pb_ring_push(pb_table_nccl_trace.ring, &r);
+    }
     PyErr_Restore(saved_type, saved_value, saved_tb);
     return result;
 }

@@ -22,14 +22,18 @@
 #include "torch_hooks.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 static int started;
+static int stopping;        /* pb_agent_stop is running (it lets go of the GIL inside) */
+static _Atomic int detach_requested;
 static int forked_child;
 static pb_server *server;
 static char socket_path[512];
@@ -82,6 +86,50 @@ static int info_json(void *ctx, pb_buf *out)
     pb_jsonw_key(&w, "version");
     pb_jsonw_str(&w, PB_VERSION);
     return pb_jsonw_obj_end(&w);
+}
+
+/* The detach helper: takes the GIL like any thread that calls into Python, stops the agent
+ * (hooks and wrappers removed, threads joined, rings freed, socket removed) and drops the
+ * import hooks of the Python package, so the process runs on as if probing had never been
+ * there. A thread of its own because the server cannot stop itself from one of its threads,
+ * and the eval thread is joined by the stop. [own detached thread] */
+static void *detach_main(void *unused)
+{
+    (void)unused;
+    if (!Py_IsInitialized()) return NULL;
+    PyGILState_STATE g = PyGILState_Ensure();
+    pb_agent_stop();
+    PyObject *hooks = PyImport_ImportModule("probing._importhook");
+    PyObject *r = hooks ? PyObject_CallMethod(hooks, "remove", NULL) : NULL;
+    if (!r) PyErr_Clear();
+    Py_XDECREF(r);
+    Py_XDECREF(hooks);
+    pb_log_debug("detached");
+    atomic_store(&detach_requested, 0);
+    PyGILState_Release(g);
+    return NULL;
+}
+
+/* POST /api/detach, after the answer was sent. [server thread] */
+static void detach_requested_cb(void *ctx)
+{
+    (void)ctx;
+    if (atomic_exchange(&detach_requested, 1)) return;
+    pthread_t t;
+    pthread_attr_t attr;
+    sigset_t all, old;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* Signals keep going to the program's own threads. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&t, &attr, detach_main, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    if (rc) {
+        pb_log_warn("cannot detach: cannot start a thread: %s", strerror(rc));
+        atomic_store(&detach_requested, 0);
+    }
 }
 
 static void atfork_child(void)
@@ -146,6 +194,7 @@ int pb_agent_start(void)
     opts.tcp_listen = (tcp && *tcp) ? tcp : NULL;
     opts.eval = pb_eval_run;
     opts.info = info_json;
+    opts.detach = detach_requested_cb;
     opts.ctx = NULL;
     opts.limits.max_result_bytes = (size_t)pb_config_int("PROBING_MAX_RESULT_MB", 64) << 20;
     opts.limits.timeout_s = pb_config_double("PROBING_QUERY_TIMEOUT", 30);
@@ -185,7 +234,10 @@ int pb_agent_start(void)
 
 void pb_agent_stop(void)
 {
-    if (!started) return;
+    /* Callers hold the GIL, but the stop lets go of it while joining: a second caller (atexit
+     * while a detach runs) must not stop twice. */
+    if (!started || stopping) return;
+    stopping = 1;
     pb_torch_hooks_remove();
     pb_distributed_remove();
     pb_eval_shutdown();
@@ -202,6 +254,7 @@ void pb_agent_stop(void)
     pb_sysmon_tables_free();
     pb_collect_tables_free();
     started = 0;
+    stopping = 0;
     socket_path[0] = '\0';
 }
 

@@ -13,7 +13,8 @@
  * message was printed. [GIL held] */
 int pb_agent_start(void);
 
-/* Stops everything and frees the rings. [GIL held; releases it while joining threads] */
+/* Stops everything and frees the rings; also what POST /api/detach does (from a thread of its
+ * own, after the answer was sent). [GIL held; releases it while joining threads] */
 void pb_agent_stop(void);
 
 /* Unix socket path, or NULL when not running. */

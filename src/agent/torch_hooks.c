@@ -248,6 +248,10 @@ static inline void push_row(int64_t start_ns, int64_t end_ns, int64_t self_ns, u
                             uint32_t type, uint16_t depth, uint8_t stage, uint32_t tid)
 {
     pb_torch_row r;
+    /* A hook that was already running when the agent detached (it ran Python code and so let
+     * go of the GIL) ends here after the rings are freed: drop its row. Pushes and the free
+     * both hold the GIL, so this check cannot race with the free. */
+    if (!atomic_load_explicit(&enabled, memory_order_relaxed) || !pb_table_torch_trace.ring) return;
     r.step = atomic_load_explicit(&step, memory_order_relaxed);
     r.duration_ns = self_ns;
     r.total_ns = end_ns - start_ns;

@@ -58,5 +58,7 @@ int cmd_run(const pb_cli_args *a);
 int cmd_report(const pb_cli_args *a);
 int cmd_timeline(const pb_cli_args *a);
 int cmd_flamegraph(const pb_cli_args *a);
+int cmd_backtrace(const pb_cli_args *a);
+int cmd_detach(const pb_cli_args *a);
 
 #endif

@@ -91,9 +91,23 @@ static const command commands[] = {
      "  -o FILE       write the SVG (or, with --folded, the text) to FILE\n"
      "  --folded      folded-stack text, \"stack microseconds\" per line (flamegraph.pl input)\n"
      "  --stage S     forward (default), backward, step (optimizer) or all\n"},
+    {"detach", cmd_detach, 0, 1, 0, "probing <target> detach",
+     "remove the agent from the target; the process runs on without probing",
+     "The agent answers, then removes its torch hooks and wrappers, stops its threads, frees\n"
+     "its tables and removes its socket; training goes on unchanged. Waits until the socket\n"
+     "is gone. Afterwards the process is no longer traced ('probing <pid> query' says so).\n"},
+    {"backtrace", cmd_backtrace, OPT_FORMAT, 1, 0, "probing <pid> backtrace [-f table|json]",
+     "show the Python stack of every thread, read from outside the process",
+     "Reads the interpreter's memory with process_vm_readv: needs no agent, and works on a\n"
+     "deadlocked process or one whose main thread holds the GIL in a long C call. Frames are\n"
+     "printed innermost first as 'function (file:line)'. CPython 3.11, 3.12 and 3.13 on\n"
+     "x86_64. Needs the permission to ptrace the process (same user and\n"
+     "kernel.yama.ptrace_scope 0, or root / CAP_SYS_PTRACE). --native is not available yet.\n"
+     "  -f table  text, one block per thread (default)\n"
+     "  -f json   {pid, cmdline, python, library, threads: [{native_id, thread_id, name,\n"
+     "            holds_gil, truncated, frames: [{function, file, line}]}]}\n"},
     /* Planned; hidden from help until they exist. */
     {"inject", NULL, 0, 1, 0, NULL, NULL, NULL},
-    {"backtrace", NULL, 0, 1, 0, NULL, NULL, NULL},
     {"capture", NULL, 0, 1, 0, NULL, NULL, NULL},
 };
 
@@ -296,6 +310,10 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
                 return PB_EXIT_USAGE;
             }
             a->timeout_s = t;
+        } else if (c->run == cmd_backtrace && strcmp(arg, "--native") == 0) {
+            pb_cli_error("backtrace --native (native frames) is not available in this version; "
+                         "run it without --native for the Python frames");
+            return PB_EXIT_USAGE;
         } else if ((c->options & OPT_JSON) && strcmp(arg, "--json") == 0) {
             a->json = 1;
         } else if ((c->options & OPT_LAST) &&
@@ -414,7 +432,8 @@ static int run(int argc, char **argv)
     }
     a.command = c->name;
     int rc = parse_command_args(c, argc, argv, i + 1, &a);
-    if (rc < 0 && a.target) {
+    /* backtrace reads the process from outside: its target is a pid, not an agent. */
+    if (rc < 0 && a.target && c->run != cmd_backtrace) {
         int resolve_rc = pb_target_resolve(a.target, &a.resolved);
         if (resolve_rc) rc = resolve_rc;
     }

@@ -15,6 +15,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct request {
     const char *body; /* not NUL-terminated */
@@ -27,6 +28,7 @@ static int route_info(pb_server *s, const request *req, pb_buf *out);
 static int route_query(pb_server *s, const request *req, pb_buf *out);
 static int route_tables(pb_server *s, const request *req, pb_buf *out);
 static int route_eval(pb_server *s, const request *req, pb_buf *out);
+static int route_detach(pb_server *s, const request *req, pb_buf *out);
 
 static const struct route {
     const char *method;
@@ -37,6 +39,7 @@ static const struct route {
     {"POST", "/api/query", route_query},
     {"GET", "/api/tables", route_tables},
     {"POST", "/api/eval", route_eval},
+    {"POST", "/api/detach", route_detach},
 };
 
 #define NROUTES (sizeof routes / sizeof routes[0])
@@ -169,4 +172,21 @@ static int route_eval(pb_server *s, const request *req, pb_buf *out)
 done:
     json_decref(body);
     return status;
+}
+
+/* Answers at once; the agent detaches after the answer has been sent (server.c on_completed),
+ * so the client always learns that it worked. */
+static int route_detach(pb_server *s, const request *req, pb_buf *out)
+{
+    const pb_server_opts *o = pb__server_opts(s);
+    if (!o->detach) return pb__route_error(out, 503, "detach is not available in this process");
+    pb_jsonw w;
+    pb_jsonw_init(&w, out);
+    pb_jsonw_obj_begin(&w);
+    pb_jsonw_key(&w, "detached");
+    pb_jsonw_bool(&w, 1);
+    pb_jsonw_key(&w, "pid");
+    pb_jsonw_int(&w, getpid());
+    if (pb_jsonw_obj_end(&w)) return pb__route_error(out, 500, "out of memory");
+    return 200;
 }

@@ -70,6 +70,7 @@ typedef struct request_state {
     pb_buf body;
     int too_big;
     int out_of_memory;
+    int detach_after; /* a 200 answer to POST /api/detach: detach once it has been sent */
 } request_state;
 
 /* ---- peer credentials ---- */
@@ -346,14 +347,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     pb_buf out = PB_BUF_INIT;
     const char *allow = NULL;
     int status = pb__route_request(s, method, url, r->body.data, r->body.len, &out, &allow);
+    r->detach_after = status == 200 && strcmp(method, "POST") == 0 && strcmp(url, "/api/detach") == 0;
     return respond(conn, status, &out, allow);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
                          enum MHD_RequestTerminationCode code)
 {
+    listener *l = cls;
     request_state *r = *req_cls;
     if (!r) return;
+    /* The answer is out (or the client left): only now may the agent start going away. */
+    if (r->detach_after && l && l->server->opts.detach) l->server->opts.detach(l->server->opts.ctx);
     pb_buf_free(&r->body);
     free(r);
     *req_cls = NULL;
@@ -388,7 +393,7 @@ static int start_daemon(pb_server *s, listener *l)
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->opts.max_connections + CONNECTION_SPARE),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_IDLE_TIMEOUT,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, l,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
         MHD_OPTION_END);

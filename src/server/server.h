@@ -41,12 +41,18 @@ typedef int (*pb_eval_fn)(void *ctx, const char *code, double timeout_s, pb_buf 
 /* Fills the /api/info response body. Returns 0 or an error (-> 500). [server thread] */
 typedef int (*pb_info_fn)(void *ctx, pb_buf *out_json);
 
+/* Asked to detach (POST /api/detach), called once the 200 answer has been sent in full (from
+ * MHD's request-completed callback, so it must not stop the server itself: it hands the work
+ * to another thread and returns). [server thread] */
+typedef void (*pb_detach_fn)(void *ctx);
+
 typedef struct pb_server_opts {
     const char *unix_path;    /* socket file to create (copied); NULL = no Unix socket */
     const char *tcp_listen;   /* "host:port", "[v6]:port", ":port" (all interfaces), or NULL */
     pb_eval_fn eval;          /* NULL: /api/eval answers 503 */
     pb_info_fn info;          /* NULL: /api/info answers 503 */
-    void *ctx;                /* passed to eval and info */
+    pb_detach_fn detach;      /* NULL: /api/detach answers 503 */
+    void *ctx;                /* passed to eval, info and detach */
     pb_query_limits limits;   /* zero fields take PROBING_MAX_RESULT_MB / PROBING_QUERY_TIMEOUT */
     int max_connections;      /* <= 0: 64; the next 8 get 503 "too many connections", later ones are closed */
     size_t max_request_bytes; /* larger request bodies get 413; 0: 4 MB */

@@ -1,0 +1,131 @@
+/*
+ * cmd_backtrace.c - `probing <pid> backtrace [-f table|json]`: the Python stack of every thread
+ * of a process, read from outside it.
+ *
+ * No agent is involved (src/remote/pystack.h): this works on a process that never imported
+ * probing, on a deadlocked one and on one whose main thread holds the GIL in a long C call.
+ * Text output, innermost frame first as in py-spy:
+ *   Process 4242: python3 train.py
+ *   Python 3.11.7 (/usr/lib/libpython3.11.so.1.0)
+ *
+ *   Thread 4242 "python3" (holds the GIL)
+ *       step (train.py:31)
+ *       <module> (train.py:40)
+ */
+#include "cli.h"
+#include "format.h"
+#include "pystack.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void print_sanitized(const char *s)
+{
+    pb_buf b = PB_BUF_INIT;
+    if (s && pb_format_sanitize(&b, s, strlen(s)) == 0 && b.data) fputs(b.data, stdout);
+    pb_buf_free(&b);
+}
+
+static int print_text(const pb_pystack *s)
+{
+    char cmd[512];
+    pb_target_cmdline(s->pid, cmd, sizeof cmd, 200);
+    printf("Process %d: ", (int)s->pid);
+    print_sanitized(cmd);
+    printf("\nPython %s (", s->python_version);
+    print_sanitized(s->library);
+    printf(")\n");
+    for (int i = 0; i < s->thread_count; i++) {
+        const pb_pythread *t = &s->threads[i];
+        printf("\nThread %llu \"", (unsigned long long)t->native_id);
+        print_sanitized(t->name);
+        printf("\"%s%s\n", t->holds_gil ? " (holds the GIL)" : "",
+               t->frame_count || t->truncated ? "" : " (no Python frames)");
+        for (int k = 0; k < t->frame_count; k++) {
+            printf("    ");
+            print_sanitized(t->frames[k].function);
+            printf(" (");
+            print_sanitized(t->frames[k].file);
+            printf(":%d)\n", t->frames[k].line);
+        }
+        if (t->truncated) printf("    ... (the rest of this stack could not be read)\n");
+    }
+    return ferror(stdout) ? PB_EXIT_ERROR : PB_EXIT_OK;
+}
+
+static int print_json(const pb_pystack *s)
+{
+    char cmd[4096];
+    json_t *threads = json_array(), *root = NULL;
+    int rc = PB_EXIT_ERROR;
+    pb_target_cmdline(s->pid, cmd, sizeof cmd, sizeof cmd - 1);
+    if (!threads) goto fail;
+    for (int i = 0; i < s->thread_count; i++) {
+        const pb_pythread *t = &s->threads[i];
+        json_t *frames = json_array();
+        for (int k = 0; frames && k < t->frame_count; k++)
+            json_array_append_new(frames, json_pack("{s:s, s:s, s:i}", "function",
+                                                    t->frames[k].function, "file",
+                                                    t->frames[k].file, "line", t->frames[k].line));
+        json_array_append_new(threads,
+                              json_pack("{s:I, s:I, s:s, s:b, s:b, s:o*}", "native_id",
+                                        (json_int_t)t->native_id, "thread_id",
+                                        (json_int_t)t->thread_id, "name", t->name, "holds_gil",
+                                        t->holds_gil, "truncated", t->truncated, "frames", frames));
+    }
+    root = json_pack("{s:i, s:s, s:s, s:s, s:O}", "pid", (int)s->pid, "cmdline", cmd, "python",
+                     s->python_version, "library", s->library, "threads", threads);
+    if (!root || pb_format_json_pretty(stdout, root)) goto fail;
+    rc = PB_EXIT_OK;
+fail:
+    if (rc) pb_cli_error("cannot print the stacks as JSON");
+    json_decref(root);
+    json_decref(threads);
+    return rc;
+}
+
+int cmd_backtrace(const pb_cli_args *a)
+{
+    pb_format fmt;
+    pb_pystack *s = NULL;
+    char why[512];
+    if (pb_format_parse(a->format, PB_FORMAT_TABLE | PB_FORMAT_JSON, "backtrace", &fmt))
+        return PB_EXIT_USAGE;
+    if (!pb_target_is_pid(a->target)) {
+        pb_cli_error("backtrace reads a process from outside and needs a pid, not '%s': "
+                     "probing <pid> backtrace", a->target);
+        return PB_EXIT_USAGE;
+    }
+    long v = strtol(a->target, NULL, 10);
+    pid_t pid = (pid_t)v;
+    if (v <= 0 || v > 0x7fffffffL || !pb_target_pid_alive(pid)) {
+        pb_cli_error("no such process: %s", a->target);
+        return PB_EXIT_ERROR;
+    }
+    int rc = pb_pystack_read(pid, &s, why, sizeof why);
+    if (rc == -EPERM || rc == -EACCES) {
+        pb_cli_error("not allowed to read the memory of process %d. Run probing as the same "
+                     "user as the process with kernel.yama.ptrace_scope=0 (sudo sysctl "
+                     "kernel.yama.ptrace_scope=0), or as root / with CAP_SYS_PTRACE",
+                     (int)pid);
+        return PB_EXIT_ERROR;
+    }
+    if (rc == -ESRCH) {
+        pb_cli_error("process %d has exited", (int)pid);
+        return PB_EXIT_ERROR;
+    }
+    if (rc) {
+        if (why[0])
+            pb_cli_error("%s", why);
+        else
+            pb_cli_error("cannot read the Python stacks of process %d: %s", (int)pid,
+                         strerror(-rc));
+        return PB_EXIT_ERROR;
+    }
+    rc = fmt == PB_FORMAT_JSON ? print_json(s) : print_text(s);
+    pb_pystack_free(s);
+    return rc;
+}

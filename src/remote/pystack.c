@@ -1,0 +1,526 @@
+/*
+ * pystack.c - Python stacks of another process, read from outside (see pystack.h).
+ *
+ * The walk, for every interpreter and every thread state:
+ *   _PyRuntime.interpreters.head -> interp (-> interp.next ...)
+ *   interp.threads.head -> tstate (-> tstate.next ...)
+ *   3.11/3.12: tstate.cframe -> cframe.current_frame;  3.13: tstate.current_frame
+ *   frame.f_code (3.13: f_executable) -> code; frame.previous -> the caller's frame
+ * A frame's line is the location-table line of its current instruction: the instruction
+ * pointer (3.11/3.12 prev_instr, 3.13 instr_ptr) minus the start of co_code_adaptive, in
+ * 2-byte code units. Shim frames owned by the C stack (3.12+) are skipped.
+ * Every read may fail (the process runs on, threads come and go): a thread whose walk fails
+ * keeps the frames read so far and is marked truncated; nothing is trusted without a bound.
+ */
+#include "pystack.h"
+
+#include "remote.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_THREADS 4096
+#define MAX_FRAMES 4096
+#define MAX_STRING_CHARS 4096
+#define MAX_LINETABLE_BYTES ((size_t)1 << 20)
+#define OWNER_NONE 255
+
+enum gil_kind { GIL_IN_RUNTIME, GIL_POINTER_IN_INTERP, GIL_IN_INTERP };
+
+/* Byte offsets of the fields the walk reads, for one CPython minor version. */
+typedef struct layout {
+    uint64_t runtime_interpreters_head;
+    uint64_t interp_next, interp_threads_head;
+    enum gil_kind gil_kind;
+    uint64_t gil_base;                /* runtime/interp offset of the gil (or of its pointer) */
+    uint64_t gil_locked, gil_holder;  /* offsets inside the gil state */
+    uint64_t tstate_next, tstate_thread_id, tstate_native_id;
+    int has_cframe;                   /* 3.11/3.12: the current frame hangs off tstate.cframe */
+    uint64_t tstate_frame;            /* tstate.cframe (3.11/3.12) or tstate.current_frame */
+    uint64_t cframe_current_frame;
+    uint64_t frame_code, frame_previous, frame_instr, frame_owner;
+    unsigned owner_cstack;            /* OWNER_NONE where no such frames exist */
+    uint64_t code_filename, code_qualname, code_firstlineno, code_linetable, code_adaptive;
+    uint64_t unicode_state, unicode_length, ascii_size, compact_size;
+    uint64_t bytes_size, bytes_sval;
+} layout;
+
+/* From Include/internal/pycore_*.h of CPython 3.11.7 (offsetof, x86_64). */
+static const layout layout_311 = {
+    .runtime_interpreters_head = 40,
+    .interp_next = 0, .interp_threads_head = 16,
+    .gil_kind = GIL_IN_RUNTIME, .gil_base = 0, .gil_locked = 376, .gil_holder = 368,
+    .tstate_next = 8, .tstate_thread_id = 152, .tstate_native_id = 160,
+    .has_cframe = 1, .tstate_frame = 56, .cframe_current_frame = 8,
+    .frame_code = 32, .frame_previous = 48, .frame_instr = 56, .frame_owner = 69,
+    .owner_cstack = OWNER_NONE,
+    .code_filename = 112, .code_qualname = 128, .code_firstlineno = 72, .code_linetable = 136,
+    .code_adaptive = 184,
+    .unicode_state = 32, .unicode_length = 16, .ascii_size = 48, .compact_size = 72,
+    .bytes_size = 16, .bytes_sval = 32,
+};
+
+/* From Include/internal/pycore_*.h of CPython 3.12.1 (offsetof, x86_64). */
+static const layout layout_312 = {
+    .runtime_interpreters_head = 40,
+    .interp_next = 0, .interp_threads_head = 72,
+    .gil_kind = GIL_POINTER_IN_INTERP, .gil_base = 384, .gil_locked = 16, .gil_holder = 8,
+    .tstate_next = 8, .tstate_thread_id = 136, .tstate_native_id = 144,
+    .has_cframe = 1, .tstate_frame = 56, .cframe_current_frame = 0,
+    .frame_code = 0, .frame_previous = 8, .frame_instr = 56, .frame_owner = 70,
+    .owner_cstack = 3,
+    .code_filename = 112, .code_qualname = 128, .code_firstlineno = 68, .code_linetable = 136,
+    .code_adaptive = 192,
+    .unicode_state = 32, .unicode_length = 16, .ascii_size = 40, .compact_size = 56,
+    .bytes_size = 16, .bytes_sval = 32,
+};
+
+/* _Py_DebugOffsets of CPython 3.13 (Include/internal/pycore_runtime.h): every field is a
+ * uint64_t, so the struct is read as it is laid out there. */
+typedef struct debug_offsets_313 {
+    char cookie[8];
+    uint64_t version, free_threaded;
+    struct { uint64_t size, finalizing, interpreters_head; } runtime_state;
+    struct {
+        uint64_t size, id, next, threads_head, gc, imports_modules, sysdict, builtins,
+            ceval_gil, gil_runtime_state, gil_runtime_state_enabled, gil_runtime_state_locked,
+            gil_runtime_state_holder;
+    } interpreter_state;
+    struct {
+        uint64_t size, prev, next, interp, current_frame, thread_id, native_thread_id,
+            datastack_chunk, status;
+    } thread_state;
+    struct { uint64_t size, previous, executable, instr_ptr, localsplus, owner; } frame;
+    struct {
+        uint64_t size, filename, name, qualname, linetable, firstlineno, argcount,
+            localsplusnames, localspluskinds, co_code_adaptive;
+    } code_object;
+    struct { uint64_t size, ob_type; } pyobject;
+    struct { uint64_t size, tp_name, tp_repr, tp_flags; } type_object;
+    struct { uint64_t size, ob_item, ob_size; } tuple_object, list_object;
+    struct { uint64_t size, ma_keys, ma_values; } dict_object;
+    struct { uint64_t size, ob_fval; } float_object;
+    struct { uint64_t size, lv_tag, ob_digit; } long_object;
+    struct { uint64_t size, ob_size, ob_sval; } bytes_object;
+    struct { uint64_t size, state, length, asciiobject_size; } unicode_object;
+    struct { uint64_t size, collecting; } gc;
+} debug_offsets_313;
+
+_Static_assert(sizeof(debug_offsets_313) == 73 * 8, "_Py_DebugOffsets of 3.13 is 73 words");
+
+static void layout_from_debug_offsets(const debug_offsets_313 *d, layout *l)
+{
+    memset(l, 0, sizeof *l);
+    l->runtime_interpreters_head = d->runtime_state.interpreters_head;
+    l->interp_next = d->interpreter_state.next;
+    l->interp_threads_head = d->interpreter_state.threads_head;
+    l->gil_kind = GIL_IN_INTERP;
+    l->gil_locked = d->interpreter_state.gil_runtime_state_locked;
+    l->gil_holder = d->interpreter_state.gil_runtime_state_holder;
+    l->tstate_next = d->thread_state.next;
+    l->tstate_thread_id = d->thread_state.thread_id;
+    l->tstate_native_id = d->thread_state.native_thread_id;
+    l->has_cframe = 0;
+    l->tstate_frame = d->thread_state.current_frame;
+    l->frame_code = d->frame.executable;
+    l->frame_previous = d->frame.previous;
+    l->frame_instr = d->frame.instr_ptr;
+    l->frame_owner = d->frame.owner;
+    l->owner_cstack = 3; /* FRAME_OWNED_BY_CSTACK, Include/internal/pycore_frame.h */
+    l->code_filename = d->code_object.filename;
+    l->code_qualname = d->code_object.qualname;
+    l->code_firstlineno = d->code_object.firstlineno;
+    l->code_linetable = d->code_object.linetable;
+    l->code_adaptive = d->code_object.co_code_adaptive;
+    l->unicode_state = d->unicode_object.state;
+    l->unicode_length = d->unicode_object.length;
+    l->ascii_size = d->unicode_object.asciiobject_size;
+    l->compact_size = d->unicode_object.asciiobject_size + 16; /* utf8_length, utf8 */
+    l->bytes_size = d->bytes_object.ob_size;
+    l->bytes_sval = d->bytes_object.ob_sval;
+}
+
+/* ------------------------------------------------------------------------- line numbers */
+
+static int read_varint(const uint8_t *t, size_t len, size_t *pos, uint64_t *out)
+{
+    uint64_t value = 0;
+    int shift = 0;
+    for (;;) {
+        if (*pos >= len || shift > 56) return -1;
+        uint8_t b = t[(*pos)++];
+        value |= (uint64_t)(b & 63) << shift;
+        shift += 6;
+        if (!(b & 64)) break;
+    }
+    *out = value;
+    return 0;
+}
+
+static int read_svarint(const uint8_t *t, size_t len, size_t *pos, int64_t *out)
+{
+    uint64_t u;
+    if (read_varint(t, len, pos, &u)) return -1;
+    *out = (u & 1) ? -(int64_t)(u >> 1) : (int64_t)(u >> 1);
+    return 0;
+}
+
+int pb_pystack_line_311(const uint8_t *table, size_t len, int first_line, int64_t instr)
+{
+    size_t pos = 0;
+    int64_t line = first_line, addr = 0;
+    if (instr < 0) return first_line;
+    while (pos < len) {
+        uint8_t head = table[pos++];
+        if (!(head & 128)) return 0; /* not at an entry start: a corrupt or torn table */
+        int code = (head >> 3) & 15;
+        int64_t length = (head & 7) + 1;
+        int has_line = 1;
+        int64_t delta = 0;
+        uint64_t skip;
+        if (code == 15) {
+            has_line = 0;
+        } else if (code == 14) {
+            if (read_svarint(table, len, &pos, &delta) || read_varint(table, len, &pos, &skip) ||
+                read_varint(table, len, &pos, &skip) || read_varint(table, len, &pos, &skip))
+                return 0;
+        } else if (code == 13) {
+            if (read_svarint(table, len, &pos, &delta)) return 0;
+        } else if (code >= 10) {
+            delta = code - 10;
+            pos += 2;
+        } else {
+            pos += 1;
+        }
+        line += delta;
+        if (instr < addr + length) return has_line && line > 0 ? (int)line : 0;
+        addr += length;
+    }
+    return 0;
+}
+
+/* ----------------------------------------------------------------------------- reading */
+
+typedef struct reader {
+    pid_t pid;
+    const layout *l;
+} reader;
+
+/* Reads a str object into a malloc'ed UTF-8 string; NULL when it cannot be read. */
+static char *read_string(const reader *r, uint64_t addr)
+{
+    uint8_t header[128];
+    uint32_t state;
+    int64_t length;
+    const layout *l = r->l;
+    if (l->compact_size > sizeof header || pb_remote_read(r->pid, addr, header, l->ascii_size))
+        return NULL;
+    memcpy(&state, header + l->unicode_state, sizeof state);
+    memcpy(&length, header + l->unicode_length, sizeof length);
+    unsigned kind = (state >> 2) & 7, compact = (state >> 5) & 1, ascii = (state >> 6) & 1;
+    if (!compact || length < 0 || (kind != 1 && kind != 2 && kind != 4)) return NULL;
+    if (length > MAX_STRING_CHARS) length = MAX_STRING_CHARS;
+    size_t bytes = (size_t)length * kind;
+    uint8_t *raw = malloc(bytes + 1);
+    char *utf8 = malloc((size_t)length * 4 + 1);
+    if (!raw || !utf8 ||
+        pb_remote_read(r->pid, addr + (ascii ? l->ascii_size : l->compact_size), raw, bytes)) {
+        free(raw);
+        free(utf8);
+        return NULL;
+    }
+    size_t o = 0;
+    for (int64_t i = 0; i < length; i++) {
+        uint32_t c = kind == 1 ? raw[i] : kind == 2 ? ((uint16_t *)raw)[i] : ((uint32_t *)raw)[i];
+        if (c >= 0xD800 && c <= 0xDFFF) c = 0xFFFD; /* lone surrogates: not valid UTF-8 */
+        if (c < 0x80) {
+            utf8[o++] = (char)c;
+        } else if (c < 0x800) {
+            utf8[o++] = (char)(0xC0 | (c >> 6));
+            utf8[o++] = (char)(0x80 | (c & 63));
+        } else if (c < 0x10000) {
+            utf8[o++] = (char)(0xE0 | (c >> 12));
+            utf8[o++] = (char)(0x80 | ((c >> 6) & 63));
+            utf8[o++] = (char)(0x80 | (c & 63));
+        } else {
+            if (c > 0x10FFFF) c = 0xFFFD;
+            utf8[o++] = (char)(0xF0 | (c >> 18));
+            utf8[o++] = (char)(0x80 | ((c >> 12) & 63));
+            utf8[o++] = (char)(0x80 | ((c >> 6) & 63));
+            utf8[o++] = (char)(0x80 | (c & 63));
+        }
+    }
+    utf8[o] = '\0';
+    free(raw);
+    return utf8;
+}
+
+/* Reads one frame's code object into f; returns 0 or -1 when it cannot be read. */
+static int read_frame(const reader *r, uint64_t code, uint64_t instr, pb_pyframe *f)
+{
+    const layout *l = r->l;
+    uint8_t head[512];
+    uint64_t filename, qualname, linetable;
+    int32_t first_line;
+    int64_t table_len;
+    if (l->code_adaptive > sizeof head || pb_remote_read(r->pid, code, head, l->code_adaptive))
+        return -1;
+    memcpy(&filename, head + l->code_filename, 8);
+    memcpy(&qualname, head + l->code_qualname, 8);
+    memcpy(&linetable, head + l->code_linetable, 8);
+    memcpy(&first_line, head + l->code_firstlineno, 4);
+    f->file = read_string(r, filename);
+    f->function = read_string(r, qualname);
+    if (!f->file || !f->function) return -1;
+    f->line = first_line;
+    if (pb_remote_read(r->pid, linetable + l->bytes_size, &table_len, 8) == 0 && table_len > 0 &&
+        (size_t)table_len <= MAX_LINETABLE_BYTES) {
+        uint8_t *table = malloc((size_t)table_len);
+        if (table && pb_remote_read(r->pid, linetable + l->bytes_sval, table,
+                                    (size_t)table_len) == 0) {
+            int64_t index = ((int64_t)instr - (int64_t)(code + l->code_adaptive)) / 2;
+            int line = pb_pystack_line_311(table, (size_t)table_len, first_line, index);
+            if (line > 0) f->line = line;
+        }
+        free(table);
+    }
+    return 0;
+}
+
+static void read_thread_name(pid_t pid, uint64_t tid, char *name, size_t len)
+{
+    char path[96];
+    name[0] = '\0';
+    snprintf(path, sizeof path, "/proc/%d/task/%" PRIu64 "/comm", (int)pid, tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    if (fgets(name, (int)len, f)) name[strcspn(name, "\n")] = '\0';
+    fclose(f);
+}
+
+static int walk_thread(const reader *r, uint64_t tstate, pb_pythread *t)
+{
+    const layout *l = r->l;
+    uint64_t frame = 0;
+    pb_pyframe *frames = calloc(64, sizeof *frames);
+    int capacity = 64;
+    if (!frames) return -ENOMEM;
+    t->frames = frames;
+    if (pb_remote_read_u64(r->pid, tstate + l->tstate_frame, &frame)) goto torn;
+    if (l->has_cframe && frame &&
+        pb_remote_read_u64(r->pid, frame + l->cframe_current_frame, &frame))
+        goto torn;
+    for (int depth = 0; frame; depth++) {
+        uint64_t code, previous, instr;
+        uint8_t owner = 0;
+        if (depth >= MAX_FRAMES) goto torn;
+        if (pb_remote_read_u64(r->pid, frame + l->frame_code, &code) ||
+            pb_remote_read_u64(r->pid, frame + l->frame_previous, &previous) ||
+            pb_remote_read_u64(r->pid, frame + l->frame_instr, &instr) ||
+            pb_remote_read(r->pid, frame + l->frame_owner, &owner, 1))
+            goto torn;
+        frame = previous;
+        if (owner == l->owner_cstack) continue;
+        if (t->frame_count == capacity) {
+            pb_pyframe *grown = realloc(t->frames, (size_t)capacity * 2 * sizeof *grown);
+            if (!grown) return -ENOMEM;
+            memset(grown + capacity, 0, (size_t)capacity * sizeof *grown);
+            t->frames = grown;
+            capacity *= 2;
+        }
+        pb_pyframe *f = &t->frames[t->frame_count];
+        if (read_frame(r, code, instr, f)) {
+            free(f->file);
+            free(f->function);
+            memset(f, 0, sizeof *f);
+            goto torn;
+        }
+        t->frame_count++;
+    }
+    return 0;
+torn:
+    t->truncated = 1;
+    return 0;
+}
+
+/* The thread state that holds the GIL of interp, or 0. */
+static uint64_t gil_holder(const reader *r, uint64_t runtime, uint64_t interp)
+{
+    const layout *l = r->l;
+    uint64_t gil = 0, holder = 0;
+    int32_t locked = 0;
+    switch (l->gil_kind) {
+    case GIL_IN_RUNTIME: gil = runtime + l->gil_base; break;
+    case GIL_IN_INTERP: gil = interp; break;
+    case GIL_POINTER_IN_INTERP:
+        if (pb_remote_read_u64(r->pid, interp + l->gil_base, &gil)) return 0;
+        break;
+    }
+    if (!gil || pb_remote_read(r->pid, gil + l->gil_locked, &locked, 4) ||
+        pb_remote_read_u64(r->pid, gil + l->gil_holder, &holder))
+        return 0;
+    return locked ? holder : 0;
+}
+
+/* ------------------------------------------------------------------------ finding Python */
+
+/* The "3.10" in ".../libpython3.10.so.1.0" or ".../python3.10", or "" when there is none. */
+static void version_from_path(const char *path, char *out, size_t len)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *p = strstr(base, "python");
+    out[0] = '\0';
+    if (!p) return;
+    p += 6;
+    size_t n = strspn(p, "0123456789.");
+    while (n && p[n - 1] == '.') n--;
+    if (n && n < len) {
+        memcpy(out, p, n);
+        out[n] = '\0';
+    }
+}
+
+static int find_runtime(pid_t pid, pb_pystack *s, uint64_t *runtime, uint64_t *py_version,
+                        char *why, size_t why_len)
+{
+    static const char *const prefixes[] = {"libpython", "python", NULL};
+    static const char *const names[] = {"_PyRuntime", "Py_Version"};
+    pb_remote_file *files = calloc(9, sizeof *files);
+    int rc, count;
+    if (!files) return -ENOMEM;
+    count = pb_remote_mapped_files(pid, prefixes, files, 8);
+    if (count < 0) {
+        rc = count;
+        goto fail;
+    }
+    /* The executable itself, for an embedding program or a python not named python*. */
+    char exe_link[64];
+    snprintf(exe_link, sizeof exe_link, "/proc/%d/exe", (int)pid);
+    ssize_t n = readlink(exe_link, files[count].path, sizeof files[count].path - 1);
+    if (n > 0) files[count++].path[n] = '\0';
+    for (int i = 0; i < count; i++) {
+        uint64_t values[2];
+        if (pb_remote_symbols(pid, files[i].path, names, 2, values) <= 0 || !values[0])
+            continue;
+        *runtime = values[0];
+        *py_version = 0;
+        snprintf(s->library, sizeof s->library, "%s", files[i].path);
+        if (values[1]) {
+            rc = pb_remote_read_u64(pid, values[1], py_version);
+            if (rc) goto fail;
+            *py_version &= 0xffffffffu;
+        }
+        rc = 0;
+        goto fail;
+    }
+    snprintf(why, why_len, "process %d is not a Python process (no libpython or python "
+             "executable with _PyRuntime is mapped)", (int)pid);
+    rc = PB_PYSTACK_ENOTPYTHON;
+fail:
+    free(files);
+    return rc;
+}
+
+int pb_pystack_read(pid_t pid, pb_pystack **out, char *why, size_t why_len)
+{
+    pb_pystack *s = calloc(1, sizeof *s);
+    uint64_t runtime = 0, py_version = 0, interp = 0;
+    layout l313;
+    reader r = {pid, NULL};
+    int rc;
+    why[0] = '\0';
+    *out = NULL;
+    if (!s) return -ENOMEM;
+    s->pid = pid;
+    if ((rc = find_runtime(pid, s, &runtime, &py_version, why, why_len))) goto fail;
+    unsigned major = (py_version >> 24) & 255, minor = (py_version >> 16) & 255;
+    if (py_version == 0) { /* Py_Version exists since 3.11 */
+        char v[16];
+        version_from_path(s->library, v, sizeof v);
+        snprintf(why, why_len, "Python %s is not supported by backtrace (supported: %s)",
+                 *v ? v : "older than 3.11", PB_PYSTACK_SUPPORTED);
+        rc = PB_PYSTACK_EVERSION;
+        goto fail;
+    }
+    snprintf(s->python_version, sizeof s->python_version, "%u.%u.%u", major, minor,
+             (unsigned)(py_version >> 8) & 255);
+    if (major == 3 && minor == 11) {
+        r.l = &layout_311;
+    } else if (major == 3 && minor == 12) {
+        r.l = &layout_312;
+    } else if (major == 3 && minor == 13) {
+        debug_offsets_313 d;
+        if ((rc = pb_remote_read(pid, runtime, &d, sizeof d))) goto fail;
+        if (memcmp(d.cookie, "xdebugpy", 8) != 0 || ((d.version >> 16) & 0xffff) != 0x030d) {
+            snprintf(why, why_len, "the _Py_DebugOffsets of Python %s are not where 3.13 keeps "
+                     "them", s->python_version);
+            rc = PB_PYSTACK_EVERSION;
+            goto fail;
+        }
+        layout_from_debug_offsets(&d, &l313);
+        r.l = &l313;
+    } else {
+        snprintf(why, why_len, "Python %s is not supported by backtrace (supported: %s)",
+                 s->python_version, PB_PYSTACK_SUPPORTED);
+        rc = PB_PYSTACK_EVERSION;
+        goto fail;
+    }
+    if ((rc = pb_remote_read_u64(pid, runtime + r.l->runtime_interpreters_head, &interp)))
+        goto fail;
+    if (!interp) {
+        snprintf(why, why_len, "the Python interpreter of process %d is not running (starting "
+                 "or exiting)", (int)pid);
+        rc = PB_PYSTACK_ENOTREADY;
+        goto fail;
+    }
+    s->threads = calloc(MAX_THREADS, sizeof *s->threads);
+    if (!s->threads) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    for (int interps = 0; interp && interps < 64; interps++) {
+        uint64_t tstate = 0, holder = gil_holder(&r, runtime, interp);
+        if ((rc = pb_remote_read_u64(pid, interp + r.l->interp_threads_head, &tstate))) goto fail;
+        /* A thread that ends while it is read takes its state with it: the list ends there
+         * (what was read is shown) unless the whole process is gone. */
+        while (tstate && s->thread_count < MAX_THREADS) {
+            pb_pythread *t = &s->threads[s->thread_count];
+            if ((rc = pb_remote_read_u64(pid, tstate + r.l->tstate_thread_id, &t->thread_id)) ||
+                (rc = pb_remote_read_u64(pid, tstate + r.l->tstate_native_id, &t->native_id))) {
+                if (rc == -ESRCH || rc == -EPERM) goto fail;
+                break;
+            }
+            s->thread_count++;
+            t->holds_gil = holder == tstate;
+            read_thread_name(pid, t->native_id, t->name, sizeof t->name);
+            if ((rc = walk_thread(&r, tstate, t))) goto fail;
+            if (pb_remote_read_u64(pid, tstate + r.l->tstate_next, &tstate)) break;
+        }
+        if (pb_remote_read_u64(pid, interp + r.l->interp_next, &interp)) break;
+    }
+    rc = 0;
+    *out = s;
+    return 0;
+fail:
+    pb_pystack_free(s);
+    return rc;
+}
+
+void pb_pystack_free(pb_pystack *s)
+{
+    if (!s) return;
+    for (int i = 0; s->threads && i < s->thread_count; i++) {
+        for (int k = 0; k < s->threads[i].frame_count; k++) {
+            free(s->threads[i].frames[k].file);
+            free(s->threads[i].frames[k].function);
+        }
+        free(s->threads[i].frames);
+    }
+    free(s->threads);
+    free(s);
+}
