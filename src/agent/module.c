@@ -8,6 +8,10 @@
  */
 #include <Python.h>
 
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "config.h"
 #include "lifecycle.h"
 #include "eval.h"
@@ -66,6 +70,25 @@ static PyObject *py_install_distributed(PyObject *self, PyObject *unused)
     Py_RETURN_TRUE;
 }
 
+/* _release_inject_page(addr, size): `probing <pid> inject` wrote its bootstrap into a private
+ * page of this process (src/remote/inject.h); the bootstrap gives it back when it has run (its
+ * source is compiled by then). Only once, and only a page-aligned address. */
+static PyObject *py_release_inject_page(PyObject *self, PyObject *args)
+{
+    static int released;
+    unsigned long long addr, size;
+    long page = sysconf(_SC_PAGESIZE);
+    if (!PyArg_ParseTuple(args, "KK", &addr, &size)) return NULL;
+    if (released || page <= 0 || addr == 0 || addr % (unsigned long long)page ||
+        size == 0 || size % (unsigned long long)page || size > ((unsigned long long)1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "not the inject page");
+        return NULL;
+    }
+    released = 1;
+    if (munmap((void *)(uintptr_t)addr, (size_t)size) != 0) return PyErr_SetFromErrno(PyExc_OSError);
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_hook_functions(PyObject *self, PyObject *unused) { return pb_torch_hook_functions(); }
 
 static PyMethodDef methods[] = {
@@ -76,6 +99,7 @@ static PyMethodDef methods[] = {
     {"endpoint", py_endpoint, METH_NOARGS, "Socket path or None."},
     {"install_torch_hooks", py_install_torch_hooks, METH_NOARGS, "Register torch hooks (torch must be imported)."},
     {"install_distributed", py_install_distributed, METH_NOARGS, "Record torch.distributed collectives (c10d must be imported)."},
+    {"_release_inject_page", py_release_inject_page, METH_VARARGS, "inject's bootstrap gives its page back."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -49,6 +49,10 @@ void pb_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * in messages: "SQL", "code"). */
 char *pb_cli_positional_text(const pb_cli_args *a, const char *what);
 
+/* Writes the directory that contains the probing Python package with its built extension into
+ * out (see cmd_run.c for where it is looked for). Returns 0, or -1 when none is found. */
+int pb_cli_find_package(char *out, size_t outlen);
+
 int cmd_list(const pb_cli_args *a);
 int cmd_query(const pb_cli_args *a);
 int cmd_eval(const pb_cli_args *a);
@@ -60,5 +64,6 @@ int cmd_timeline(const pb_cli_args *a);
 int cmd_flamegraph(const pb_cli_args *a);
 int cmd_backtrace(const pb_cli_args *a);
 int cmd_detach(const pb_cli_args *a);
+int cmd_inject(const pb_cli_args *a);
 
 #endif

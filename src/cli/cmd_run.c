@@ -50,8 +50,7 @@ static int join(char *out, size_t outlen, const char *dir, const char *name)
     return 0;
 }
 
-/* Writes the directory that contains the probing package into out; returns 0 or -1. */
-static int find_package_parent(char *out, size_t outlen)
+int pb_cli_find_package(char *out, size_t outlen)
 {
     const char *env = getenv("PROBING_PYTHONPATH");
     if (env && *env && has_package(env)) {
@@ -122,7 +121,7 @@ int cmd_run(const pb_cli_args *a)
         }
     }
     char parent[PATH_MAX];
-    if (find_package_parent(parent, sizeof parent) == 0) {
+    if (pb_cli_find_package(parent, sizeof parent) == 0) {
         const char *old = getenv("PYTHONPATH");
         size_t len = 2 * strlen(parent) + (old ? strlen(old) : 0) + 32;
         char *value = malloc(len);

@@ -106,8 +106,20 @@ static const command commands[] = {
      "  -f table  text, one block per thread (default)\n"
      "  -f json   {pid, cmdline, python, library, threads: [{native_id, thread_id, name,\n"
      "            holds_gil, truncated, frames: [{function, file, line}]}]}\n"},
+    {"inject", cmd_inject, OPT_TIMEOUT, 1, 0, "probing <pid> inject [--timeout S]",
+     "load the agent into a running Python process, without restarting it",
+     "The process needs no preparation: it never imported probing. On CPython 3.14+ this uses\n"
+     "the interpreter's sys.remote_exec (PEP 768); before 3.14, ptrace: the main thread is\n"
+     "stopped for a moment to queue a pending call (Py_AddPendingCall) and put back exactly as\n"
+     "it was. The interpreter starts the agent at its next safe point (main thread, between two\n"
+     "bytecodes). Modules, optimizers and data loaders that already exist are recorded from\n"
+     "their next call. Needs the permission to ptrace the process (same user and\n"
+     "kernel.yama.ptrace_scope 0, or root / CAP_SYS_PTRACE) and a probing package built for\n"
+     "the process's Python version. A process already traced is left as it is.\n"
+     "  --timeout S  wait at most S seconds for the agent to start (default 30); exit status 2\n"
+     "               when it has not (it is still queued and starts when the main thread runs\n"
+     "               Python code again)\n"},
     /* Planned; hidden from help until they exist. */
-    {"inject", NULL, 0, 1, 0, NULL, NULL, NULL},
     {"capture", NULL, 0, 1, 0, NULL, NULL, NULL},
 };
 
@@ -432,8 +444,8 @@ static int run(int argc, char **argv)
     }
     a.command = c->name;
     int rc = parse_command_args(c, argc, argv, i + 1, &a);
-    /* backtrace reads the process from outside: its target is a pid, not an agent. */
-    if (rc < 0 && a.target && c->run != cmd_backtrace) {
+    /* backtrace and inject work on the process from outside: their target is a pid, not an agent. */
+    if (rc < 0 && a.target && c->run != cmd_backtrace && c->run != cmd_inject) {
         int resolve_rc = pb_target_resolve(a.target, &a.resolved);
         if (resolve_rc) rc = resolve_rc;
     }

@@ -58,3 +58,14 @@ int pb_remote_mapped_files(pid_t pid, const char *const *prefixes, pb_remote_fil
     fclose(f);
     return count;
 }
+
+int pb_remote_write(pid_t pid, uint64_t addr, const void *src, size_t len)
+{
+    struct iovec local = {(void *)src, len};
+    struct iovec remote = {(void *)(uintptr_t)addr, len};
+    if (len == 0) return 0;
+    if (addr == 0) return -EFAULT;
+    ssize_t n = process_vm_writev(pid, &local, 1, &remote, 1, 0);
+    if (n < 0) return errno == EPERM || errno == ESRCH || errno == ENOMEM ? -errno : -EFAULT;
+    return (size_t)n == len ? 0 : -EFAULT;
+}

@@ -21,6 +21,11 @@
  * process is gone) or -EFAULT (addr is not mapped, or a short read). [any thread] */
 int pb_remote_read(pid_t pid, uint64_t addr, void *dst, size_t len);
 
+/* Writes len bytes from src at addr in pid (the mapping must be writable; used only by
+ * inject, on memory it mapped itself or on the stack of a thread it has stopped). Same returns
+ * as pb_remote_read. */
+int pb_remote_write(pid_t pid, uint64_t addr, const void *src, size_t len);
+
 /* Reads a pointer-sized (8-byte) value. Same returns as pb_remote_read. */
 int pb_remote_read_u64(pid_t pid, uint64_t addr, uint64_t *out);
 
