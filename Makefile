@@ -30,6 +30,9 @@ test: unit integration
 
 bench: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/overhead.py
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/query_latency.py
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/recording_size.py
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/inject_latency.py
 
 lint:
 	clang-format --dry-run --Werror src/*/*.c src/*/*.h tests/unit/*.c
