@@ -34,6 +34,7 @@ def init():
         _importhook.when_imported("torch", _agent.install_torch_hooks)
         # Before torch.distributed copies c10d's names, so both see the recording wrappers.
         _importhook.when_imported("torch.distributed.distributed_c10d", _agent.install_distributed)
+        _importhook.when_imported("torch.nn.parallel.distributed", _agent.install_ddp)
         _importhook.when_imported("torch._dynamo.config", _tell_dynamo)
     return path
 

@@ -90,6 +90,7 @@ static PyObject *get_world_size, *get_backend;
 static PyObject *originals[NSPECS];  /* strong refs, to restore */
 static uint16_t rank;
 static _Thread_local int depth;
+static uint32_t origin_call, origin_ddp, op_all_reduce, op_comm_hook;
 
 /* ---------------------------------------------------------------- argument reading [GIL held] */
 
@@ -159,10 +160,8 @@ static PyObject *pending_call(PyObject *self, PyObject *args, PyObject *kwargs)
 
 /* Chains the row to the Work's future. Returns 1 if the row will be pushed on completion, 0 if
  * the caller must push it now. Never leaves an exception set. */
-static int push_on_completion(PyObject *work, const pb_nccl_row *row, int64_t start_ns)
+static int chain_row(PyObject *fut, const pb_nccl_row *row, int64_t start_ns)
 {
-    if (!work || work == Py_None) return 0;
-    PyObject *fut = PyObject_CallMethod(work, "get_future", NULL);
     pb_pending *p = fut ? PyObject_New(pb_pending, &pending_type) : NULL;
     PyObject *chained = NULL;
     if (p) {
@@ -171,9 +170,18 @@ static int push_on_completion(PyObject *work, const pb_nccl_row *row, int64_t st
         chained = PyObject_CallMethod(fut, "then", "O", (PyObject *)p);
     }
     Py_XDECREF((PyObject *)p);
-    Py_XDECREF(fut);
     int ok = chained != NULL;
     Py_XDECREF(chained);
+    PyErr_Clear();
+    return ok;
+}
+
+static int push_on_completion(PyObject *work, const pb_nccl_row *row, int64_t start_ns)
+{
+    if (!work || work == Py_None) return 0;
+    PyObject *fut = PyObject_CallMethod(work, "get_future", NULL);
+    int ok = fut ? chain_row(fut, row, start_ns) : 0;
+    Py_XDECREF(fut);
     PyErr_Clear();
     return ok;
 }
@@ -201,6 +209,7 @@ static PyObject *collective_call(PyObject *self, PyObject *args, PyObject *kwarg
     r.time_offset_ns = step_start ? start - step_start : 0;
     r.duration_ns = end - start;
     r.operation_type = c->op_id;
+    r.origin = origin_call;
     r.rank = rank;
     PyObject *saved_type, *saved_value, *saved_tb;
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
@@ -242,6 +251,355 @@ static PyObject *collective_getattro(PyObject *self, PyObject *name)
 
 static PyObject *collective_repr(PyObject *self) { return PyObject_Repr(((pb_collective *)self)->original); }
 
+/* ---------------------------------------------------------------- DDP gradient buckets [GIL held]
+ *
+ * DistributedDataParallel all-reduces gradients from C++ (its Reducer), out of sight of the
+ * wrappers above. The Reducer calls a communication hook per gradient bucket when one is
+ * registered, so probing registers one at the first forward of each DDP module: it does what the
+ * built-in path does (divide the bucket by the group size, SUM all-reduce on DDP's process group,
+ * return the Work's future) and chains a row to that future. Numerics: the built-in path divides
+ * while copying gradients into the bucket, the hook divides the bucket after the copy, with
+ * div_(n). For a group size that is a power of two, x / n is exact scaling and every way of
+ * dividing gives the same bits, so the hook is installed by default only then
+ * (PROBING_DDP_HOOK=1 forces it for other sizes, =0 turns it off). It is not installed when the
+ * program registered a built-in hook, uses DDP's mixed_precision, the Python reducer
+ * (compiled autograd), delayed all-reduce, or sparse gradients.
+ * A hook the program registers itself (register_comm_hook, before or after the first forward) is
+ * called by probing's with the program's own state and bucket, and its future is returned
+ * unchanged: its rows are "ddp_comm_hook" (what it sends is its business). Detach cannot take a
+ * hook out of a Reducer: it stays, and records nothing.
+ */
+
+typedef struct pb_ddp_hook {
+    PyObject_HEAD
+    PyObject *group;                  /* DDP's process group */
+    long world;
+    PyObject *user_hook, *user_state; /* the program's own hook, or NULL */
+} pb_ddp_hook;
+
+static PyTypeObject ddp_hook_type = {PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.DDPCommHook"};
+
+/* The continuation the hook returns: the Reducer wants a future whose value is a Python object
+ * (the bucket tensor), which a Work's own future is not, so the hook returns fut.then(done), as
+ * torch's allreduce_hook does with fut.value()[0]; done also pushes the row. */
+typedef struct pb_ddp_done {
+    PyObject_HEAD
+    pb_nccl_row row;
+    int64_t start_ns;
+    int record;      /* push the row */
+    int first_item;  /* value()[0] (our all-reduce) rather than value() (the program's hook) */
+} pb_ddp_done;
+
+static PyTypeObject ddp_done_type = {PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.DDPCommDone"};
+
+static PyObject *ddp_done_call(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    pb_ddp_done *d = (pb_ddp_done *)self;
+    PyObject *fut;
+    if (!PyArg_ParseTuple(args, "O", &fut)) return NULL;
+    PyObject *value = PyObject_CallMethod(fut, "value", NULL);
+    if (!value) return NULL; /* the all-reduce failed: the Reducer sees the same error */
+    if (d->record && atomic_load_explicit(&enabled, memory_order_relaxed) && pb_table_nccl_trace.ring) {
+        d->row.duration_ns = pb_now_ns() - d->start_ns;
+        pb_ring_push(pb_table_nccl_trace.ring, &d->row);
+    }
+    if (!d->first_item) return value;
+    PyObject *item = PySequence_GetItem(value, 0);
+    Py_DECREF(value);
+    return item;
+}
+static PyObject *ddp_cls, *wrap_ddp_forward, *wrap_ddp_register, *wrap_ddp_builtin;
+static PyObject *register_comm_hook_fn; /* torch.distributed._register_comm_hook */
+static const char MARK[] = "_probing_comm_hook";
+
+static void ddp_hook_row(pb_ddp_hook *h, PyObject *bucket, uint32_t op, pb_nccl_row *r, int64_t start)
+{
+    int64_t step_start = pb_torch_step_start_ns();
+    r->step = pb_torch_current_step();
+    r->time_offset_ns = step_start ? start - step_start : 0;
+    r->operation_type = op;
+    r->origin = origin_ddp;
+    r->rank = rank;
+    r->async_op = 1;
+    r->group_size = (uint32_t)h->world;
+    PyObject *buf = PyObject_CallMethod(bucket, "buffer", NULL);
+    if (buf) add_payload(buf, 0, &r->bytes, &r->dtype);
+    Py_XDECREF(buf);
+    PyErr_Clear();
+    describe_group(h->group, r);
+    r->group_size = (uint32_t)h->world;
+}
+
+/* hook(state, bucket) -> Future, called by the Reducer for each bucket. */
+static PyObject *ddp_hook_call(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    pb_ddp_hook *h = (pb_ddp_hook *)self;
+    PyObject *state, *bucket, *fut = NULL;
+    if (!PyArg_ParseTuple(args, "OO", &state, &bucket)) return NULL;
+    int64_t start = pb_now_ns();
+    if (h->user_hook) {
+        fut = PyObject_CallFunctionObjArgs(h->user_hook, h->user_state, bucket, NULL);
+    } else {
+        PyObject *buf = PyObject_CallMethod(bucket, "buffer", NULL);
+        PyObject *list = NULL, *work = NULL;
+        if (buf && h->world > 1) {
+            PyObject *r = PyObject_CallMethod(buf, "div_", "l", h->world);
+            if (!r) Py_CLEAR(buf);
+            Py_XDECREF(r);
+        }
+        if (buf) list = PyList_New(1);
+        if (list) {
+            Py_INCREF(buf);
+            PyList_SET_ITEM(list, 0, buf);
+            work = PyObject_CallMethod(h->group, "allreduce", "O", list);
+        }
+        if (work) fut = PyObject_CallMethod(work, "get_future", NULL);
+        Py_XDECREF(work);
+        Py_XDECREF(list);
+        Py_XDECREF(buf);
+    }
+    if (!fut) return NULL; /* the program's hook (or the all-reduce) failed: as without probing */
+    pb_ddp_done *d = PyObject_New(pb_ddp_done, &ddp_done_type);
+    if (!d) {
+        Py_DECREF(fut);
+        return NULL;
+    }
+    memset(&d->row, 0, sizeof d->row);
+    d->start_ns = start;
+    d->first_item = h->user_hook == NULL;
+    d->record = atomic_load_explicit(&enabled, memory_order_relaxed) && pb_table_nccl_trace.ring;
+    if (d->record) ddp_hook_row(h, bucket, h->user_hook ? op_comm_hook : op_all_reduce, &d->row, start);
+    PyObject *chained = PyObject_CallMethod(fut, "then", "O", (PyObject *)d);
+    Py_DECREF((PyObject *)d);
+    Py_DECREF(fut);
+    return chained;
+}
+
+static void ddp_hook_dealloc(PyObject *self)
+{
+    pb_ddp_hook *h = (pb_ddp_hook *)self;
+    Py_XDECREF(h->group);
+    Py_XDECREF(h->user_hook);
+    Py_XDECREF(h->user_state);
+    Py_TYPE(self)->tp_free(self);
+}
+
+/* The DDP instance's marker: our hook, Py_None (decided: no hook), or NULL (not decided yet).
+ * Borrowed. */
+static PyObject *ddp_mark(PyObject *ddp)
+{
+    PyObject **dictptr = _PyObject_GetDictPtr(ddp);
+    if (!dictptr || !*dictptr) return NULL;
+    return PyDict_GetItemString(*dictptr, MARK);
+}
+
+static void ddp_set_mark(PyObject *ddp, PyObject *value)
+{
+    PyObject **dictptr = _PyObject_GetDictPtr(ddp);
+    if (dictptr && *dictptr) PyDict_SetItemString(*dictptr, MARK, value);
+    PyErr_Clear();
+}
+
+static int attr_true(PyObject *o, const char *name)
+{
+    PyObject *v = PyObject_GetAttrString(o, name);
+    int t = v ? PyObject_IsTrue(v) : 0;
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return t > 0;
+}
+
+/* A new hook for ddp, registered with its Reducer; NULL (no exception) when it cannot be. */
+static pb_ddp_hook *ddp_register(PyObject *ddp)
+{
+    PyObject *group = PyObject_GetAttrString(ddp, "process_group");
+    PyObject *reducer = group ? PyObject_GetAttrString(ddp, "reducer") : NULL;
+    PyObject *size = group ? PyObject_CallMethod(group, "size", NULL) : NULL;
+    pb_ddp_hook *h = NULL;
+    if (!reducer || !size || !register_comm_hook_fn) goto out;
+    h = PyObject_New(pb_ddp_hook, &ddp_hook_type);
+    if (!h) goto out;
+    h->group = group;
+    group = NULL;
+    h->world = PyLong_AsLong(size);
+    h->user_hook = h->user_state = NULL;
+    PyObject *r = PyObject_CallFunctionObjArgs(register_comm_hook_fn, reducer, Py_None, (PyObject *)h, NULL);
+    if (!r) Py_CLEAR(h);
+    Py_XDECREF(r);
+out:
+    Py_XDECREF(size);
+    Py_XDECREF(reducer);
+    Py_XDECREF(group);
+    PyErr_Clear();
+    return h;
+}
+
+/* Whether probing may stand in for DDP's built-in all-reduce on this instance. */
+static int ddp_hook_allowed(PyObject *ddp)
+{
+    int forced = pb_config_int("PROBING_DDP_HOOK", -1);
+    if (forced == 0) return 0;
+    PyObject *hooks = PyObject_GetAttrString(ddp, "_comm_hooks");
+    Py_ssize_t n = hooks && PyList_Check(hooks) ? PyList_GET_SIZE(hooks) : -1;
+    Py_XDECREF(hooks);
+    PyErr_Clear();
+    if (n != 0) return 0; /* the program's hook is registered, or this DDP is not what we know */
+    PyObject *mp = PyObject_GetAttrString(ddp, "mixed_precision");
+    int has_mp = mp && mp != Py_None;
+    Py_XDECREF(mp);
+    PyErr_Clear();
+    if (has_mp || attr_true(ddp, "_use_python_reducer") || attr_true(ddp, "_delay_all_reduce_all_params"))
+        return 0;
+    /* Sparse gradients (nn.Embedding(sparse=True) and the like) take another path. */
+    PyObject *inner = PyObject_GetAttrString(ddp, "module");
+    PyObject *mods = inner ? PyObject_CallMethod(inner, "modules", NULL) : NULL;
+    PyObject *it = mods ? PyObject_GetIter(mods) : NULL, *m;
+    int sparse = !it;
+    while (it && !sparse && (m = PyIter_Next(it))) {
+        sparse = attr_true(m, "sparse");
+        Py_DECREF(m);
+    }
+    Py_XDECREF(it);
+    Py_XDECREF(mods);
+    Py_XDECREF(inner);
+    PyErr_Clear();
+    if (sparse) return 0;
+    if (forced == 1) return 1;
+    PyObject *group = PyObject_GetAttrString(ddp, "process_group");
+    PyObject *size = group ? PyObject_CallMethod(group, "size", NULL) : NULL;
+    long world = size ? PyLong_AsLong(size) : -1;
+    Py_XDECREF(size);
+    Py_XDECREF(group);
+    PyErr_Clear();
+    return world >= 1 && (world & (world - 1)) == 0;
+}
+
+/* DistributedDataParallel.forward(self, ...): decides once per instance. */
+static PyObject *ddp_forward(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (n >= 1 && !ddp_mark(args[0])) {
+        PyObject *saved_type, *saved_value, *saved_tb;
+        PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
+        pb_ddp_hook *h = ddp_hook_allowed(args[0]) ? ddp_register(args[0]) : NULL;
+        ddp_set_mark(args[0], h ? (PyObject *)h : Py_None);
+        Py_XDECREF((PyObject *)h);
+        PyErr_Restore(saved_type, saved_value, saved_tb);
+    }
+    return PyObject_Vectorcall(orig, args, nargsf, kwnames);
+}
+
+/* What DistributedDataParallel.register_comm_hook does besides registering with the Reducer. */
+static int ddp_bookkeeping(PyObject *ddp, PyObject *state, PyObject *hook)
+{
+    PyObject *r = PyObject_CallMethod(ddp, "_check_comm_hook", "O", hook);
+    if (!r) return -1;
+    Py_DECREF(r);
+    PyObject *logger = PyObject_GetAttrString(ddp, "logger");
+    PyObject *qualname = logger && logger != Py_None ? PyObject_GetAttrString(hook, "__qualname__") : NULL;
+    if (!qualname) PyErr_Clear();
+    if (qualname) {
+        r = PyObject_CallMethod(logger, "_set_comm_hook_name", "O", qualname);
+        Py_XDECREF(r);
+        Py_DECREF(qualname);
+    }
+    Py_XDECREF(logger);
+    PyErr_Clear();
+    PyObject *hooks = PyObject_GetAttrString(ddp, "_comm_hooks");
+    PyObject *pair = hooks ? PyTuple_Pack(2, hook, state) : NULL;
+    int rc = pair && PyList_Check(hooks) ? PyList_Append(hooks, pair) : -1;
+    Py_XDECREF(pair);
+    Py_XDECREF(hooks);
+    if (rc) PyErr_Clear();
+    return 0;
+}
+
+/* DistributedDataParallel.register_comm_hook(self, state, hook). */
+static PyObject *ddp_register_comm_hook(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames || n != 3 || !atomic_load_explicit(&enabled, memory_order_relaxed))
+        return PyObject_Vectorcall(orig, args, nargsf, kwnames);
+    PyObject *ddp = args[0], *state = args[1], *hook = args[2];
+    PyObject *mark = ddp_mark(ddp);
+    pb_ddp_hook *h = NULL;
+    if (mark && mark != Py_None && Py_IS_TYPE(mark, &ddp_hook_type)) {
+        h = (pb_ddp_hook *)mark;
+        if (h->user_hook) {
+            PyErr_SetString(PyExc_RuntimeError, "register_comm_hook or register_builtin_comm_hook can only be called once.");
+            return NULL;
+        }
+        Py_INCREF(h);
+    } else if (mark || pb_config_int("PROBING_DDP_HOOK", -1) == 0) {
+        return PyObject_Vectorcall(orig, args, nargsf, kwnames);
+    }
+    if (ddp_bookkeeping(ddp, state, hook)) {
+        Py_XDECREF((PyObject *)h);
+        return NULL; /* _check_comm_hook's error, as torch raises it */
+    }
+    if (!h && !(h = ddp_register(ddp))) {
+        /* Could not stand in: register the program's hook the plain way. */
+        PyObject *reducer = PyObject_GetAttrString(ddp, "reducer");
+        PyObject *r = reducer ? PyObject_CallFunctionObjArgs(register_comm_hook_fn, reducer, state, hook, NULL) : NULL;
+        Py_XDECREF(reducer);
+        ddp_set_mark(ddp, Py_None);
+        if (!r) return NULL;
+        Py_DECREF(r);
+        Py_RETURN_NONE;
+    }
+    Py_INCREF(hook);
+    Py_INCREF(state);
+    h->user_hook = hook;
+    h->user_state = state;
+    ddp_set_mark(ddp, (PyObject *)h);
+    Py_DECREF((PyObject *)h);
+    Py_RETURN_NONE;
+}
+
+/* DistributedDataParallel._register_builtin_comm_hook(self, type): probing keeps out. */
+static PyObject *ddp_register_builtin(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) >= 1 && !ddp_mark(args[0])) ddp_set_mark(args[0], Py_None);
+    return PyObject_Vectorcall(orig, args, nargsf, kwnames);
+}
+
+int pb_distributed_install_ddp(void)
+{
+    if (ddp_cls) return 0;
+    PyObject *mod = PyImport_ImportModule("torch.nn.parallel.distributed");
+    PyObject *dist = mod ? PyImport_ImportModule("torch.distributed") : NULL;
+    if (!dist) {
+        Py_XDECREF(mod);
+        return -1;
+    }
+    register_comm_hook_fn = PyObject_GetAttrString(dist, "_register_comm_hook");
+    ddp_cls = register_comm_hook_fn ? PyObject_GetAttrString(mod, "DistributedDataParallel") : NULL;
+    Py_DECREF(dist);
+    Py_DECREF(mod);
+    if (!ddp_cls) return -1;
+    if (!origin_ddp) {
+        origin_call = pb_intern_cstr("call");
+        origin_ddp = pb_intern_cstr("ddp");
+        op_all_reduce = pb_intern_cstr("all_reduce");
+        op_comm_hook = pb_intern_cstr("ddp_comm_hook");
+    }
+    if (pb_wrap_attr(ddp_cls, "forward", ddp_forward, &wrap_ddp_forward) ||
+        pb_wrap_attr(ddp_cls, "register_comm_hook", ddp_register_comm_hook, &wrap_ddp_register) ||
+        pb_wrap_attr(ddp_cls, "_register_builtin_comm_hook", ddp_register_builtin, &wrap_ddp_builtin))
+        return -1;
+    return 0;
+}
+
+static void ddp_remove(void)
+{
+    if (!ddp_cls) return;
+    pb_unwrap_attr(ddp_cls, "forward", &wrap_ddp_forward);
+    pb_unwrap_attr(ddp_cls, "register_comm_hook", &wrap_ddp_register);
+    pb_unwrap_attr(ddp_cls, "_register_builtin_comm_hook", &wrap_ddp_builtin);
+    Py_CLEAR(ddp_cls);
+    Py_CLEAR(register_comm_hook_fn);
+}
+
 int pb_distributed_ready_types(void)
 {
     collective_type.tp_basicsize = sizeof(pb_collective);
@@ -254,7 +612,17 @@ int pb_distributed_ready_types(void)
     pending_type.tp_basicsize = sizeof(pb_pending);
     pending_type.tp_flags = Py_TPFLAGS_DEFAULT;
     pending_type.tp_call = pending_call;
-    if (PyType_Ready(&collective_type) || PyType_Ready(&pending_type)) return -1;
+    ddp_hook_type.tp_basicsize = sizeof(pb_ddp_hook);
+    ddp_hook_type.tp_flags = Py_TPFLAGS_DEFAULT;
+    ddp_hook_type.tp_call = ddp_hook_call;
+    ddp_hook_type.tp_dealloc = ddp_hook_dealloc;
+    ddp_hook_type.tp_doc = "probing's DDP communication hook: DDP's all-reduce, recorded into python.nccl_trace";
+    ddp_done_type.tp_basicsize = sizeof(pb_ddp_done);
+    ddp_done_type.tp_flags = Py_TPFLAGS_DEFAULT;
+    ddp_done_type.tp_call = ddp_done_call;
+    if (PyType_Ready(&collective_type) || PyType_Ready(&pending_type) || PyType_Ready(&ddp_hook_type) ||
+        PyType_Ready(&ddp_done_type))
+        return -1;
     return 0;
 }
 
@@ -275,6 +643,10 @@ int pb_distributed_install(void)
     Py_XINCREF(dist);
     const char *r = getenv("RANK");
     rank = r ? (uint16_t)atoi(r) : 0;
+    origin_call = pb_intern_cstr("call");
+    origin_ddp = pb_intern_cstr("ddp");
+    op_all_reduce = pb_intern_cstr("all_reduce");
+    op_comm_hook = pb_intern_cstr("ddp_comm_hook");
     for (int i = 0; i < NSPECS; i++) {
         PyObject *orig = PyObject_GetAttrString(c10d, specs[i].name);
         if (!orig) {
@@ -320,6 +692,7 @@ fail:
 void pb_distributed_remove(void)
 {
     atomic_store(&enabled, 0);
+    ddp_remove();
     if (!installed) return;
     PyObject *dist = PyDict_GetItemString(PyImport_GetModuleDict(), "torch.distributed");
     PyObject *modules[2] = {c10d, dist};

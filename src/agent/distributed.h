@@ -6,7 +6,7 @@
  * are replaced, in that module and in torch.distributed, by C callables that call the original
  * unchanged and then push one row: operation, backend, bytes, dtype, group size, async_op,
  * duration, step and offset in the step. See docs/tables.md for what duration_ms means and for
- * what is not seen (DDP's own gradient all-reduces, which torch issues from C++).
+ * what is not seen.
  */
 #ifndef PB_AGENT_DISTRIBUTED_H
 #define PB_AGENT_DISTRIBUTED_H
@@ -20,6 +20,11 @@
  * torch.distributed). Idempotent; a function missing in this torch is skipped. Returns 0, or -1
  * with a Python exception set. [GIL held] */
 int pb_distributed_install(void);
+
+/* Records DistributedDataParallel's gradient-bucket all-reduces through a communication hook
+ * (see distributed.c for when it stands in and why that is bit-identical). Called once
+ * torch.nn.parallel.distributed is imported. Returns 0, or -1 with an exception set. [GIL held] */
+int pb_distributed_install_ddp(void);
 
 /* Puts the original functions back where they are still our wrappers. [GIL held] */
 void pb_distributed_remove(void);

@@ -89,6 +89,13 @@ static PyObject *py_release_inject_page(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *py_install_ddp(PyObject *self, PyObject *unused)
+{
+    if (!pb_agent_endpoint() || pb_config_int("PROBING_TORCH", 1) == 0) Py_RETURN_FALSE;
+    if (pb_distributed_install_ddp()) return NULL;
+    Py_RETURN_TRUE;
+}
+
 static PyObject *py_hook_functions(PyObject *self, PyObject *unused) { return pb_torch_hook_functions(); }
 
 static PyMethodDef methods[] = {
@@ -99,6 +106,7 @@ static PyMethodDef methods[] = {
     {"endpoint", py_endpoint, METH_NOARGS, "Socket path or None."},
     {"install_torch_hooks", py_install_torch_hooks, METH_NOARGS, "Register torch hooks (torch must be imported)."},
     {"install_distributed", py_install_distributed, METH_NOARGS, "Record torch.distributed collectives (c10d must be imported)."},
+    {"install_ddp", py_install_ddp, METH_NOARGS, "Record DistributedDataParallel's gradient all-reduces."},
     {"_release_inject_page", py_release_inject_page, METH_VARARGS, "inject's bootstrap gives its page back."},
     {NULL, NULL, 0, NULL},
 };

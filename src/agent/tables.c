@@ -37,6 +37,7 @@ static const pb_column nccl_cols[] = {
     COL("duration_ms", PB_COL_NS_MS, pb_nccl_row, duration_ns, "milliseconds (see docs/tables.md)"),
     COL("time_offset", PB_COL_NS_SEC, pb_nccl_row, time_offset_ns, "seconds from the start of the step"),
     COL("rank", PB_COL_U16, pb_nccl_row, rank, "distributed rank"),
+    COL("origin", PB_COL_STR_ID, pb_nccl_row, origin, "call: the program called torch.distributed; ddp: a DistributedDataParallel gradient bucket"),
 };
 
 pb_table pb_table_torch_trace = {

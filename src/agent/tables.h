@@ -40,6 +40,7 @@ typedef struct pb_nccl_row {
     uint32_t backend;        /* intern id: nccl, gloo, ... */
     uint32_t dtype;          /* intern id */
     uint32_t group_size;
+    uint32_t origin;         /* intern id: "call" (the program's call) or "ddp" (DDP's bucket) */
     uint16_t rank;
     uint8_t async_op;
 } pb_nccl_row;

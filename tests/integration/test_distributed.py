@@ -1,7 +1,9 @@
 """python.nccl_trace on a real 2-rank job: `probing run -- python -m torch.distributed.run
 --nproc_per_node 2 tests/workloads/ddp_gloo.py` on CPU with the gloo backend. Every rank gets its
 own agent (and so does the torchrun launcher); each rank's table holds that rank's collectives,
-attributed to the training step they were issued in."""
+attributed to the training step they were issued in: the program's own calls (origin 'call') and
+DDP's gradient-bucket all-reduces (origin 'ddp'), and training is bit-identical to the same job
+without probing, with DDP's built-in all-reduce and with a communication hook of the program."""
 import json
 import re
 import socket
@@ -62,7 +64,8 @@ def test_all_reduces_attributed_to_steps(cli, ddp_job):
     for r, pid in ranks.items():
         rows = cli.query(pid, "SELECT step, backend, bytes, dtype, group_size, async_op, rank, "
                               "duration_ms, time_offset FROM python.nccl_trace "
-                              "WHERE operation_type = 'all_reduce' ORDER BY step")
+                              "WHERE operation_type = 'all_reduce' AND origin = 'call' "
+                              "ORDER BY step")
         # the loss average runs after optimizer.step(), which ends a step: steps 1..STEPS
         assert [row["step"] for row in rows] == list(range(1, STEPS + 1)), rows
         for row in rows:
@@ -76,8 +79,8 @@ def test_every_operation_recorded_once(cli, ddp_job):
     for r, pid in ranks.items():
         rows = cli.query(pid, "SELECT operation_type, COUNT(*) AS n, SUM(bytes) AS bytes, "
                               "MAX(async_op) AS async_op, MIN(dtype) AS dtype "
-                              "FROM python.nccl_trace GROUP BY operation_type "
-                              "ORDER BY operation_type")
+                              "FROM python.nccl_trace WHERE origin = 'call' "
+                              "GROUP BY operation_type ORDER BY operation_type")
         assert rows == [
             # all_gather_into_tensor calls all_gather_single: one row, not two
             {"operation_type": "all_gather_into_tensor", "n": 1, "bytes": 8, "async_op": 1,
@@ -95,10 +98,86 @@ def test_seed_query_04_lists_all_reduce(cli, ddp_job):
     for pid in ranks.values():
         rows = cli.query(pid, seed_file("04-nccl-operation-times.sql"))
         by_op = {row["operation_type"]: row for row in rows}
-        assert by_op["all_reduce"]["count"] == STEPS
+        assert by_op["all_reduce"]["count"] == 2 * STEPS  # the loss average + DDP's bucket
         assert by_op["all_reduce"]["max_time_ms"] >= by_op["all_reduce"]["avg_time_ms"] > 0
         assert [row["avg_time_ms"] for row in rows] == sorted(
             (row["avg_time_ms"] for row in rows), reverse=True)
+
+
+# nn.Linear(32, 64) + nn.Linear(64, 4): (32*64 + 64 + 64*4 + 4) float32 parameters, one bucket
+MODEL_BYTES = (32 * 64 + 64 + 64 * 4 + 4) * 4
+
+
+def test_ddp_gradient_all_reduces(cli, ddp_job):
+    """DDP's own all-reduce of each step's gradient bucket, issued from C++ during backward."""
+    _, ranks = ddp_job
+    for r, pid in ranks.items():
+        rows = cli.query(pid, "SELECT step, operation_type, backend, bytes, dtype, group_size, "
+                              "async_op, rank, duration_ms, time_offset FROM python.nccl_trace "
+                              "WHERE origin = 'ddp' ORDER BY step")
+        # backward runs before optimizer.step() ends the step: steps 0..STEPS-1
+        assert [row["step"] for row in rows] == list(range(STEPS)), rows
+        for row in rows:
+            assert (row["operation_type"], row["backend"], row["bytes"], row["dtype"],
+                    row["group_size"], row["async_op"], row["rank"]) == (
+                "all_reduce", "gloo", MODEL_BYTES, "float32", 2, 1, r), row
+            assert row["duration_ms"] > 0 and row["time_offset"] > 0
+
+
+def run_plain_job(env, work, *args):
+    """The same job without probing; returns rank 0's step and final-loss lines."""
+    import subprocess
+    e = {k: v for k, v in env.items() if k != "PROBING"}
+    r = subprocess.run([PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                        "--master_port", str(free_port()), str(WORKLOADS / "ddp_gloo.py"),
+                        "--steps", str(STEPS), *args], env=e, cwd=work, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return loss_lines(r.stdout)
+
+
+def loss_lines(text):
+    return [line for line in text.splitlines() if re.match(r"^(step \d+ |final loss: )", line)]
+
+
+def test_ddp_training_is_bit_identical(ddp_job, env, session_dir):
+    job, _ = ddp_job
+    assert loss_lines(job.stdout()) == run_plain_job(env, session_dir)
+    assert len(loss_lines(job.stdout())) == STEPS + 1
+
+
+def test_ddp_with_the_programs_comm_hook(cli, env, session_dir):
+    """A hook the program registers is called by probing's, unchanged: same numbers, and its
+    buckets are recorded as ddp_comm_hook."""
+    from conftest import Launcher
+    work = session_dir / "ddp-hook"
+    work.mkdir()
+    launcher = Launcher(cli, env, work, env["PROBING_DIR"])
+    hold = work / "hold"
+    try:
+        job = launcher.command([cli.binary, "run", "--", PYTHON, "-m", "torch.distributed.run",
+                                "--nproc_per_node", "2", "--master_port", free_port(),
+                                WORKLOADS / "ddp_gloo.py", "--steps", STEPS, "--comm-hook",
+                                "--hold-file", hold], name="ddp-hook")
+        job._poll("HOLDING from both ranks",
+                  lambda: len(re.findall(r"^HOLDING$", job.stdout(), re.M)) == 2, 120)
+        pids = [re.search(rf"^rank {r} pid (\d+)$", job.stdout(), re.M).group(1) for r in (0, 1)]
+        for pid in pids:
+            rows = cli.query(pid, "SELECT step, operation_type, bytes FROM python.nccl_trace "
+                                  "WHERE origin = 'ddp' ORDER BY step")
+            assert rows == [{"step": s, "operation_type": "ddp_comm_hook", "bytes": MODEL_BYTES}
+                            for s in range(STEPS)], rows
+            out = cli.eval(pid, "import gc, torch\nddp = [o for o in gc.get_objects() if "
+                                "isinstance(o, torch.nn.parallel.DistributedDataParallel)][0]\n"
+                                "print(ddp._comm_hooks[0][0].__qualname__)")
+            assert out.strip() == "allreduce_hook"
+        traced = loss_lines(job.stdout())
+        for r in (0, 1):
+            (work / f"hold.{r}").touch()
+        job.proc.wait(timeout=60)
+    finally:
+        launcher.cleanup()
+    assert traced == run_plain_job(env, work, "--comm-hook")
 
 
 def test_launcher_records_no_collectives(cli, ddp_job):

@@ -42,7 +42,10 @@ def make_deterministic(seed):
 
 
 def say(*parts):
-    print(*parts, flush=True)
+    # One write per line: ranks of a job share one stdout, and print() under -u writes the text
+    # and the newline separately, so two ranks' lines could interleave ("HOLDINGHOLDING").
+    sys.stdout.write(" ".join(str(p) for p in parts) + "\n")
+    sys.stdout.flush()
 
 
 def report_step(step, value, every, name="loss"):

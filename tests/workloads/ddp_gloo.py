@@ -2,7 +2,8 @@
 
     torchrun --nproc_per_node 2 tests/workloads/ddp_gloo.py --steps 5
 
-A small MLP wrapped in DistributedDataParallel; each step also averages the loss across ranks
+A small MLP wrapped in DistributedDataParallel (with --comm-hook, torch's allreduce_hook
+registered as its communication hook); each step also averages the loss across ranks
 with an explicit dist.all_reduce (what training loops do for logging), and the run starts with a
 barrier and a broadcast and ends with an async all_gather_into_tensor. Rank 0 prints the step
 lines and the final loss; every rank holds at the end when --hold-file is given (each rank waits
@@ -19,11 +20,17 @@ from _workload import hold, make_deterministic, make_parser, report_final, repor
 
 
 def main():
-    args = make_parser(__doc__, steps=5).parse_args()
+    parser = make_parser(__doc__, steps=5)
+    parser.add_argument("--comm-hook", action="store_true",
+                        help="register torch's allreduce_hook as DDP's communication hook")
+    args = parser.parse_args()
     make_deterministic(args.seed)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     model = DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
+    if args.comm_hook:  # the program's own DDP communication hook (torch's allreduce_hook)
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        model.register_comm_hook(None, default_hooks.allreduce_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.MSELoss()
     dist.barrier()
