@@ -20,6 +20,7 @@ static pb_config_entry entries[] = {
     {"PROBING_TORCH", "1", "0 disables the torch module and optimizer hooks", NULL},
     {"PROBING_HOOK_MODE", "call", "how module executions are seen: 'call' wraps torch.nn.Module.__call__ in C (torch keeps its fast path); 'hooks' uses torch's global forward hooks", NULL},
     {"PROBING_BACKWARD", "1", "0 records forward and optimizer only (no autograd node hooks: cheaper)", NULL},
+    {"PROBING_DDP_HOOK", "", "DistributedDataParallel's all-reduces are recorded through a comm hook by default for power-of-two group sizes (bit-identical); 1 for any size, 0 never", NULL},
     {"PROBING_MEM_SAMPLE_MS", "5", "period of the RSS sampler feeding allocated/max_allocated on CPU", NULL},
     {"PROBING_SYSTEM_SAMPLE_MS", "1000", "period of the system.process / system.gpu sampler (minimum 10)", NULL},
     {"PROBING_NVML_LIBRARY", "", "NVML library to dlopen for system.gpu (default libnvidia-ml.so.1; tests point it at a fake)", NULL},
