@@ -37,6 +37,7 @@ typedef struct pb_cli_args {
     const char *output;     /* -o/--output value (timeline, flamegraph), NULL when not given */
     const char *stage;      /* --stage value (flamegraph), NULL when not given */
     int folded;             /* --folded given */
+    int native;             /* --native given (backtrace) */
     char **exec_argv;       /* run: the command after "--" (NULL-terminated, borrowed) */
     int exec_argc;
 } pb_cli_args;

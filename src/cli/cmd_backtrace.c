@@ -14,6 +14,7 @@
  */
 #include "cli.h"
 #include "format.h"
+#include "native.h"
 #include "pystack.h"
 
 #include <errno.h>
@@ -29,7 +30,38 @@ static void print_sanitized(const char *s)
     pb_buf_free(&b);
 }
 
-static int print_text(const pb_pystack *s)
+#define NATIVE_MAX 256
+
+/* The native frames of each Python thread of s (stack order as s->threads), or NULL. */
+typedef struct native_stacks {
+    pb_native_frame *frames; /* thread_count * NATIVE_MAX */
+    int *counts;             /* frames per thread, or a negative errno */
+} native_stacks;
+
+static void print_native(const native_stacks *ns, int i)
+{
+    if (!ns) return;
+    if (ns->counts[i] < 0) {
+        printf("  native: (not read: %s)\n", strerror(-ns->counts[i]));
+        return;
+    }
+    printf("  native:\n");
+    for (int k = 0; k < ns->counts[i]; k++) {
+        const pb_native_frame *f = &ns->frames[(size_t)i * NATIVE_MAX + k];
+        printf("    ");
+        if (f->symbol[0]) {
+            print_sanitized(f->symbol);
+            printf("+0x%llx", (unsigned long long)f->offset);
+        } else {
+            printf("0x%llx", (unsigned long long)f->ip);
+        }
+        printf(" (");
+        print_sanitized(f->object[0] ? f->object : "?");
+        printf(")\n");
+    }
+}
+
+static int print_text(const pb_pystack *s, const native_stacks *ns)
 {
     char cmd[512];
     pb_target_cmdline(s->pid, cmd, sizeof cmd, 200);
@@ -52,11 +84,25 @@ static int print_text(const pb_pystack *s)
             printf(":%d)\n", t->frames[k].line);
         }
         if (t->truncated) printf("    ... (the rest of this stack could not be read)\n");
+        print_native(ns, i);
     }
     return ferror(stdout) ? PB_EXIT_ERROR : PB_EXIT_OK;
 }
 
-static int print_json(const pb_pystack *s)
+static json_t *native_json(const native_stacks *ns, int i)
+{
+    json_t *list = json_array();
+    for (int k = 0; list && k < ns->counts[i]; k++) {
+        const pb_native_frame *f = &ns->frames[(size_t)i * NATIVE_MAX + k];
+        json_array_append_new(list, json_pack("{s:I, s:s?, s:I, s:s?}", "ip", (json_int_t)f->ip,
+                                              "symbol", f->symbol[0] ? f->symbol : NULL, "offset",
+                                              (json_int_t)f->offset, "object",
+                                              f->object[0] ? f->object : NULL));
+    }
+    return list;
+}
+
+static int print_json(const pb_pystack *s, const native_stacks *ns)
 {
     char cmd[4096];
     json_t *threads = json_array(), *root = NULL;
@@ -70,11 +116,17 @@ static int print_json(const pb_pystack *s)
             json_array_append_new(frames, json_pack("{s:s, s:s, s:i}", "function",
                                                     t->frames[k].function, "file",
                                                     t->frames[k].file, "line", t->frames[k].line));
-        json_array_append_new(threads,
-                              json_pack("{s:I, s:I, s:s, s:b, s:b, s:o*}", "native_id",
-                                        (json_int_t)t->native_id, "thread_id",
-                                        (json_int_t)t->thread_id, "name", t->name, "holds_gil",
-                                        t->holds_gil, "truncated", t->truncated, "frames", frames));
+        json_t *th = json_pack("{s:I, s:I, s:s, s:b, s:b, s:o*}", "native_id",
+                               (json_int_t)t->native_id, "thread_id", (json_int_t)t->thread_id,
+                               "name", t->name, "holds_gil", t->holds_gil, "truncated",
+                               t->truncated, "frames", frames);
+        if (th && ns) {
+            if (ns->counts[i] >= 0)
+                json_object_set_new(th, "native", native_json(ns, i));
+            else
+                json_object_set_new(th, "native_error", json_string(strerror(-ns->counts[i])));
+        }
+        json_array_append_new(threads, th);
     }
     root = json_pack("{s:i, s:s, s:s, s:s, s:O}", "pid", (int)s->pid, "cmdline", cmd, "python",
                      s->python_version, "library", s->library, "threads", threads);
@@ -97,6 +149,12 @@ int cmd_backtrace(const pb_cli_args *a)
     if (!pb_target_is_pid(a->target)) {
         pb_cli_error("backtrace reads a process from outside and needs a pid, not '%s': "
                      "probing <pid> backtrace", a->target);
+        return PB_EXIT_USAGE;
+    }
+    if (a->native && !pb_native_available()) {
+        pb_cli_error("backtrace --native needs libunwind, and this probing was built without it "
+                     "(install libunwind-dev and rebuild); run it without --native for the "
+                     "Python frames");
         return PB_EXIT_USAGE;
     }
     long v = strtol(a->target, NULL, 10);
@@ -125,7 +183,37 @@ int cmd_backtrace(const pb_cli_args *a)
                          strerror(-rc));
         return PB_EXIT_ERROR;
     }
-    rc = fmt == PB_FORMAT_JSON ? print_json(s) : print_text(s);
+    native_stacks ns = {NULL, NULL};
+    if (a->native && s->thread_count > 0) {
+        ns.frames = calloc((size_t)s->thread_count * NATIVE_MAX, sizeof *ns.frames);
+        ns.counts = calloc((size_t)s->thread_count, sizeof *ns.counts);
+        if (!ns.frames || !ns.counts) {
+            free(ns.frames);
+            free(ns.counts);
+            pb_pystack_free(s);
+            pb_cli_error("out of memory");
+            return PB_EXIT_ERROR;
+        }
+        for (int i = 0; i < s->thread_count; i++) {
+            ns.counts[i] = pb_native_stack(pid, (pid_t)s->threads[i].native_id,
+                                           &ns.frames[(size_t)i * NATIVE_MAX], NATIVE_MAX);
+            if (ns.counts[i] == -EPERM) {
+                pb_cli_error("not allowed to stop the threads of process %d for --native "
+                             "(ptrace): run probing as the same user with "
+                             "kernel.yama.ptrace_scope=0, or as root / with CAP_SYS_PTRACE; "
+                             "another debugger may be attached. Without --native the Python "
+                             "stacks need no stop", (int)pid);
+                free(ns.frames);
+                free(ns.counts);
+                pb_pystack_free(s);
+                return PB_EXIT_ERROR;
+            }
+        }
+    }
+    rc = fmt == PB_FORMAT_JSON ? print_json(s, ns.frames ? &ns : NULL)
+                               : print_text(s, ns.frames ? &ns : NULL);
+    free(ns.frames);
+    free(ns.counts);
     pb_pystack_free(s);
     return rc;
 }

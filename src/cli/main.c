@@ -25,7 +25,7 @@
 
 enum {
     OPT_FORMAT = 1, OPT_TIMEOUT = 2, OPT_OUTPUT = 4, OPT_JSON = 8, OPT_LAST = 16,
-    OPT_STAGE = 32, OPT_FOLDED = 64
+    OPT_STAGE = 32, OPT_FOLDED = 64, OPT_NATIVE = 128
 };
 
 typedef struct command {
@@ -96,16 +96,19 @@ static const command commands[] = {
      "The agent answers, then removes its torch hooks and wrappers, stops its threads, frees\n"
      "its tables and removes its socket; training goes on unchanged. Waits until the socket\n"
      "is gone. Afterwards the process is no longer traced ('probing <pid> query' says so).\n"},
-    {"backtrace", cmd_backtrace, OPT_FORMAT, 1, 0, "probing <pid> backtrace [-f table|json]",
+    {"backtrace", cmd_backtrace, OPT_FORMAT | OPT_NATIVE, 1, 0, "probing <pid> backtrace [--native] [-f table|json]",
      "show the Python stack of every thread, read from outside the process",
      "Reads the interpreter's memory with process_vm_readv: needs no agent, and works on a\n"
      "deadlocked process or one whose main thread holds the GIL in a long C call. Frames are\n"
      "printed innermost first as 'function (file:line)'. CPython 3.11, 3.12 and 3.13 on\n"
      "x86_64. Needs the permission to ptrace the process (same user and\n"
-     "kernel.yama.ptrace_scope 0, or root / CAP_SYS_PTRACE). --native is not available yet.\n"
+     "kernel.yama.ptrace_scope 0, or root / CAP_SYS_PTRACE).\n"
+     "  --native  also the native (C) stack of each thread: each thread is stopped for the\n"
+     "            moment of its walk (ptrace) and unwound with libunwind\n"
      "  -f table  text, one block per thread (default)\n"
      "  -f json   {pid, cmdline, python, library, threads: [{native_id, thread_id, name,\n"
-     "            holds_gil, truncated, frames: [{function, file, line}]}]}\n"},
+     "            holds_gil, truncated, frames: [{function, file, line}], with --native\n"
+     "            native: [{ip, symbol, offset, object}]}]}\n"},
     {"inject", cmd_inject, OPT_TIMEOUT, 1, 0, "probing <pid> inject [--timeout S]",
      "load the agent into a running Python process, without restarting it",
      "The process needs no preparation: it never imported probing. On CPython 3.14+ this uses\n"
@@ -322,10 +325,8 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
                 return PB_EXIT_USAGE;
             }
             a->timeout_s = t;
-        } else if (c->run == cmd_backtrace && strcmp(arg, "--native") == 0) {
-            pb_cli_error("backtrace --native (native frames) is not available in this version; "
-                         "run it without --native for the Python frames");
-            return PB_EXIT_USAGE;
+        } else if ((c->options & OPT_NATIVE) && strcmp(arg, "--native") == 0) {
+            a->native = 1;
         } else if ((c->options & OPT_JSON) && strcmp(arg, "--json") == 0) {
             a->json = 1;
         } else if ((c->options & OPT_LAST) &&

@@ -142,6 +142,36 @@ def test_backtrace_while_the_main_thread_holds_the_gil(cli, launcher, version):
     assert t.alive()
 
 
+@pytest.mark.parametrize("version", COVERED, ids=lambda v: "%d.%d" % v)
+def test_native_frames(cli, launcher, version):
+    """--native: each Python thread's C stack beside its Python frames; the GIL holder is inside
+    the regex engine called from the eval loop, the ticker waits for the GIL in time.sleep."""
+    script = "stack_gil.py"
+    t = start(launcher, version, script)
+    t._poll("BUSY", lambda: "BUSY" in t.stdout(), 60)
+
+    def ready(stacks):
+        main = thread_with(stacks, "backtrack")
+        return main and main["frames"][0]["function"] == "match"
+
+    wait_for_stacks(t, cli, ready, "the main thread inside re.match")
+    stacks = json.loads(cli(t.pid, "backtrace", "--native", "-f", "json").stdout)
+    main = thread_with(stacks, "backtrack")
+    symbols = [f["symbol"] or "" for f in main["native"]]
+    assert any(s.startswith("sre_") for s in symbols[:4]), symbols
+    assert "_PyEval_EvalFrameDefault" in symbols, symbols
+    assert any(s in ("Py_BytesMain", "main", "Py_RunMain") for s in symbols), symbols
+    assert all(f["object"] for f in main["native"][:3]), main["native"]
+    ticker = thread_with(stacks, "tick")
+    tsyms = [f["symbol"] or "" for f in ticker["native"]]
+    assert "time_sleep" in tsyms or "pysleep" in tsyms, tsyms
+    text = cli(t.pid, "backtrace", "--native").stdout
+    assert "\n  native:\n    " in text and "_PyEval_EvalFrameDefault+0x" in text
+    assert t.alive()
+    # The threads were stopped only for their walk: the ticker keeps ticking, main stays busy.
+    assert thread_with(backtrace_json(cli, t.pid), "backtrack") is not None
+
+
 @pytest.mark.parametrize("version", TOO_OLD, ids=lambda v: "%d.%d" % v)
 def test_backtrace_of_an_unsupported_python(cli, launcher, version):
     t = start(launcher, version, "stack_deadlock.py")
@@ -206,13 +236,6 @@ def test_backtrace_without_permission(cli, launcher, tmp_path):
                        timeout=60)
     assert r.returncode == 1, r.stderr
     assert r.stderr == message.format(pid=t.pid)
-
-
-def test_backtrace_native_is_not_available(cli):
-    r = cli(os.getpid(), "backtrace", "--native", check=False)
-    assert r.returncode == 2
-    assert r.stderr == ("probing: backtrace --native (native frames) is not available in this "
-                        "version; run it without --native for the Python frames\n")
 
 
 def test_backtrace_of_a_traced_torch_training(cli, launcher):

@@ -127,7 +127,9 @@ def test_agent_cannot_create_threads(launcher, env, session_dir):
     subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(src), "-o", str(shim), "-ldl"], check=True)
     d = session_dir / "nothreads"
     d.mkdir(mode=0o700)
-    t = start_without_socket(launcher, dict(env, LD_PRELOAD=str(shim)), d)
+    # After what is already preloaded (the sanitizer runtimes in scripts/sanitize.sh must stay first).
+    preload = " ".join(filter(None, [env.get("LD_PRELOAD"), str(shim)]))
+    t = start_without_socket(launcher, dict(env, LD_PRELOAD=preload), d)
     # The job finishes (start_without_socket checks it). The parts that need a thread fail,
     # then the server (libmicrohttpd cannot start its listener thread) stops the agent: one
     # line says all of it.
