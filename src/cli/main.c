@@ -100,7 +100,7 @@ static const command commands[] = {
      "show the Python stack of every thread, read from outside the process",
      "Reads the interpreter's memory with process_vm_readv: needs no agent, and works on a\n"
      "deadlocked process or one whose main thread holds the GIL in a long C call. Frames are\n"
-     "printed innermost first as 'function (file:line)'. CPython 3.11, 3.12 and 3.13 on\n"
+     "printed innermost first as 'function (file:line)'. CPython 3.9 to 3.13 on\n"
      "x86_64. Needs the permission to ptrace the process (same user and\n"
      "kernel.yama.ptrace_scope 0, or root / CAP_SYS_PTRACE).\n"
      "  --native  also the native (C) stack of each thread: each thread is stopped for the\n"

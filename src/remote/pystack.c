@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define MAX_THREADS 4096
@@ -45,9 +46,51 @@ typedef struct layout {
     uint64_t frame_code, frame_previous, frame_instr, frame_owner;
     unsigned owner_cstack;            /* OWNER_NONE where no such frames exist */
     uint64_t code_filename, code_qualname, code_firstlineno, code_linetable, code_adaptive;
+    enum { LINES_LOCATIONS, LINES_LNOTAB, LINES_310 } lines; /* co_linetable (3.11+) / co_lnotab /
+                                                               co_linetable of 3.10 */
+    int legacy;          /* 3.9/3.10: PyFrameObject chain, f_lasti (int) instead of a pointer */
+    int lasti_units;     /* 3.10: f_lasti counts 2-byte code units; 3.9: bytes */
     uint64_t unicode_state, unicode_length, ascii_size, compact_size;
     uint64_t bytes_size, bytes_sval;
 } layout;
+
+/* From Include/internal/pycore_*.h, frameobject.h and code.h of CPython 3.9.18 and 3.10.13
+ * (offsetof, x86_64; a program compiled against each version's headers printed them). Frames
+ * are PyFrameObjects (f_back, f_code, f_lasti); code objects have co_name, not co_qualname;
+ * thread states have no native thread id (it is read from glibc's struct pthread). */
+static const layout layout_39 = {
+    .runtime_interpreters_head = 32,
+    .interp_next = 0, .interp_threads_head = 8,
+    .gil_kind = GIL_IN_RUNTIME, .gil_base = 352, .gil_locked = 16, .gil_holder = 8,
+    .tstate_next = 8, .tstate_thread_id = 176, .tstate_native_id = 0,
+    .has_cframe = 0, .tstate_frame = 24,
+    .frame_code = 32, .frame_previous = 24, .frame_instr = 104,
+    .owner_cstack = OWNER_NONE,
+    .code_filename = 104, .code_qualname = 112, .code_firstlineno = 40, .code_linetable = 120,
+    .code_adaptive = 128, /* bytes of the code object read */
+    .lines = LINES_LNOTAB, .legacy = 1, .lasti_units = 0,
+    .unicode_state = 32, .unicode_length = 16, .ascii_size = 48, .compact_size = 72,
+    .bytes_size = 16, .bytes_sval = 32,
+};
+
+static const layout layout_310 = {
+    .runtime_interpreters_head = 32,
+    .interp_next = 0, .interp_threads_head = 8,
+    .gil_kind = GIL_IN_RUNTIME, .gil_base = 352, .gil_locked = 16, .gil_holder = 8,
+    .tstate_next = 8, .tstate_thread_id = 176, .tstate_native_id = 0,
+    .has_cframe = 0, .tstate_frame = 24,
+    .frame_code = 32, .frame_previous = 24, .frame_instr = 96,
+    .owner_cstack = OWNER_NONE,
+    .code_filename = 104, .code_qualname = 112, .code_firstlineno = 40, .code_linetable = 120,
+    .code_adaptive = 128,
+    .lines = LINES_310, .legacy = 1, .lasti_units = 1,
+    .unicode_state = 32, .unicode_length = 16, .ascii_size = 48, .compact_size = 72,
+    .bytes_size = 16, .bytes_sval = 32,
+};
+
+/* glibc's struct pthread keeps the kernel thread id 720 bytes in on x86_64 (after tcbhead_t and
+ * the list link; the same from glibc 2.17 to 2.40). Checked against /proc before it is used. */
+#define GLIBC_PTHREAD_TID_OFFSET 720
 
 /* From Include/internal/pycore_*.h of CPython 3.11.7 (offsetof, x86_64). */
 static const layout layout_311 = {
@@ -203,6 +246,34 @@ int pb_pystack_line_311(const uint8_t *table, size_t len, int first_line, int64_
     return 0;
 }
 
+int pb_pystack_line_lnotab(const uint8_t *table, size_t len, int first_line, int64_t addr)
+{
+    /* CPython 3.9 PyCode_Addr2Line: (address increment, signed line increment) byte pairs. */
+    int64_t line = first_line, at = 0;
+    for (size_t i = 0; i + 1 < len; i += 2) {
+        at += table[i];
+        if (at > addr) break;
+        line += (int8_t)table[i + 1];
+    }
+    return line > 0 ? (int)line : 0;
+}
+
+int pb_pystack_line_310(const uint8_t *table, size_t len, int first_line, int64_t addr)
+{
+    /* CPython 3.10 (PEP 626): (byte length, signed line delta or -128 for none) pairs, each a
+     * range [start, start + length) of the bytecode. */
+    int64_t line = first_line, start = 0;
+    if (addr < 0) return first_line;
+    for (size_t i = 0; i + 1 < len; i += 2) {
+        int64_t end = start + table[i];
+        int8_t delta = (int8_t)table[i + 1];
+        if (delta != -128) line += delta;
+        if (addr >= start && addr < end) return delta == -128 || line <= 0 ? 0 : (int)line;
+        start = end;
+    }
+    return 0;
+}
+
 /* ----------------------------------------------------------------------------- reading */
 
 typedef struct reader {
@@ -282,8 +353,17 @@ static int read_frame(const reader *r, uint64_t code, uint64_t instr, pb_pyframe
         uint8_t *table = malloc((size_t)table_len);
         if (table && pb_remote_read(r->pid, linetable + l->bytes_sval, table,
                                     (size_t)table_len) == 0) {
-            int64_t index = ((int64_t)instr - (int64_t)(code + l->code_adaptive)) / 2;
-            int line = pb_pystack_line_311(table, (size_t)table_len, first_line, index);
+            int line;
+            if (l->lines == LINES_LNOTAB) {
+                line = pb_pystack_line_lnotab(table, (size_t)table_len, first_line,
+                                              (int32_t)instr);
+            } else if (l->lines == LINES_310) {
+                line = pb_pystack_line_310(table, (size_t)table_len, first_line,
+                                           (int64_t)(int32_t)instr * 2);
+            } else {
+                int64_t index = ((int64_t)instr - (int64_t)(code + l->code_adaptive)) / 2;
+                line = pb_pystack_line_311(table, (size_t)table_len, first_line, index);
+            }
             if (line > 0) f->line = line;
         }
         free(table);
@@ -321,10 +401,11 @@ static int walk_thread(const reader *r, uint64_t tstate, pb_pythread *t)
         if (pb_remote_read_u64(r->pid, frame + l->frame_code, &code) ||
             pb_remote_read_u64(r->pid, frame + l->frame_previous, &previous) ||
             pb_remote_read_u64(r->pid, frame + l->frame_instr, &instr) ||
-            pb_remote_read(r->pid, frame + l->frame_owner, &owner, 1))
+            (!l->legacy && pb_remote_read(r->pid, frame + l->frame_owner, &owner, 1)))
             goto torn;
         frame = previous;
-        if (owner == l->owner_cstack) continue;
+        if (l->legacy) instr &= 0xffffffffu; /* f_lasti is an int; what follows is f_lineno */
+        else if (owner == l->owner_cstack) continue;
         if (t->frame_count == capacity) {
             pb_pyframe *grown = realloc(t->frames, (size_t)capacity * 2 * sizeof *grown);
             if (!grown) return -ENOMEM;
@@ -345,6 +426,19 @@ static int walk_thread(const reader *r, uint64_t tstate, pb_pythread *t)
 torn:
     t->truncated = 1;
     return 0;
+}
+
+/* The kernel thread id behind a pthread_t (3.9/3.10 keep only that), or 0 when it cannot be
+ * told: read from glibc's struct pthread and kept only if it is a thread of pid. */
+static uint64_t native_id_from_pthread(pid_t pid, uint64_t pthread)
+{
+    int32_t tid = 0;
+    char path[96];
+    struct stat st;
+    if (!pthread || pb_remote_read(pid, pthread + GLIBC_PTHREAD_TID_OFFSET, &tid, 4) || tid <= 0)
+        return 0;
+    snprintf(path, sizeof path, "/proc/%d/task/%d", (int)pid, (int)tid);
+    return stat(path, &st) == 0 ? (uint64_t)tid : 0;
 }
 
 /* The thread state that holds the GIL of interp, or 0. */
@@ -439,17 +533,25 @@ int pb_pystack_read(pid_t pid, pb_pystack **out, char *why, size_t why_len)
     s->pid = pid;
     if ((rc = find_runtime(pid, s, &runtime, &py_version, why, why_len))) goto fail;
     unsigned major = (py_version >> 24) & 255, minor = (py_version >> 16) & 255;
-    if (py_version == 0) { /* Py_Version exists since 3.11 */
+    if (py_version == 0) { /* Py_Version exists since 3.11: before, the file name tells */
         char v[16];
         version_from_path(s->library, v, sizeof v);
-        snprintf(why, why_len, "Python %s is not supported by backtrace (supported: %s)",
-                 *v ? v : "older than 3.11", PB_PYSTACK_SUPPORTED);
-        rc = PB_PYSTACK_EVERSION;
-        goto fail;
+        if (strcmp(v, "3.9") == 0 || strcmp(v, "3.10") == 0) {
+            snprintf(s->python_version, sizeof s->python_version, "%s", v);
+            r.l = strcmp(v, "3.9") == 0 ? &layout_39 : &layout_310;
+        } else {
+            snprintf(why, why_len, "Python %s is not supported by backtrace (supported: %s)",
+                     *v ? v : "older than 3.9", PB_PYSTACK_SUPPORTED);
+            rc = PB_PYSTACK_EVERSION;
+            goto fail;
+        }
+    } else {
+        snprintf(s->python_version, sizeof s->python_version, "%u.%u.%u", major, minor,
+                 (unsigned)(py_version >> 8) & 255);
     }
-    snprintf(s->python_version, sizeof s->python_version, "%u.%u.%u", major, minor,
-             (unsigned)(py_version >> 8) & 255);
-    if (major == 3 && minor == 11) {
+    if (r.l) {
+        /* 3.9 / 3.10, chosen above */
+    } else if (major == 3 && minor == 11) {
         r.l = &layout_311;
     } else if (major == 3 && minor == 12) {
         r.l = &layout_312;
@@ -491,10 +593,12 @@ int pb_pystack_read(pid_t pid, pb_pystack **out, char *why, size_t why_len)
         while (tstate && s->thread_count < MAX_THREADS) {
             pb_pythread *t = &s->threads[s->thread_count];
             if ((rc = pb_remote_read_u64(pid, tstate + r.l->tstate_thread_id, &t->thread_id)) ||
-                (rc = pb_remote_read_u64(pid, tstate + r.l->tstate_native_id, &t->native_id))) {
+                (r.l->tstate_native_id &&
+                 (rc = pb_remote_read_u64(pid, tstate + r.l->tstate_native_id, &t->native_id)))) {
                 if (rc == -ESRCH || rc == -EPERM) goto fail;
                 break;
             }
+            if (!r.l->tstate_native_id) t->native_id = native_id_from_pthread(pid, t->thread_id);
             s->thread_count++;
             t->holds_gil = holder == tstate;
             read_thread_name(pid, t->native_id, t->name, sizeof t->name);

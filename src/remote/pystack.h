@@ -3,7 +3,8 @@
  *
  * How: find _PyRuntime (and Py_Version) in libpython or the python executable mapped by the
  * target (remote.h), pick the layout of the interpreter's structures for its version, then walk
- * interpreters -> thread states -> interpreter frames -> code objects with process_vm_readv.
+ * interpreters -> thread states -> interpreter frames (PyFrameObjects on 3.9/3.10) -> code
+ * objects with process_vm_readv.
  * CPython 3.13 describes its own layout in _Py_DebugOffsets at the start of _PyRuntime (cookie
  * "xdebugpy"); 3.11 and 3.12 use offsets taken from their internal headers for x86_64 and
  * aarch64 (LP64; the layouts do not differ). Line numbers come from the code object's location
@@ -25,7 +26,7 @@ enum {
     PB_PYSTACK_ENOTREADY = -20003,   /* interpreter not initialised or finalising */
 };
 
-#define PB_PYSTACK_SUPPORTED "3.11, 3.12 and 3.13"
+#define PB_PYSTACK_SUPPORTED "3.9 to 3.13"
 
 typedef struct pb_pyframe {
     char *function; /* co_qualname (malloc'ed) */
@@ -64,5 +65,10 @@ void pb_pystack_free(pb_pystack *s);
  * returns the line of the instruction at code-unit index instr (0 when it has none).
  * Exposed for the unit test. [any thread] */
 int pb_pystack_line_311(const uint8_t *table, size_t len, int first_line, int64_t instr);
+
+/* The same for CPython 3.9's co_lnotab and 3.10's co_linetable, at byte offset addr of the
+ * bytecode (3.9: f_lasti; 3.10: f_lasti * 2). Exposed for the unit test. */
+int pb_pystack_line_lnotab(const uint8_t *table, size_t len, int first_line, int64_t addr);
+int pb_pystack_line_310(const uint8_t *table, size_t len, int first_line, int64_t addr);
 
 #endif

@@ -50,6 +50,24 @@ int main(void)
     /* A long-form entry whose varint runs off the end must not read past it. */
     static const uint8_t cut[] = {0xF0, 0x40};
     CHECK(pb_pystack_line_311(cut, sizeof cut, 10, 0) == 0, "cut varint");
+
+    /* 3.9 co_lnotab: (address increment, line increment) pairs from co_firstlineno. */
+    static const uint8_t lnotab[] = {2, 1, 4, 2, 2, (uint8_t)-1};
+    CHECK(pb_pystack_line_lnotab(lnotab, sizeof lnotab, 1, 0) == 1, "lnotab 0");
+    CHECK(pb_pystack_line_lnotab(lnotab, sizeof lnotab, 1, 2) == 2, "lnotab 2");
+    CHECK(pb_pystack_line_lnotab(lnotab, sizeof lnotab, 1, 5) == 2, "lnotab 5");
+    CHECK(pb_pystack_line_lnotab(lnotab, sizeof lnotab, 1, 6) == 4, "lnotab 6");
+    CHECK(pb_pystack_line_lnotab(lnotab, sizeof lnotab, 1, 8) == 3, "lnotab negative delta");
+    CHECK(pb_pystack_line_lnotab(lnotab, 3, 1, 100) == 2, "lnotab odd length");
+
+    /* 3.10 co_linetable: (byte length, line delta or -128) ranges. */
+    static const uint8_t lt[] = {2, 0, 4, 1, 2, (uint8_t)-128, 2, 2};
+    CHECK(pb_pystack_line_310(lt, sizeof lt, 10, 0) == 10, "310 first range");
+    CHECK(pb_pystack_line_310(lt, sizeof lt, 10, 4) == 11, "310 second range");
+    CHECK(pb_pystack_line_310(lt, sizeof lt, 10, 6) == 0, "310 no line");
+    CHECK(pb_pystack_line_310(lt, sizeof lt, 10, 8) == 13, "310 after a no-line range");
+    CHECK(pb_pystack_line_310(lt, sizeof lt, 10, 10) == 0, "310 past the end");
+    CHECK(pb_pystack_line_310(lt, sizeof lt, 10, -1) == 10, "310 before the start");
     printf("%s: %d failure(s)\n", failures ? "FAIL" : "ok", failures);
     return failures != 0;
 }
