@@ -40,6 +40,7 @@ static unsigned phases_seen;     /* bit per PB_PHASE_*: each phase row once per 
 
 static PyObject *dataloader_iter_cls, *grad_scaler_cls, *optimizer_cls, *torch_cuda;
 static PyObject *wrap_next, *wrap_scaler_step, *wrap_zero_grad, *wrap_synchronize;
+static PyObject *wrap_item, *wrap_tolist, *wrap_cpu, *str_is_cuda;
 static PyTypeObject *tensor_type;
 static PyObject *is_autocast_enabled, *get_autocast_dtype, *str_cpu, *str_cuda;
 static PyObject *cuda_is_initialized, *cuda_memory_allocated, *cuda_max_memory_allocated,
@@ -75,7 +76,7 @@ static const pb_column steps_cols[] = {
     COL("collectives", PB_COL_NS_SEC, pb_steps_row, collectives_ns, "seconds in collective operations issued during the step"),
     COL("other", PB_COL_NS_SEC, pb_steps_row, other_ns, "wall minus all of the above, never below 0: host time nothing above accounts for"),
     COL("samples", PB_COL_I64, pb_steps_row, samples, "sum of the batch_size of the step's batches; 0 when unknown"),
-    COL("syncs", PB_COL_I32, pb_steps_row, syncs, "torch.cuda.synchronize() calls that returned during the step (0 on CPU)"),
+    COL("syncs", PB_COL_I32, pb_steps_row, syncs, "host-device synchronisations in the step: torch.cuda.synchronize(), and .item()/.tolist()/.cpu() on CUDA tensors (0 on CPU)"),
     COL("rank", PB_COL_U16, pb_steps_row, rank, "distributed rank (RANK), 0 when not distributed"),
 };
 
@@ -433,6 +434,20 @@ static PyObject *synchronize(PyObject *orig, PyObject *const *args, size_t nargs
     return res;
 }
 
+/* Tensor.item(), .tolist(), .cpu() on a CUDA tensor: the host waits for the device (seed 002's
+ * "synchronization overhead"). Counted after a successful return when self.is_cuda. */
+static PyObject *host_sync(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *res = PyObject_Vectorcall(orig, args, nargsf, kwnames);
+    if (res && PyVectorcall_NARGS(nargsf) >= 1) {
+        PyObject *cuda = PyObject_GetAttr(args[0], str_is_cuda);
+        if (cuda == Py_True) syncs++;
+        Py_XDECREF(cuda);
+        if (!cuda) PyErr_Clear();
+    }
+    return res;
+}
+
 /* ---- install / remove ---- */
 
 static PyObject *import_attr(const char *module, const char *attr)
@@ -453,6 +468,7 @@ static int intern_strings(void)
         {&str_prefetch_factor, "_prefetch_factor"}, {&str_persistent_workers, "_persistent_workers"},
         {&str_num_yielded, "_num_yielded"}, {&str_shape, "shape"}, {&str_enabled, "_enabled"},
         {&str_get_scale, "get_scale"}, {&str_cpu, "cpu"}, {&str_cuda, "cuda"},
+        {&str_is_cuda, "is_cuda"},
     };
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         if (!*strs[i].p && !(*strs[i].p = PyUnicode_InternFromString(strs[i].s))) return -1;
@@ -503,6 +519,10 @@ int pb_collect_install(void)
     wrap_or_skip(grad_scaler_cls, "GradScaler", "step", scaler_step, &wrap_scaler_step);
     wrap_or_skip(optimizer_cls, "Optimizer", "zero_grad", zero_grad, &wrap_zero_grad);
     wrap_or_skip(torch_cuda, "torch.cuda", "synchronize", synchronize, &wrap_synchronize);
+    PyObject *tensor_cls = (PyObject *)tensor_type;
+    wrap_or_skip(tensor_cls, "torch.Tensor", "item", host_sync, &wrap_item);
+    wrap_or_skip(tensor_cls, "torch.Tensor", "tolist", host_sync, &wrap_tolist);
+    wrap_or_skip(tensor_cls, "torch.Tensor", "cpu", host_sync, &wrap_cpu);
     return 0;
 }
 
@@ -514,6 +534,11 @@ void pb_collect_remove(void)
     if (grad_scaler_cls) pb_unwrap_attr(grad_scaler_cls, "step", &wrap_scaler_step);
     if (optimizer_cls) pb_unwrap_attr(optimizer_cls, "zero_grad", &wrap_zero_grad);
     if (torch_cuda) pb_unwrap_attr(torch_cuda, "synchronize", &wrap_synchronize);
+    if (tensor_type) {
+        pb_unwrap_attr((PyObject *)tensor_type, "item", &wrap_item);
+        pb_unwrap_attr((PyObject *)tensor_type, "tolist", &wrap_tolist);
+        pb_unwrap_attr((PyObject *)tensor_type, "cpu", &wrap_cpu);
+    }
     PyErr_Restore(et, ev, tb);
     memset(stage_ns, 0, sizeof stage_ns);
     data_wait_ns = samples = 0;

@@ -725,6 +725,7 @@ typedef struct modcall {
     PyObject *orig; /* the callable it wraps (owned) */
     PyObject *dict; /* __wrapped__, __name__, ... for inspect */
     pb_wrap_fn fn;  /* pb_wrap_attr wrappers only */
+    int inherited;  /* the owner (a class) had no attribute of its own: unwrapping deletes ours */
 } modcall;
 
 /* Generic wrapper (pb_wrap_attr): hands the call to fn with the original. */
@@ -797,6 +798,7 @@ static modcall *wrapper_new(PyObject *orig, vectorcallfunc call, pb_wrap_fn fn)
     if (!mc) return NULL;
     mc->vectorcall = call;
     mc->fn = fn;
+    mc->inherited = 0;
     Py_INCREF(orig);
     mc->orig = orig;
     mc->dict = PyDict_New();
@@ -828,6 +830,10 @@ int pb_wrap_attr(PyObject *owner, const char *attr, pb_wrap_fn fn, PyObject **wr
         goto out;
     }
     if (!(mc = wrapper_new(orig, wrap_vectorcall, fn))) goto out;
+    if (PyType_Check(owner)) {
+        PyObject *own = PyDict_GetItemString(((PyTypeObject *)owner)->tp_dict, attr); /* borrowed */
+        mc->inherited = own == NULL;
+    }
     if (PyObject_SetAttrString(owner, attr, (PyObject *)mc)) goto out;
     Py_XSETREF(*wrapper, (PyObject *)mc);
     mc = NULL;
@@ -842,7 +848,10 @@ void pb_unwrap_attr(PyObject *owner, const char *attr, PyObject **wrapper)
 {
     if (!*wrapper) return;
     PyObject *cur = PyObject_GetAttrString(owner, attr);
-    if (cur == *wrapper) PyObject_SetAttrString(owner, attr, ((modcall *)*wrapper)->orig);
+    if (cur == *wrapper) {
+        if (((modcall *)*wrapper)->inherited) PyObject_DelAttrString(owner, attr);
+        else PyObject_SetAttrString(owner, attr, ((modcall *)*wrapper)->orig);
+    }
     /* else wrapped again by someone after us: theirs stays; ours passes calls through */
     PyErr_Clear();
     Py_XDECREF(cur);
