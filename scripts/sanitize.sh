@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The C unit tests under sanitizers (gcc): AddressSanitizer + UndefinedBehaviorSanitizer for every
-# unit test, ThreadSanitizer for the modules shared between threads (ring, intern, http).
-# Build trees: build-asan/ and build-tsan/ (only the unit test programs are built). Any report
-# fails the run. Called by .ci/run after `make test`; run it by hand the same way:
+# The tests under sanitizers (gcc): AddressSanitizer + UndefinedBehaviorSanitizer for every unit
+# test and for the whole integration suite (the agent, the CLI and the report built with them,
+# real training processes with the ASan runtime preloaded), ThreadSanitizer for the modules
+# shared between threads (ring, intern, http). Build trees: build-asan/ and build-tsan/. Any
+# sanitizer report fails the run. SANITIZE_INTEGRATION=0 skips the integration part. Called by .ci/run after `make test`; run it by hand the same way:
 #   bash scripts/sanitize.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,32 @@ setup build-asan address,undefined
 "$NINJA" -C build-asan tests/unit/test_ring tests/unit/test_intern tests/unit/test_sql tests/unit/test_http \
     tests/unit/test_report
 "$MESON" test -C build-asan --no-rebuild --suite unit --print-errorlogs ring intern sql http report
+
+if [ "${SANITIZE_INTEGRATION:-1}" != 0 ]; then
+    echo "== ASan+UBSan: integration suite (agent, CLI, report)"
+    "$NINJA" -C build-asan >/dev/null
+    logs=$(mktemp -d /tmp/probing-asan.XXXXXX)
+    # Python itself is not instrumented: the runtimes are preloaded into every process so the
+    # agent extension can load; leak checking is off (the interpreter never frees everything).
+    # Reports go to files (a report in a training process must not be lost in its stderr).
+    # Timing-dependent diagnosis assertions skip themselves (PROBING_SANITIZED): ASan slows the
+    # code it instruments unevenly.
+    PY=${PYTHON:-python3}
+    [ -x .venv/bin/python ] && PY=.venv/bin/python
+    status=0
+    PROBING_BIN="$PWD/build-asan/src/cli/probing" PROBING_PYTHONPATH="$PWD/build-asan/python" \
+    LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)" \
+    ASAN_OPTIONS="detect_leaks=0:log_path=$logs/asan:detect_odr_violation=0" \
+    UBSAN_OPTIONS="print_stacktrace=1:log_path=$logs/ubsan" \
+    PROBING_SANITIZED=1 PROBING_TEST_HOLD_S=3600 \
+        "$PY" -m pytest -q -p no:cacheprovider tests/integration || status=$?
+    if ls "$logs"/* >/dev/null 2>&1; then
+        echo "sanitizer reports:"; cat "$logs"/*
+        status=1
+    fi
+    rm -rf "$logs"
+    [ "$status" = 0 ] || exit "$status"
+fi
 
 echo "== TSan: ring, intern, http"
 setup build-tsan thread

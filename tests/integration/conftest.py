@@ -2,7 +2,7 @@
 
 Where things are found:
   probing binary   $PROBING_BIN, else `probing` on PATH, else build/src/cli/probing
-  Python package   already importable (pip-installed), else $PROBING_PYTHONPATH, else build/python
+  Python package   $PROBING_PYTHONPATH, else already importable (pip-installed), else build/python
   seed examples    $PROBING_SHARED/acceptance/seed-queries, else ../shared/... beside the repo
 
 Every test session gets its own PROBING_DIR (short, under /tmp: a Unix socket path has at most
@@ -64,11 +64,14 @@ def package_installed():
 
 
 def find_pythonpath():
-    """The directory to put on PYTHONPATH for `import probing`, or None when installed."""
+    """The directory to put on PYTHONPATH for `import probing`: $PROBING_PYTHONPATH when set
+    (it then wins over an installed package: scripts/sanitize.sh points it at the ASan build),
+    else None when the package is installed, else build/python."""
+    if os.environ.get("PROBING_PYTHONPATH"):
+        return Path(os.environ["PROBING_PYTHONPATH"]).resolve()
     if package_installed():
         return None
-    p = Path(os.environ.get("PROBING_PYTHONPATH") or REPO / "build" / "python")
-    return p.resolve()
+    return (REPO / "build" / "python").resolve()
 
 
 # ----------------------------------------------------------------------------- the CLI
@@ -352,7 +355,7 @@ def env(session_dir):
     e = dict(os.environ)
     for k in list(e):
         if k.startswith("PROBING") and k not in ("PROBING_BIN", "PROBING_PYTHONPATH",
-                                                  "PROBING_SHARED"):
+                                                  "PROBING_SHARED", "PROBING_TEST_HOLD_S"):
             del e[k]
     sockets = session_dir / "s"
     sockets.mkdir(mode=0o700)

@@ -120,6 +120,9 @@ int pthread_create(pthread_t *t, const pthread_attr_t *a, void *(*fn)(void *), v
 """
 
 
+@pytest.mark.skipif(bool(os.environ.get("PROBING_SANITIZED")),
+                    reason="under ASan its own pthread_create interceptor comes first in LD_PRELOAD "
+                           "and the shim is never called")
 def test_agent_cannot_create_threads(launcher, env, session_dir):
     src = session_dir / "failthreads.c"
     src.write_text(FAIL_THREADS_C)
@@ -127,9 +130,7 @@ def test_agent_cannot_create_threads(launcher, env, session_dir):
     subprocess.run(["cc", "-shared", "-fPIC", "-O1", str(src), "-o", str(shim), "-ldl"], check=True)
     d = session_dir / "nothreads"
     d.mkdir(mode=0o700)
-    # After what is already preloaded (the sanitizer runtimes in scripts/sanitize.sh must stay first).
-    preload = " ".join(filter(None, [env.get("LD_PRELOAD"), str(shim)]))
-    t = start_without_socket(launcher, dict(env, LD_PRELOAD=preload), d)
+    t = start_without_socket(launcher, dict(env, LD_PRELOAD=str(shim)), d)
     # The job finishes (start_without_socket checks it). The parts that need a thread fail,
     # then the server (libmicrohttpd cannot start its listener thread) stops the agent: one
     # line says all of it.
