@@ -3,11 +3,12 @@
  *
  * The whole agent is C; this file only exposes its entry points to the thin Python package:
  *   start() -> socket path or None     stop()      endpoint()      install_torch_hooks()
- *   install_distributed()
+ *   install_distributed()              _capture_finished() (called by probing._capture)
  * start() also registers an atexit handler that stops the server (removing the socket file).
  */
 #include <Python.h>
 
+#include "capture.h"
 #include "config.h"
 #include "lifecycle.h"
 #include "eval.h"
@@ -76,6 +77,7 @@ static PyMethodDef methods[] = {
     {"endpoint", py_endpoint, METH_NOARGS, "Socket path or None."},
     {"install_torch_hooks", py_install_torch_hooks, METH_NOARGS, "Register torch hooks (torch must be imported)."},
     {"install_distributed", py_install_distributed, METH_NOARGS, "Record torch.distributed collectives (c10d must be imported)."},
+    {"_capture_finished", pb_capture_finished_py, METH_VARARGS, "probing._capture hands over a capture's rows (capture_id, rows, error, info)."},
     {NULL, NULL, 0, NULL},
 };
 
