@@ -25,8 +25,8 @@ setup() { # dir, sanitizers
 echo "== ASan+UBSan: unit tests"
 setup build-asan address,undefined
 "$NINJA" -C build-asan tests/unit/test_ring tests/unit/test_intern tests/unit/test_sql tests/unit/test_http \
-    tests/unit/test_report
-"$MESON" test -C build-asan --no-rebuild --suite unit --print-errorlogs ring intern sql http report
+    tests/unit/test_report tests/unit/test_capture
+"$MESON" test -C build-asan --no-rebuild --suite unit --print-errorlogs ring intern sql http report capture
 
 if [ "${SANITIZE_INTEGRATION:-1}" != 0 ]; then
     echo "== ASan+UBSan: integration suite (agent, CLI, report)"

@@ -4,6 +4,8 @@
 #include "lifecycle.h"
 
 #include "buf.h"
+#include "capture.h"
+#include "capture_state.h"
 #include "clock.h"
 #include "collect.h"
 #include "config.h"
@@ -129,6 +131,7 @@ static void detach_requested_cb(void *ctx)
     if (rc) {
         pb_log_warn("cannot detach: cannot start a thread: %s", strerror(rc));
         atomic_store(&detach_requested, 0);
+        pb_capture_state_reopen();
     }
 }
 
@@ -143,6 +146,7 @@ static void atfork_child(void)
     pb_memsample_forget_after_fork();
     pb_sysmon_forget_after_fork();
     pb_eval_forget_after_fork();
+    pb_capture_forget_after_fork();
     started = 0;
 }
 
@@ -186,6 +190,15 @@ int pb_agent_start(void)
     if ((rc = pb_collect_tables_init()))
         pb_buf_printf(&off, "%sstep, data loader, memory and AMP tables (%s)", off.len ? ", " : "", pb_strerror(rc));
     if ((rc = pb_memsample_start())) pb_buf_printf(&off, "%smemory sampling (%s)", off.len ? ", " : "", pb_strerror(rc));
+    {
+        /* Capture trace files go beside the socket: <dir>/<pid>.capture-<n>.json. */
+        char prefix[sizeof socket_path];
+        snprintf(prefix, sizeof prefix, "%s", socket_path);
+        char *dot = strrchr(prefix, '.');
+        if (dot && strcmp(dot, ".sock") == 0) *dot = '\0';
+        if ((rc = pb_capture_init(prefix)))
+            pb_buf_printf(&off, "%scapture (%s)", off.len ? ", " : "", pb_strerror(rc));
+    }
     if ((rc = pb_eval_start())) pb_buf_printf(&off, "%seval (%s)", off.len ? ", " : "", pb_strerror(rc));
 
     pb_server_opts opts = {0};
@@ -195,6 +208,7 @@ int pb_agent_start(void)
     opts.eval = pb_eval_run;
     opts.info = info_json;
     opts.detach = detach_requested_cb;
+    opts.capture = pb_capture_serve;
     opts.ctx = NULL;
     opts.limits.max_result_bytes = (size_t)pb_config_int("PROBING_MAX_RESULT_MB", 64) << 20;
     opts.limits.timeout_s = pb_config_double("PROBING_QUERY_TIMEOUT", 30);
@@ -211,6 +225,7 @@ int pb_agent_start(void)
         pb_memsample_stop();
         pb_sysmon_stop();
         Py_END_ALLOW_THREADS
+        pb_capture_stop();
         pb_tables_free();
         pb_sysmon_tables_free();
         pb_collect_tables_free();
@@ -250,6 +265,7 @@ void pb_agent_stop(void)
     pb_memsample_stop();
     pb_sysmon_stop();
     Py_END_ALLOW_THREADS
+    pb_capture_stop(); /* a capture this thread runs is stopped; the ring is freed */
     pb_tables_free();
     pb_sysmon_tables_free();
     pb_collect_tables_free();

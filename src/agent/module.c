@@ -3,7 +3,7 @@
  *
  * The whole agent is C; this file only exposes its entry points to the thin Python package:
  *   start() -> socket path or None     stop()      endpoint()      install_torch_hooks()
- *   install_distributed()
+ *   install_distributed()              _capture_finished() (called by probing._capture)
  * start() also registers an atexit handler that stops the server (removing the socket file).
  */
 #include <Python.h>
@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "capture.h"
 #include "config.h"
 #include "lifecycle.h"
 #include "eval.h"
@@ -108,6 +109,7 @@ static PyMethodDef methods[] = {
     {"install_distributed", py_install_distributed, METH_NOARGS, "Record torch.distributed collectives (c10d must be imported)."},
     {"install_ddp", py_install_ddp, METH_NOARGS, "Record DistributedDataParallel's gradient all-reduces."},
     {"_release_inject_page", py_release_inject_page, METH_VARARGS, "inject's bootstrap gives its page back."},
+    {"_capture_finished", pb_capture_finished_py, METH_VARARGS, "probing._capture hands over a capture's rows (capture_id, rows, error, info)."},
     {NULL, NULL, 0, NULL},
 };
 

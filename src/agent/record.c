@@ -94,6 +94,17 @@ static int bind_column(sqlite3_stmt *st, int i, const pb_column *col, const unsi
         memcpy(&id, p, sizeof id);
         return sqlite3_bind_text(st, i, pb_intern_get(id), -1, SQLITE_STATIC);
     }
+    case PB_COL_STR_ID_NULL: {
+        uint32_t id;
+        memcpy(&id, p, sizeof id);
+        if (!id) return sqlite3_bind_null(st, i);
+        return sqlite3_bind_text(st, i, pb_intern_get(id), -1, SQLITE_STATIC);
+    }
+    case PB_COL_I64_NULL: {
+        int64_t v;
+        memcpy(&v, p, sizeof v);
+        return v == INT64_MIN ? sqlite3_bind_null(st, i) : sqlite3_bind_int64(st, i, v);
+    }
     case PB_COL_ENUM_U8: {
         int n = 0;
         while (col->enum_names[n]) n++;

@@ -19,6 +19,8 @@
  */
 #include "torch_hooks.h"
 
+#include "capture.h"
+#include "capture_state.h"
 #include "clock.h"
 #include "collect.h"
 #include "config.h"
@@ -64,6 +66,7 @@ static uint32_t opt_seq;
 typedef struct frame {
     PyObject *module;     /* borrowed: only compared */
     PyObject *in_grad_fn; /* owned or NULL: the input's grad_fn before forward ran */
+    PyObject *range;      /* owned or NULL: the profiler range of a capture (capture.h) */
     int64_t start_ns;
     int64_t child_ns;     /* inclusive time of nested executions, subtracted for self time */
     uint32_t name, type, seq;
@@ -281,6 +284,8 @@ static void end_step(int64_t now)
     primary_ran = 0;
     pb_memsample_reset_peak();
     if (!nactive) node_map_clear(); /* graphs built and never run backward are let go */
+    if (atomic_load_explicit(&pb_capture_wanted, memory_order_relaxed))
+        pb_capture_boundary(atomic_load_explicit(&step, memory_order_relaxed));
 }
 
 /* First grad_fn among a hook argument's tensors (a tensor, or a tuple/list/dict of them).
@@ -626,6 +631,7 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
         return;
     }
     if (ts->depth == 0) {
+        if (pb_capture_ranges) pb_capture_root_call();
         if (nactive) { /* a forward inside backward (checkpoint recompute): its time is forward's */
             sweep(pb_now_ns());
             bwd_paused++;
@@ -645,7 +651,18 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
     f->in_grad_fn = NULL;
     if (record_backward && grad_enabled())
         for (Py_ssize_t i = 0; i < n && i < 16 && !f->in_grad_fn; i++) f->in_grad_fn = first_grad_fn(inputs[i], 1);
+    f->range = pb_capture_ranges ? pb_capture_range_enter(f->name) : NULL;
     f->start_ns = pb_now_ns();
+}
+
+/* Ends a frame's capture range, if it has one. [GIL held] */
+static inline void end_capture_range(frame *f)
+{
+    if (f->range) {
+        PyObject *handle = f->range;
+        f->range = NULL;
+        pb_capture_range_exit(handle);
+    }
 }
 
 /* A module execution ended at `now` with `output`, or with an exception (output NULL: no row).
@@ -663,8 +680,13 @@ static void leave(PyObject *mod, PyObject *output, int64_t now)
     int d = ts->depth - 1;
     while (d >= 0 && ts->stack[d].module != mod) d--;
     if (d < 0) return;
-    while (ts->depth - 1 > d) Py_CLEAR(ts->stack[--ts->depth].in_grad_fn);
+    while (ts->depth - 1 > d) {
+        frame *skipped = &ts->stack[--ts->depth];
+        end_capture_range(skipped);
+        Py_CLEAR(skipped->in_grad_fn);
+    }
     frame *f = &ts->stack[--ts->depth];
+    end_capture_range(f);
     uint16_t depth = (uint16_t)ts->depth;
     int64_t total = now - f->start_ns;
     if (output) {
@@ -1135,6 +1157,8 @@ void pb_torch_hooks_remove(void)
 }
 
 void pb_torch_hooks_disable(void) { atomic_store(&enabled, 0); }
+
+int pb_torch_hooks_active(void) { return installed && atomic_load(&enabled); }
 
 const char *pb_torch_version(void) { return atomic_load(&torch_version_set) ? torch_version : NULL; }
 

@@ -24,6 +24,10 @@ void pb_torch_hooks_remove(void);
 /* Stops recording without touching Python (fork child, shutdown). [any thread] */
 void pb_torch_hooks_disable(void);
 
+/* Whether the hooks are installed and recording (step boundaries will be seen).
+ * [any thread, racy read] */
+int pb_torch_hooks_active(void);
+
 /* Version string of the torch the hooks were installed into, or NULL. [any thread] */
 const char *pb_torch_version(void);
 

@@ -15,7 +15,8 @@ enum {
     PB_EXIT_OK = 0,
     PB_EXIT_ERROR = 1,   /* the request failed: SQL error, eval exception, target unreachable */
     PB_EXIT_USAGE = 2,   /* bad command line */
-    PB_EXIT_TIMEOUT = 2, /* eval timed out in the target */
+    PB_EXIT_TIMEOUT = 2, /* eval or capture timed out in the target */
+    PB_EXIT_INTERRUPTED = 130, /* capture: Ctrl-C (the capture was cancelled) */
 };
 
 /* Timeouts of the client, in milliseconds. */
@@ -23,6 +24,9 @@ enum {
 #define PB_CLI_QUERY_TIMEOUT_MS 120000L
 #define PB_CLI_INFO_TIMEOUT_MS 15000L
 #define PB_CLI_LIST_TIMEOUT_MS 1000L
+
+/* capture --steps bound; the agent's PB_CAPTURE_MAX_STEPS (server.h) says the same. */
+#define PB_CLI_CAPTURE_MAX_STEPS 20
 
 typedef struct pb_cli_args {
     const char *command;    /* the command name as typed */
@@ -38,6 +42,8 @@ typedef struct pb_cli_args {
     const char *stage;      /* --stage value (flamegraph), NULL when not given */
     int folded;             /* --folded given */
     int native;             /* --native given (backtrace) */
+    int steps;              /* --steps N (capture); 0 when not given */
+    int memory, shapes, stack; /* capture: --memory, --shapes, --stack given */
     char **exec_argv;       /* run: the command after "--" (NULL-terminated, borrowed) */
     int exec_argc;
 } pb_cli_args;
@@ -66,5 +72,6 @@ int cmd_flamegraph(const pb_cli_args *a);
 int cmd_backtrace(const pb_cli_args *a);
 int cmd_detach(const pb_cli_args *a);
 int cmd_inject(const pb_cli_args *a);
+int cmd_capture(const pb_cli_args *a);
 
 #endif

@@ -25,7 +25,7 @@
 
 enum {
     OPT_FORMAT = 1, OPT_TIMEOUT = 2, OPT_OUTPUT = 4, OPT_JSON = 8, OPT_LAST = 16,
-    OPT_STAGE = 32, OPT_FOLDED = 64, OPT_NATIVE = 128
+    OPT_STAGE = 32, OPT_FOLDED = 64, OPT_NATIVE = 128, OPT_CAPTURE = 256
 };
 
 typedef struct command {
@@ -122,8 +122,22 @@ static const command commands[] = {
      "  --timeout S  wait at most S seconds for the agent to start (default 30); exit status 2\n"
      "               when it has not (it is still queued and starts when the main thread runs\n"
      "               Python code again)\n"},
-    /* Planned; hidden from help until they exist. */
-    {"capture", NULL, 0, 1, 0, NULL, NULL, NULL},
+    {"capture", cmd_capture, OPT_CAPTURE | OPT_OUTPUT | OPT_TIMEOUT, 1, 0,
+     "probing <target> capture [--steps N] [--memory] [--shapes] [--stack] [-o FILE.json] "
+     "[--timeout S]",
+     "profile the next N training steps with torch.profiler (ops, modules, kernels)",
+     "At the next step boundary the training thread starts torch.profiler (CPU, and CUDA when\n"
+     "the program uses CUDA), runs it for N steps, stops it and goes on. The op-level results\n"
+     "go to python.torch_ops: per step, op, module it ran under and stage, with self and\n"
+     "total CPU and device times. Prints the top ops and the query for more. One capture at\n"
+     "a time; the program's numbers are not changed.\n"
+     "  --steps N    steps to capture, 1 to 20 (default 3)\n"
+     "  --memory     also record memory allocated and freed per op (profile_memory)\n"
+     "  --shapes     also record input shapes (record_shapes): one row per op and shapes\n"
+     "  --stack      also record the Python frames that called each op (with_stack)\n"
+     "  -o FILE      also write the profiler's Chrome trace (Perfetto, chrome://tracing);\n"
+     "               '-o -' writes it to stdout and the summary to stderr\n"
+     "  --timeout S  give up after S seconds (default 120) and cancel the capture; exit 2\n"},
 };
 
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
@@ -209,7 +223,8 @@ static void print_help(FILE *out)
           "\nOptions:\n  -h, --help     show this help; 'probing <command> --help' for one command\n"
           "  -V, --version  show the version\n"
           "\nExit status: 0 success; 1 error (including SQL errors and exceptions in eval);\n"
-          "2 usage error or eval timeout; run: the command's own status (127: not found).\n",
+          "2 usage error or eval/capture timeout; 130 capture interrupted (Ctrl-C); run: the\n"
+          "command's own status (127: not found).\n",
           out);
 }
 
@@ -350,6 +365,24 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
             a->stage = value;
         } else if ((c->options & OPT_FOLDED) && strcmp(arg, "--folded") == 0) {
             a->folded = 1;
+        } else if ((c->options & OPT_CAPTURE) &&
+                   (m = match_valued(argc, argv, &i, 0, "steps", &value)) != 0) {
+            if (m < 0) return PB_EXIT_USAGE;
+            char *end;
+            errno = 0;
+            long n = strtol(value, &end, 10);
+            if (errno || end == value || *end || n < 1 || n > PB_CLI_CAPTURE_MAX_STEPS) {
+                pb_cli_error("--steps wants a number of steps from 1 to %d, not '%s'",
+                             PB_CLI_CAPTURE_MAX_STEPS, value);
+                return PB_EXIT_USAGE;
+            }
+            a->steps = (int)n;
+        } else if ((c->options & OPT_CAPTURE) && strcmp(arg, "--memory") == 0) {
+            a->memory = 1;
+        } else if ((c->options & OPT_CAPTURE) && strcmp(arg, "--shapes") == 0) {
+            a->shapes = 1;
+        } else if ((c->options & OPT_CAPTURE) && strcmp(arg, "--stack") == 0) {
+            a->stack = 1;
         } else {
             return unknown_option(arg, c->name);
         }

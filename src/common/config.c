@@ -14,6 +14,7 @@ static pb_config_entry entries[] = {
     {"PROBING_TOKEN", "", "bearer token TCP clients must send (default: 32 random bytes written to <dir>/<pid>.token, mode 0600)", NULL},
     {"PROBING_TCP_EVAL", "", "1 allows eval over TCP (refused by default: it runs code)", NULL},
     {"PROBING_RING_ROWS", "1M", "capacity in rows of python.torch_trace (oldest rows are dropped)", NULL},
+    {"PROBING_CAPTURE_ROWS", "128k", "capacity in rows of python.torch_ops, the results of 'probing <target> capture' (oldest rows are dropped)", NULL},
     {"PROBING_QUERY_TIMEOUT", "30", "seconds a query may run before it is interrupted", NULL},
     {"PROBING_MAX_RESULT_MB", "64", "largest query result in MB; longer results are cut with a message", NULL},
     {"PROBING_EVAL_TIMEOUT", "30", "default seconds eval waits for the interpreter and for the code", NULL},

@@ -29,17 +29,26 @@ static int route_query(pb_server *s, const request *req, pb_buf *out);
 static int route_tables(pb_server *s, const request *req, pb_buf *out);
 static int route_eval(pb_server *s, const request *req, pb_buf *out);
 static int route_detach(pb_server *s, const request *req, pb_buf *out);
+static int route_capture_start(pb_server *s, const request *req, pb_buf *out);
+static int route_capture_status(pb_server *s, const request *req, pb_buf *out);
+static int route_capture_cancel(pb_server *s, const request *req, pb_buf *out);
+static int route_capture_trace(pb_server *s, const request *req, pb_buf *out);
 
 static const struct route {
     const char *method;
     const char *path;
     route_fn handler;
+    const char *allow; /* Allow header of a 405 when the path has several methods; else method */
 } routes[] = {
-    {"GET", "/api/info", route_info},
-    {"POST", "/api/query", route_query},
-    {"GET", "/api/tables", route_tables},
-    {"POST", "/api/eval", route_eval},
-    {"POST", "/api/detach", route_detach},
+    {"GET", "/api/info", route_info, NULL},
+    {"POST", "/api/query", route_query, NULL},
+    {"GET", "/api/tables", route_tables, NULL},
+    {"POST", "/api/eval", route_eval, NULL},
+    {"POST", "/api/detach", route_detach, NULL},
+    {"POST", "/api/capture", route_capture_start, "GET, POST"},
+    {"GET", "/api/capture", route_capture_status, "GET, POST"},
+    {"POST", "/api/capture/cancel", route_capture_cancel, NULL},
+    {"GET", "/api/capture/trace", route_capture_trace, NULL},
 };
 
 #define NROUTES (sizeof routes / sizeof routes[0])
@@ -75,13 +84,14 @@ int pb__route_request(pb_server *s, const char *method, const char *path, const 
         }
     }
     if (path_match) {
-        *allow = path_match->method;
+        *allow = path_match->allow ? path_match->allow : path_match->method;
         return pb__route_error(out, 405, "method %s is not allowed on %s; use %s", method, path,
-                               path_match->method);
+                               *allow);
     }
     return pb__route_error(out, 404,
                            "no such endpoint: %s %s (endpoints: GET /api/info, POST /api/query, "
-                           "GET /api/tables, POST /api/eval)",
+                           "GET /api/tables, POST /api/eval, POST /api/detach, GET|POST "
+                           "/api/capture, POST /api/capture/cancel, GET /api/capture/trace)",
                            method, path);
 }
 
@@ -175,11 +185,17 @@ done:
 }
 
 /* Answers at once; the agent detaches after the answer has been sent (server.c on_completed),
- * so the client always learns that it worked. */
+ * so the client always learns that it worked. Refused while a capture is pending or running:
+ * torch.profiler can only be stopped by the thread that started it, at a step boundary. */
 static int route_detach(pb_server *s, const request *req, pb_buf *out)
 {
     const pb_server_opts *o = pb__server_opts(s);
     if (!o->detach) return pb__route_error(out, 503, "detach is not available in this process");
+    if (o->capture) {
+        int status = o->capture(o->ctx, PB_CAPTURE_CLOSE, NULL, out);
+        if (status != 200) return status;
+        pb_buf_reset(out);
+    }
     pb_jsonw w;
     pb_jsonw_init(&w, out);
     pb_jsonw_obj_begin(&w);
@@ -189,4 +205,90 @@ static int route_detach(pb_server *s, const request *req, pb_buf *out)
     pb_jsonw_int(&w, getpid());
     if (pb_jsonw_obj_end(&w)) return pb__route_error(out, 500, "out of memory");
     return 200;
+}
+
+/* ---- capture: the agent keeps the state; here only the request is checked ---- */
+
+/* The body as a JSON object; an empty body counts as {}. NULL after writing a 400. */
+static json_t *parse_optional_object(const request *req, pb_buf *out)
+{
+    if (req->body_len == 0) return json_object();
+    return parse_object(req, out);
+}
+
+/* Reads an optional boolean field into *v. Returns 0, or writes a 400 and returns -1. */
+static int bool_field(json_t *body, const char *key, int *v, pb_buf *out)
+{
+    json_t *j = json_object_get(body, key);
+    if (!j || json_is_null(j)) return 0;
+    if (!json_is_boolean(j)) {
+        pb__route_error(out, 400, "field \"%s\" must be true or false", key);
+        return -1;
+    }
+    *v = json_is_true(j);
+    return 0;
+}
+
+static int route_capture_start(pb_server *s, const request *req, pb_buf *out)
+{
+    const pb_server_opts *o = pb__server_opts(s);
+    if (!o->capture) return pb__route_error(out, 503, "capture is not available in this process");
+    json_t *body = parse_optional_object(req, out);
+    if (!body) return 400;
+    int status = 400;
+    pb_capture_request r = {.steps = 3};
+    json_t *steps = json_object_get(body, "steps");
+    if (steps && !json_is_null(steps)) {
+        if (!json_is_integer(steps) || json_integer_value(steps) < 1 ||
+            json_integer_value(steps) > PB_CAPTURE_MAX_STEPS) {
+            pb__route_error(out, 400, "field \"steps\" must be an integer from 1 to %d",
+                            PB_CAPTURE_MAX_STEPS);
+            goto done;
+        }
+        r.steps = (int)json_integer_value(steps);
+    }
+    if (bool_field(body, "memory", &r.memory, out) || bool_field(body, "shapes", &r.shapes, out) ||
+        bool_field(body, "stack", &r.stack, out) || bool_field(body, "trace", &r.trace, out))
+        goto done;
+    status = o->capture(o->ctx, PB_CAPTURE_START, &r, out);
+done:
+    json_decref(body);
+    return status;
+}
+
+static int route_capture_status(pb_server *s, const request *req, pb_buf *out)
+{
+    const pb_server_opts *o = pb__server_opts(s);
+    if (!o->capture) return pb__route_error(out, 503, "capture is not available in this process");
+    return o->capture(o->ctx, PB_CAPTURE_STATUS, NULL, out);
+}
+
+static int route_capture_cancel(pb_server *s, const request *req, pb_buf *out)
+{
+    const pb_server_opts *o = pb__server_opts(s);
+    if (!o->capture) return pb__route_error(out, 503, "capture is not available in this process");
+    json_t *body = parse_optional_object(req, out);
+    if (!body) return 400;
+    int status = 400;
+    pb_capture_request r = {0};
+    json_t *id = json_object_get(body, "capture");
+    if (id && !json_is_null(id)) {
+        if (!json_is_integer(id) || json_integer_value(id) < 1 ||
+            json_integer_value(id) > UINT32_MAX) {
+            pb__route_error(out, 400, "field \"capture\" must be a capture number (1 or more)");
+            goto done;
+        }
+        r.id = (uint32_t)json_integer_value(id);
+    }
+    status = o->capture(o->ctx, PB_CAPTURE_CANCEL, &r, out);
+done:
+    json_decref(body);
+    return status;
+}
+
+static int route_capture_trace(pb_server *s, const request *req, pb_buf *out)
+{
+    const pb_server_opts *o = pb__server_opts(s);
+    if (!o->capture) return pb__route_error(out, 503, "capture is not available in this process");
+    return o->capture(o->ctx, PB_CAPTURE_TRACE, NULL, out);
 }

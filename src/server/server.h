@@ -25,6 +25,7 @@
 #include "db.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef struct pb_server pb_server;
@@ -46,13 +47,41 @@ typedef int (*pb_info_fn)(void *ctx, pb_buf *out_json);
  * to another thread and returns). [server thread] */
 typedef void (*pb_detach_fn)(void *ctx);
 
+/* Capture control (docs/architecture.md): POST /api/capture starts one, GET /api/capture says
+ * how it goes, POST /api/capture/cancel cancels it, GET /api/capture/trace sends its Chrome
+ * trace. routes.c checks the request body; the agent decides. */
+#define PB_CAPTURE_MAX_STEPS 20
+
+typedef struct pb_capture_request {
+    int steps;     /* START: 1..PB_CAPTURE_MAX_STEPS */
+    int memory;    /* START: torch.profiler profile_memory */
+    int shapes;    /* START: record_shapes */
+    int stack;     /* START: with_stack */
+    int trace;     /* START: keep a Chrome trace for GET /api/capture/trace */
+    uint32_t id;   /* CANCEL: the capture to cancel; 0 = the current one */
+} pb_capture_request;
+
+typedef enum pb_capture_verb {
+    PB_CAPTURE_START,  /* req: steps and options */
+    PB_CAPTURE_STATUS,
+    PB_CAPTURE_CANCEL, /* req: id */
+    PB_CAPTURE_TRACE,  /* out: the trace file itself */
+    PB_CAPTURE_CLOSE,  /* before a detach: refuse new captures; 409 while one is pending or running */
+} pb_capture_verb;
+
+/* Fills out with the response body and returns the HTTP status (CLOSE: 200 and out untouched
+ * when closed). req is NULL for STATUS, TRACE and CLOSE. [server thread] */
+typedef int (*pb_capture_fn)(void *ctx, pb_capture_verb verb, const pb_capture_request *req,
+                             pb_buf *out);
+
 typedef struct pb_server_opts {
     const char *unix_path;    /* socket file to create (copied); NULL = no Unix socket */
     const char *tcp_listen;   /* "host:port", "[v6]:port", ":port" (all interfaces), or NULL */
     pb_eval_fn eval;          /* NULL: /api/eval answers 503 */
     pb_info_fn info;          /* NULL: /api/info answers 503 */
     pb_detach_fn detach;      /* NULL: /api/detach answers 503 */
-    void *ctx;                /* passed to eval, info and detach */
+    pb_capture_fn capture;    /* NULL: /api/capture* answer 503 */
+    void *ctx;                /* passed to eval, info, detach and capture */
     pb_query_limits limits;   /* zero fields take PROBING_MAX_RESULT_MB / PROBING_QUERY_TIMEOUT */
     int max_connections;      /* <= 0: 64; the next 8 get 503 "too many connections", later ones are closed */
     size_t max_request_bytes; /* larger request bodies get 413; 0: 4 MB */

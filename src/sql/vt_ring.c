@@ -347,6 +347,20 @@ static int ring_column(sqlite3_vtab_cursor *base, sqlite3_context *ctx, int i)
         sqlite3_result_text(ctx, pb_intern_get(id), -1, SQLITE_STATIC);
         break;
     }
+    case PB_COL_STR_ID_NULL: {
+        uint32_t id;
+        memcpy(&id, p, sizeof id);
+        if (id) sqlite3_result_text(ctx, pb_intern_get(id), -1, SQLITE_STATIC);
+        else sqlite3_result_null(ctx);
+        break;
+    }
+    case PB_COL_I64_NULL: {
+        int64_t v;
+        memcpy(&v, p, sizeof v);
+        if (v == INT64_MIN) sqlite3_result_null(ctx);
+        else sqlite3_result_int64(ctx, v);
+        break;
+    }
     case PB_COL_ENUM_U8:
         if (*p < c->enum_counts[i]) sqlite3_result_text(ctx, col->enum_names[*p], -1, SQLITE_STATIC);
         else sqlite3_result_int(ctx, *p); /* a value the table's enum does not name */

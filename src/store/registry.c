@@ -34,6 +34,7 @@ const char *pb_col_sql_type(pb_col_kind kind)
     case PB_COL_NS_SEC:
     case PB_COL_NS_MS: return "REAL";
     case PB_COL_STR_ID:
+    case PB_COL_STR_ID_NULL:
     case PB_COL_ENUM_U8: return "TEXT";
     default: return "INTEGER";
     }

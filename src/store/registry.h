@@ -27,6 +27,8 @@ typedef enum pb_col_kind {
     PB_COL_NS_MS,    /* int64_t nanoseconds -> REAL milliseconds */
     PB_COL_STR_ID,   /* uint32_t intern id  -> TEXT */
     PB_COL_ENUM_U8,  /* uint8_t index into pb_column.enum_names -> TEXT */
+    PB_COL_STR_ID_NULL, /* uint32_t intern id -> TEXT, id 0 -> NULL */
+    PB_COL_I64_NULL, /* int64_t -> INTEGER, INT64_MIN -> NULL */
 } pb_col_kind;
 
 typedef struct pb_column {

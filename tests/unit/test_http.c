@@ -72,6 +72,37 @@ static int fake_info(void *ctx, pb_buf *out)
     return pb_buf_printf(out, "{\"pid\":%d,\"version\":\"test\"}", (int)getpid());
 }
 
+/* The capture callback records what routes.c handed it and answers with capture_status
+ * (409 for CLOSE when capture_busy). */
+static pb_capture_verb capture_verb;
+static pb_capture_request capture_req;
+static int capture_calls, capture_busy, detach_calls;
+
+static int fake_capture(void *ctx, pb_capture_verb verb, const pb_capture_request *req, pb_buf *out)
+{
+    capture_calls++;
+    capture_verb = verb;
+    memset(&capture_req, 0, sizeof capture_req);
+    if (req) capture_req = *req;
+    switch (verb) {
+    case PB_CAPTURE_START:
+        pb_buf_puts(out, "{\"capture\":1,\"state\":\"pending\"}");
+        return 202;
+    case PB_CAPTURE_TRACE:
+        pb_buf_puts(out, "{\"traceEvents\":[]}");
+        return 200;
+    case PB_CAPTURE_CLOSE:
+        if (!capture_busy) return 200;
+        pb_buf_puts(out, "{\"error\":\"cannot detach while capture 1 is running\"}");
+        return 409;
+    default:
+        pb_buf_puts(out, "{\"capture\":1,\"state\":\"running\"}");
+        return 200;
+    }
+}
+
+static void fake_detach(void *ctx) { detach_calls++; }
+
 /* ---- a tiny client ---- */
 
 typedef struct reply {
@@ -89,7 +120,7 @@ static size_t on_header(char *data, size_t size, size_t n, void *ctx)
 {
     reply *r = ctx;
     if (size * n > 7 && strncasecmp(data, "Allow: ", 7) == 0)
-        sscanf(data + 7, "%31s", r->allow);
+        sscanf(data + 7, "%31[^\r\n]", r->allow);
     return size * n;
 }
 
@@ -207,7 +238,8 @@ static void test_routes(void)
 
     j = http(sock_path, "/nope", "GET", NULL, 0, &r);
     CHECK(r.status == 404, "unknown path -> 404");
-    CHECK_STR(error_of(j), "no such endpoint: GET /nope (endpoints: GET /api/info, POST /api/query, GET /api/tables, POST /api/eval)",
+    CHECK_STR(error_of(j), "no such endpoint: GET /nope (endpoints: GET /api/info, POST /api/query, GET /api/tables, "
+              "POST /api/eval, POST /api/detach, GET|POST /api/capture, POST /api/capture/cancel, GET /api/capture/trace)",
               "404 message");
     json_decref(j);
 
@@ -245,6 +277,85 @@ static void test_routes(void)
     CHECK(r.status == 500, "eval callback error with no body -> 500");
     CHECK_STR(error_of(j), "eval failed: Input/output error", "500 message");
     json_decref(j);
+}
+
+/* The capture routes check the request and hand it to the agent's callback; detach asks it
+ * first. */
+static void test_capture_routes(void)
+{
+    reply r;
+    json_t *j = post("/api/capture", "{}", &r);
+    CHECK(r.status == 202 && capture_verb == PB_CAPTURE_START && capture_req.steps == 3 &&
+              !capture_req.memory && !capture_req.shapes && !capture_req.stack && !capture_req.trace,
+          "POST /api/capture {} -> START with 3 steps and no options, 202 passes through");
+    json_decref(j);
+    j = http(sock_path, "/api/capture", "POST", NULL, 0, &r);
+    CHECK(r.status == 202 && capture_req.steps == 3, "an empty body counts as {}");
+    json_decref(j);
+    j = post("/api/capture", "{\"steps\": 20, \"memory\": true, \"shapes\": true, \"stack\": true, "
+             "\"trace\": true}", &r);
+    CHECK(r.status == 202 && capture_req.steps == 20 && capture_req.memory && capture_req.shapes &&
+              capture_req.stack && capture_req.trace,
+          "steps and the four options reach the callback");
+    json_decref(j);
+    const char *bad_steps[] = {"{\"steps\": 0}", "{\"steps\": 21}", "{\"steps\": \"3\"}",
+                               "{\"steps\": 2.5}", "{\"steps\": -1}"};
+    for (size_t i = 0; i < sizeof bad_steps / sizeof bad_steps[0]; i++) {
+        int calls = capture_calls;
+        j = post("/api/capture", bad_steps[i], &r);
+        CHECK(r.status == 400 && capture_calls == calls, "%s -> 400, callback not called", bad_steps[i]);
+        CHECK_STR(error_of(j), "field \"steps\" must be an integer from 1 to 20", "bad steps message");
+        json_decref(j);
+    }
+    j = post("/api/capture", "{\"memory\": 1}", &r);
+    CHECK(r.status == 400, "non-boolean option -> 400");
+    CHECK_STR(error_of(j), "field \"memory\" must be true or false", "bad option message");
+    json_decref(j);
+    j = post("/api/capture", "[]", &r);
+    CHECK_STR(error_of(j), "request body must be a JSON object", "non-object capture body");
+    json_decref(j);
+
+    j = http(sock_path, "/api/capture", "GET", NULL, 0, &r);
+    CHECK(r.status == 200 && capture_verb == PB_CAPTURE_STATUS &&
+              strcmp(json_string_value(json_object_get(j, "state")), "running") == 0,
+          "GET /api/capture -> STATUS");
+    json_decref(j);
+    j = http(sock_path, "/api/capture", "PUT", NULL, 0, &r);
+    CHECK(r.status == 405 && strcmp(r.allow, "GET, POST") == 0, "PUT /api/capture -> 405, Allow: GET, POST (got '%s')", r.allow);
+    CHECK_STR(error_of(j), "method PUT is not allowed on /api/capture; use GET, POST", "405 message for two methods");
+    json_decref(j);
+
+    j = post("/api/capture/cancel", "{\"capture\": 7}", &r);
+    CHECK(r.status == 200 && capture_verb == PB_CAPTURE_CANCEL && capture_req.id == 7, "cancel passes the capture id");
+    json_decref(j);
+    j = http(sock_path, "/api/capture/cancel", "POST", NULL, 0, &r);
+    CHECK(r.status == 200 && capture_verb == PB_CAPTURE_CANCEL && capture_req.id == 0, "cancel without a body: the current one");
+    json_decref(j);
+    j = post("/api/capture/cancel", "{\"capture\": 0}", &r);
+    CHECK(r.status == 400, "capture id 0 -> 400");
+    CHECK_STR(error_of(j), "field \"capture\" must be a capture number (1 or more)", "bad id message");
+    json_decref(j);
+
+    j = http(sock_path, "/api/capture/trace", "GET", NULL, 0, &r);
+    CHECK(r.status == 200 && capture_verb == PB_CAPTURE_TRACE && json_is_array(json_object_get(j, "traceEvents")),
+          "GET /api/capture/trace sends the callback's body as it is");
+    json_decref(j);
+
+    capture_busy = 1;
+    int detached = detach_calls;
+    j = post("/api/detach", "{}", &r);
+    CHECK(r.status == 409 && capture_verb == PB_CAPTURE_CLOSE, "detach while a capture runs -> 409");
+    CHECK_STR(error_of(j), "cannot detach while capture 1 is running", "detach refusal passes through");
+    json_decref(j);
+    usleep(100 * 1000);
+    CHECK(detach_calls == detached, "a refused detach does not detach");
+    capture_busy = 0;
+    j = post("/api/detach", "{}", &r);
+    CHECK(r.status == 200 && capture_verb == PB_CAPTURE_CLOSE && json_is_true(json_object_get(j, "detached")),
+          "detach with no capture running -> 200");
+    json_decref(j);
+    for (int i = 0; i < 100 && detach_calls == detached; i++) usleep(10 * 1000);
+    CHECK(detach_calls == detached + 1, "... and the agent is told once the answer is sent");
 }
 
 static void *client_thread(void *arg)
@@ -346,6 +457,8 @@ static pb_server_opts test_opts(void)
     o.unix_path = sock_path;
     o.eval = fake_eval;
     o.info = fake_info;
+    o.capture = fake_capture;
+    o.detach = fake_detach;
     o.max_request_bytes = 64 * 1024;
     return o;
 }
@@ -561,6 +674,7 @@ int main(void)
     CHECK(rc == 0 && s, "server starts on %s (%s)", sock_path, pb_strerror(rc));
     if (!s) return check_summary();
     test_routes();
+    test_capture_routes();
     test_concurrency();
     test_peer_uid();
     test_socket_file(s);

@@ -456,6 +456,47 @@ static void test_open_file(void)
     unlink(path);
 }
 
+/* The nullable kinds: intern id 0 and INT64_MIN read as NULL, anything else as the value. */
+typedef struct nullable_row {
+    int64_t bytes;
+    uint32_t shapes;
+} nullable_row;
+
+static const pb_column nullable_columns[] = {
+    {"bytes", PB_COL_I64_NULL, offsetof(nullable_row, bytes), NULL, "bytes or NULL"},
+    {"shapes", PB_COL_STR_ID_NULL, offsetof(nullable_row, shapes), NULL, "text or NULL"},
+};
+
+static void test_nullable_kinds(void)
+{
+    pb_table t = {.schema = "python", .name = "torch_ops", .doc = "nullable kinds",
+                  .columns = nullable_columns, .ncolumns = 2, .row_size = sizeof(nullable_row),
+                  .step_column = -1};
+    pb_db *db = NULL;
+    int rc;
+    pb_registry_reset();
+    if (pb_ring_create(&t.ring, sizeof(nullable_row), 8)) return;
+    nullable_row rows[] = {{INT64_MIN, 0}, {0, pb_intern_cstr("[[8, 32]]")}, {-5, 0}};
+    for (size_t i = 0; i < 3; i++) pb_ring_push(t.ring, &rows[i]);
+    pb_registry_add(&t);
+    CHECK(pb_db_open(&db) == 0, "open with a table of nullable kinds");
+    CHECK(query_int(db, "SELECT count(*) FROM python.torch_ops WHERE bytes IS NULL") == 1 &&
+              query_int(db, "SELECT sum(bytes) FROM python.torch_ops") == -5,
+          "I64_NULL: INT64_MIN is NULL, 0 and -5 are values");
+    CHECK(query_int(db, "SELECT count(shapes) FROM python.torch_ops") == 1 &&
+              query_int(db, "SELECT count(*) FROM python.torch_ops WHERE shapes = '[[8, 32]]'") == 1,
+          "STR_ID_NULL: id 0 is NULL, others their text");
+    json_t *j = query(db, "SELECT type, name FROM pragma_table_info('torch_ops', 'python')", NULL, &rc);
+    json_t *r0 = json_array_get(json_object_get(j, "rows"), 0), *r1 = json_array_get(json_object_get(j, "rows"), 1);
+    CHECK(rc == 0 && strcmp(json_string_value(json_array_get(r0, 0)), "INTEGER") == 0 &&
+              strcmp(json_string_value(json_array_get(r1, 0)), "TEXT") == 0,
+          "declared as INTEGER and TEXT");
+    json_decref(j);
+    pb_db_close(db);
+    pb_registry_reset();
+    pb_ring_destroy(t.ring);
+}
+
 int main(void)
 {
     pb_config_load();
@@ -484,6 +525,7 @@ int main(void)
     pb_db_close(db);
     pb_db_close(NULL);
     test_open_file();
+    test_nullable_kinds();
 
     pb_registry_reset();
     pb_ring_destroy(trace.ring);
