@@ -843,7 +843,7 @@ static void check_memory(pb__report *r)
         strcpy(sql, TRACE_STEPS_SQL);
     } else {
         pb__report_finding(
-            r, "memory_growth", "check", "skipped",
+            r, "memory_growth", "memory", "skipped",
             pb__report_textf(
                 "memory growth not checked: no python.memory and no per-step memory in "
                 "python.steps"),
@@ -863,7 +863,7 @@ static void check_memory(pb__report *r)
     }
     if (n < LEAK_MIN_STEPS) {
         pb__report_finding(
-            r, "memory_growth", "check", "skipped",
+            r, "memory_growth", "memory", "skipped",
             pb__report_textf("memory growth not checked: %zu steady step%s with memory figures, %d "
                              "needed",
                              n, n == 1 ? "" : "s", LEAK_MIN_STEPS),
@@ -885,7 +885,7 @@ static void check_memory(pb__report *r)
     json_object_set_new(nums, "source", json_string(source));
     if (growth >= LEAK_MIN_GROWTH_MB && slope >= LEAK_MIN_SLOPE_MB && r2 >= LEAK_MIN_R2) {
         pb__report_finding(
-            r, "memory_growth", "check", "critical",
+            r, "memory_growth", "memory", "critical",
             pb__report_textf("memory grows steadily across steps: +%.1f MB over %zu steps (%.2f MB "
                              "per step) - a leak",
                              growth, n, slope),
@@ -903,7 +903,7 @@ static void check_memory(pb__report *r)
             pb__report_target(r));
     } else {
         pb__report_finding(
-            r, "memory_growth", "check", "ok",
+            r, "memory_growth", "memory", "ok",
             pb__report_textf("no steady memory growth: %+.1f MB over %zu steps", growth, n), nums,
             sql, NULL);
     }
@@ -953,23 +953,6 @@ static void check_collectives(pb__report *r)
                              "models, over 50%% is flagged)",
                              100 * share),
             nums, sql, NULL);
-}
-
-static void check_ranks(pb__report *r)
-{
-    json_t *rows =
-        pb__report_run(r, "SELECT COUNT(DISTINCT rank) AS ranks FROM python.torch_trace");
-    double ranks = rows ? pb__report_num(json_array_get(rows, 0), "ranks", NULL) : 0;
-    json_decref(rows);
-    json_t *nums = json_object();
-    json_object_set_new(nums, "ranks_in_target", pb__report_real(ranks));
-    pb__report_finding(
-        r, "load_imbalance", "check", "skipped",
-        pb__report_textf(
-            "load imbalance not checked: the report reads one target (%.0f rank%s in its "
-            "data); the check (>10%% between ranks, seed 000) needs every rank's agent",
-            ranks, ranks == 1 ? "" : "s"),
-        nums, "SELECT COUNT(DISTINCT rank) AS ranks FROM python.torch_trace", NULL);
 }
 
 static void check_amp(pb__report *r)
@@ -1106,10 +1089,15 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
     r.n_steps = probe_table(&r, "python.steps", "per-step wall, data wait, syncs");
     r.n_loader = probe_table(&r, "python.dataloader_trace",
                              "data-loader wait (data-bound or not), batch size");
-    r.n_memory = probe_table(&r, "python.memory", "device memory per step (leaks)");
+    r.n_memory = probe_table(&r, "python.memory",
+                             "device memory per step (leaks), phases (activation estimate)");
+    r.n_breakdown = probe_table(&r, "python.memory_breakdown",
+                                "parameters, gradients and optimizer state in bytes");
     r.n_amp = probe_table(&r, "python.amp_trace", "GradScaler scale and skipped steps");
     r.n_nccl = probe_table(&r, "python.nccl_trace", "collectives share");
     r.n_gpu = probe_table(&r, "system.gpu", "GPU utilisation (bottleneck type on a GPU)");
+    r.n_layers = probe_table(&r, "python.layers",
+                             "Linear/convolution shapes and dtypes (tensor-core alignment)");
     r.from_steps_table = r.n_steps > 0;
     if (load_steps(&r, last_steps, error)) goto fail;
 
@@ -1178,11 +1166,17 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
     }
     if (r.count) {
         check_memory(&r);
+        pb__report_memory(&r);
         check_collectives(&r);
+        pb__report_ranks(&r);
+    } else {
+        json_object_set_new(r.doc, "memory", json_null());
     }
-    check_ranks(&r);
     check_amp(&r);
-    if (r.count) check_syncs(&r);
+    if (r.count) {
+        pb__report_amp_hardware(&r);
+        check_syncs(&r);
+    }
     pb__report_suggest(
         &r, "the seed's slowest-modules view over everything recorded",
         "probing %s query \"SELECT module, stage, COUNT(*) AS calls, AVG(duration) AS "

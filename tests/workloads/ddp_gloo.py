@@ -7,8 +7,13 @@ with an explicit dist.all_reduce (what training loops do for logging), and the r
 barrier and a broadcast and ends with an async all_gather_into_tensor. Rank 0 prints the step
 lines and the final loss; every rank holds at the end when --hold-file is given (each rank waits
 for PATH.<rank>).
+
+Load imbalance can be planted: --slow-rank R --slow-ms M makes rank R sleep M ms in each step
+before its forward (a rank whose input pipeline is slower); the other ranks then wait for it in
+the gradient all-reduce. --width W sets the hidden width (more work per step).
 """
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -19,11 +24,16 @@ from _workload import hold, make_deterministic, make_parser, report_final, repor
 
 
 def main():
-    args = make_parser(__doc__, steps=5).parse_args()
+    parser = make_parser(__doc__, steps=5)
+    parser.add_argument("--slow-rank", type=int, default=-1)
+    parser.add_argument("--slow-ms", type=float, default=0.0)
+    parser.add_argument("--width", type=int, default=64)
+    args = parser.parse_args()
     make_deterministic(args.seed)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(32, args.width), nn.ReLU(),
+                                                  nn.Linear(args.width, 4)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.MSELoss()
     dist.barrier()
@@ -37,6 +47,8 @@ def main():
         x = torch.randn(16, 32, generator=g)
         y = torch.randn(16, 4, generator=g)
         optimizer.zero_grad()
+        if rank == args.slow_rank:
+            time.sleep(args.slow_ms / 1000.0)
         out = loss_fn(model(x), y)
         out.backward()
         optimizer.step()
