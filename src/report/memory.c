@@ -254,8 +254,8 @@ static json_t *section(const memory *m, double tracked)
     json_object_set_new(s, "peak_source",
                         json_string(!m->have_allocator ? "unknown: python.memory has no rows"
                                     : m->cuda          ? "torch.cuda.max_memory_allocated()"
-                                              : "the highest process RSS sampled (includes the "
-                                                "interpreter and torch's libraries)"));
+                                              : "the highest process RSS sampled, the interpreter "
+                                                "and torch's libraries included"));
     json_object_set_new(s, "reserved_mb", m->cuda ? pb__report_real(m->reserved_mb) : json_null());
     json_object_set_new(s, "device_total_mb", pb__report_real(m->device_total_mb));
     json_object_set_new(s, "pressure", pb__report_real(m->pressure));
@@ -336,7 +336,7 @@ static void finding_breakdown(pb__report *r, const memory *m, double tracked)
                                  m->grad_mb, m->state_mb, activations, m->breakdown_step);
     else
         claim = pb__report_textf("parameters %.1f MB, gradients %.1f MB, optimizer state %.1f MB, "
-                                 "%s at step %lld: %s is the largest part (%.0f%% of %.1f MB "
+                                 "%s at step %lld: the largest part is %s (%.0f%% of %.1f MB "
                                  "tracked); %s",
                                  m->param_mb, m->grad_mb, m->state_mb, activations,
                                  m->breakdown_step, largest, 100 * share, tracked, why ? why : "");
@@ -359,8 +359,8 @@ static void finding_optimizer_state(pb__report *r, const memory *m, double track
     json_object_set_new(nums, "pressure", pb__report_real(m->pressure));
     if (m->state_mb <= 0) {
         pb__report_finding(r, "optimizer_state", "memory", "ok",
-                           pb__report_textf("%s keeps no state tensors (SGD without momentum "
-                                            "does not): all the memory is elsewhere",
+                           pb__report_textf("the optimizer (%s) keeps no state tensors (plain "
+                                            "SGD needs none): its memory is all elsewhere",
                                             m->optimizers),
                            nums, m->breakdown_sql, NULL);
         return;

@@ -1168,10 +1168,10 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
         check_memory(&r);
         pb__report_memory(&r);
         check_collectives(&r);
-        pb__report_ranks(&r);
     } else {
         json_object_set_new(r.doc, "memory", json_null());
     }
+    pb__report_ranks(&r);
     check_amp(&r);
     if (r.count) {
         pb__report_amp_hardware(&r);
