@@ -6,6 +6,13 @@
  * /proc/self/statm (on CUDA: four calls into torch.cuda instead) and two ring pushes; a primary
  * root forward costs two (four with autocast on) calls into torch's autocast state. Phase rows
  * (python.memory) read memory at each phase, on every PROBING_MEMORY_PHASE_EVERY-th step only.
+ *
+ * The memory breakdown (python.memory_breakdown) walks an optimizer's parameters, their .grad
+ * and every tensor in optimizer.state, asking each for its storage (untyped_storage():
+ * data_ptr(), nbytes()) so that a storage shared by several tensors (tied weights, views of one
+ * flat buffer) is counted once: about three Python calls per tensor, so it runs on the first
+ * optimizer step and on the sampled steps only (bench/RESULTS.md has its cost). python.layers
+ * reads a few attributes of each Linear/convolution module once, after its first forward.
  */
 #include "collect.h"
 
@@ -27,27 +34,39 @@ int64_t pb_step_collectives_ns;
 
 static int64_t stage_ns[3];      /* by PB_STAGE_* */
 static int64_t data_wait_ns;
+static int64_t grad_sync_ns;
 static int64_t samples;
 static int32_t syncs;
 static uint64_t optimizer_steps; /* optimizer.step() calls seen, ever */
 static int in_scaler_step;       /* inside GradScaler.step: it writes the amp row itself */
 static int autocast_on;
 static uint32_t autocast_dtype;
+static uint32_t autocast_device;
 static int64_t phase_every = 50;
 static unsigned phases_seen;     /* bit per PB_PHASE_*: each phase row once per sampled step */
+static double cuda_capability = NAN; /* read once, when CUDA is first seen initialised */
+static int64_t breakdown_first_step = -1; /* step of the first optimizer step seen */
+#define BREAKDOWN_PER_STEP 8
+static PyObject *breakdown_done[BREAKDOWN_PER_STEP]; /* optimizers done this step: compared only */
+static int breakdown_count;
 
 /* ---- torch objects (owned, set by install) ---- */
 
 static PyObject *dataloader_iter_cls, *grad_scaler_cls, *optimizer_cls, *torch_cuda;
 static PyObject *wrap_next, *wrap_scaler_step, *wrap_zero_grad, *wrap_synchronize;
-static PyObject *wrap_item, *wrap_tolist, *wrap_cpu, *str_is_cuda;
+static PyObject *wrap_item, *wrap_tolist, *wrap_cpu;
 static PyTypeObject *tensor_type;
 static PyObject *is_autocast_enabled, *get_autocast_dtype, *str_cpu, *str_cuda;
 static PyObject *cuda_is_initialized, *cuda_memory_allocated, *cuda_max_memory_allocated,
-    *cuda_memory_reserved, *cuda_current_device;
+    *cuda_memory_reserved, *cuda_current_device, *cuda_get_device_capability,
+    *cuda_get_device_properties;
+static PyObject *linear_cls, *conv_cls;
 static PyObject *str_num_workers, *str_pin_memory, *str_prefetch_factor, *str_persistent_workers,
-    *str_num_yielded, *str_shape, *str_enabled, *str_get_scale;
-static uint32_t device_cpu;
+    *str_num_yielded, *str_shape, *str_enabled, *str_get_scale, *str_param_groups, *str_params,
+    *str_grad, *str_state, *str_untyped_storage, *str_data_ptr, *str_nbytes, *str_is_cuda,
+    *str_device, *str_dtype, *str_weight, *str_in_features, *str_out_features, *str_in_channels,
+    *str_out_channels, *str_total_memory;
+static uint32_t device_cpu, device_cuda, device_mixed;
 
 /* ---- tables ---- */
 
@@ -74,6 +93,7 @@ static const pb_column steps_cols[] = {
     COL("backward", PB_COL_NS_SEC, pb_steps_row, backward_ns, "seconds of backward: sum of the step's backward self times in torch_trace"),
     COL("optimizer", PB_COL_NS_SEC, pb_steps_row, optimizer_ns, "seconds in optimizer.step()"),
     COL("collectives", PB_COL_NS_SEC, pb_steps_row, collectives_ns, "seconds in collective operations issued during the step"),
+    COL("grad_sync", PB_COL_NS_SEC, pb_steps_row, grad_sync_ns, "seconds in autograd's final callbacks after the backward pass: DistributedDataParallel waiting for its gradient all-reduces (about 0 without DDP)"),
     COL("other", PB_COL_NS_SEC, pb_steps_row, other_ns, "wall minus all of the above, never below 0: host time nothing above accounts for"),
     COL("samples", PB_COL_I64, pb_steps_row, samples, "sum of the batch_size of the step's batches; 0 when unknown"),
     COL("syncs", PB_COL_I32, pb_steps_row, syncs, "host-device synchronisations in the step: torch.cuda.synchronize(), and .item()/.tolist()/.cpu() on CUDA tensors (0 on CPU)"),
@@ -81,7 +101,8 @@ static const pb_column steps_cols[] = {
 };
 
 static const char *const phase_names[] = {"step", "after_data", "after_forward", "after_loss",
-                                          "after_backward", "after_optimizer", "after_zero_grad", NULL};
+                                          "after_backward", "after_optimizer", "after_zero_grad",
+                                          "before_forward", NULL};
 
 static const pb_column memory_cols[] = {
     COL("step", PB_COL_I64, pb_memory_row, step, "training step"),
@@ -101,7 +122,36 @@ static const pb_column amp_cols[] = {
     COL("skipped", PB_COL_U8, pb_amp_row, skipped, "1 when the GradScaler skipped optimizer.step()"),
     COL("autocast_enabled", PB_COL_U8, pb_amp_row, autocast_enabled, "1 when autocast was on when the model's forward began"),
     COL("autocast_dtype", PB_COL_STR_ID, pb_amp_row, autocast_dtype, "autocast dtype (bfloat16, float16); '' when autocast was off"),
+    COL("autocast_device", PB_COL_STR_ID, pb_amp_row, autocast_device, "device type autocast was on for: 'cuda' or 'cpu'; '' when autocast was off"),
+    COL("cuda_capability", PB_COL_F64, pb_amp_row, cuda_capability, "compute capability of the current CUDA device as major.minor (8.0 = A100); NULL until the program initialises CUDA"),
     COL("rank", PB_COL_U16, pb_amp_row, rank, "distributed rank (RANK), 0 when not distributed"),
+};
+
+static const pb_column breakdown_cols[] = {
+    COL("step", PB_COL_I64, pb_breakdown_row, step, "training step of the optimizer step"),
+    COL("optimizer", PB_COL_STR_ID, pb_breakdown_row, optimizer, "optimizer class (Adam, SGD, ...)"),
+    COL("device", PB_COL_STR_ID, pb_breakdown_row, device, "device of the first parameter ('cpu', 'cuda:0'); 'mixed' when some counted tensors are on a GPU and some are not"),
+    COL("params", PB_COL_U32, pb_breakdown_row, params, "parameter tensors in the optimizer's param_groups"),
+    COL("param_bytes", PB_COL_I64, pb_breakdown_row, param_bytes, "bytes of the parameters' storages, each storage counted once (tied weights, views of one buffer)"),
+    COL("grad_bytes", PB_COL_I64, pb_breakdown_row, grad_bytes, "bytes of the parameters' .grad storages as optimizer.step() returned; 0 when gradients are None"),
+    COL("state_bytes", PB_COL_I64, pb_breakdown_row, state_bytes, "bytes of the tensor storages in optimizer.state (Adam: exp_avg, exp_avg_sq, step)"),
+    COL("state_tensors", PB_COL_U32, pb_breakdown_row, state_tensors, "tensors in optimizer.state"),
+    COL("device_total_mb", PB_COL_F64, pb_breakdown_row, device_total_mb, "MB of memory on the parameters' GPU (get_device_properties().total_memory); NULL on CPU"),
+    COL("rank", PB_COL_U16, pb_breakdown_row, rank, "distributed rank (RANK), 0 when not distributed"),
+};
+
+static const pb_column layer_cols[] = {
+    COL("step", PB_COL_I64, pb_layer_row, step, "training step of the module's first forward"),
+    COL("module", PB_COL_STR_ID, pb_layer_row, module, "qualified name, as in python.torch_trace"),
+    COL("type", PB_COL_STR_ID, pb_layer_row, type, "class name (Linear, Conv2d, ...)"),
+    COL("in_features", PB_COL_I64, pb_layer_row, in_features, "Linear in_features, or the convolution's in_channels"),
+    COL("out_features", PB_COL_I64, pb_layer_row, out_features, "Linear out_features, or the convolution's out_channels"),
+    COL("rows", PB_COL_I64, pb_layer_row, rows, "output elements / out_features: the GEMM's M dimension (batch x sequence for Linear); 0 when the output is not a tensor"),
+    COL("output_shape", PB_COL_STR_ID, pb_layer_row, output_shape, "shape of the first output, '64x128x512'"),
+    COL("weight_dtype", PB_COL_STR_ID, pb_layer_row, weight_dtype, "dtype of the weight (float32 under autocast)"),
+    COL("compute_dtype", PB_COL_STR_ID, pb_layer_row, compute_dtype, "dtype of the output: what the layer computed in (float16/bfloat16 under autocast)"),
+    COL("device", PB_COL_STR_ID, pb_layer_row, device, "device of the output ('cpu', 'cuda:0')"),
+    COL("rank", PB_COL_U16, pb_layer_row, rank, "distributed rank (RANK), 0 when not distributed"),
 };
 
 #define TABLE(var, nm, cols, row, docstr, empty)                                                  \
@@ -123,14 +173,21 @@ TABLE(pb_table_memory, "memory", memory_cols, pb_memory_row,
 TABLE(pb_table_amp_trace, "amp_trace", amp_cols, pb_amp_row,
       "one row per optimizer step: GradScaler scale, inf checks, skipped steps, autocast state",
       "empty until the first optimizer step");
+TABLE(pb_table_memory_breakdown, "memory_breakdown", breakdown_cols, pb_breakdown_row,
+      "bytes of each optimizer's parameters, gradients and state, on the first optimizer step and every PROBING_MEMORY_PHASE_EVERY-th step",
+      "empty until the first optimizer step (none without an optimizer, or with PROBING_MEMORY_PHASE_EVERY=0)");
+TABLE(pb_table_layers, "layers", layer_cols, pb_layer_row,
+      "one row per nn.Linear and convolution module, at its first forward: GEMM dimensions, dtypes, device",
+      "empty until a Linear or convolution module runs outside a compiled region");
 
 static pb_table *const tables[] = {&pb_table_dataloader_trace, &pb_table_steps, &pb_table_memory,
-                                   &pb_table_amp_trace};
+                                   &pb_table_amp_trace, &pb_table_memory_breakdown,
+                                   &pb_table_layers};
 #define NTABLES (sizeof tables / sizeof tables[0])
 
 int pb_collect_tables_init(void)
 {
-    static const uint64_t capacity[NTABLES] = {1 << 16, 1 << 16, 1 << 17, 1 << 16};
+    static const uint64_t capacity[NTABLES] = {1 << 16, 1 << 16, 1 << 17, 1 << 16, 1 << 14, 1 << 14};
     int rc = 0;
     for (size_t i = 0; i < NTABLES; i++)
         if ((rc = pb_ring_create(&tables[i]->ring, tables[i]->row_size, capacity[i]))) goto fail;
@@ -138,6 +195,8 @@ int pb_collect_tables_init(void)
         if ((rc = pb_registry_add(tables[i]))) goto fail;
     phase_every = pb_config_int("PROBING_MEMORY_PHASE_EVERY", 50);
     device_cpu = pb_intern_cstr("cpu");
+    device_cuda = pb_intern_cstr("cuda");
+    device_mixed = pb_intern_cstr("mixed");
     return 0;
 fail:
     pb_collect_tables_free(); /* a partly registered set: lifecycle resets the registry on stop */
@@ -256,6 +315,317 @@ static void read_memory(pb_memory_row *r, int phase)
 
 static int64_t positive(int64_t v) { return v > 0 ? v : 0; }
 
+/* str(o) as an intern id, without a leading "torch." ("torch.float16" -> "float16"); 0 when it
+ * cannot be had. */
+static uint32_t intern_str(PyObject *o)
+{
+    PyObject *s = o ? PyObject_Str(o) : NULL;
+    const char *cs = s ? PyUnicode_AsUTF8(s) : NULL;
+    uint32_t id = 0;
+    if (cs) id = pb_intern_cstr(strncmp(cs, "torch.", 6) == 0 ? cs + 6 : cs);
+    Py_XDECREF(s);
+    PyErr_Clear();
+    return id;
+}
+
+/* intern_str(o.attr) */
+static uint32_t intern_attr(PyObject *o, PyObject *attr)
+{
+    PyObject *v = PyObject_GetAttr(o, attr);
+    uint32_t id = v ? intern_str(v) : 0;
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return id;
+}
+
+static const char *short_class_name(PyObject *o)
+{
+    const char *n = Py_TYPE(o)->tp_name;
+    const char *dot = strrchr(n, '.');
+    return dot ? dot + 1 : n;
+}
+
+/* Reads the current CUDA device's compute capability once CUDA is initialised (never before:
+ * probing must not initialise CUDA). */
+static void read_cuda_capability(void)
+{
+    if (!isnan(cuda_capability) || !cuda_get_device_capability || !cuda_in_use()) return;
+    PyObject *r = PyObject_CallNoArgs(cuda_get_device_capability);
+    if (r && PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2) {
+        long major = PyLong_AsLong(PyTuple_GET_ITEM(r, 0));
+        long minor = PyLong_AsLong(PyTuple_GET_ITEM(r, 1));
+        if (!PyErr_Occurred() && major >= 0 && minor >= 0 && minor < 10)
+            cuda_capability = (double)major + (double)minor / 10.0;
+    }
+    Py_XDECREF(r);
+    PyErr_Clear();
+}
+
+/* ---- the memory breakdown (python.memory_breakdown) ---- */
+
+/* A set of storage addresses, so each storage is counted once per breakdown. */
+typedef struct ptr_set {
+    uint64_t *slots; /* 0 = empty */
+    size_t cap, used;
+} ptr_set;
+
+static size_t ptr_hash(uint64_t p) { return (size_t)((p >> 4) * 0x9E3779B97F4A7C15ull); }
+
+/* Adds p (not 0). Returns 1 when it was new, 0 when it was there, -1 when out of memory. */
+static int ptr_set_add(ptr_set *s, uint64_t p)
+{
+    if ((s->used + 1) * 2 > s->cap) {
+        size_t ncap = s->cap ? s->cap * 2 : 256;
+        uint64_t *n = calloc(ncap, sizeof *n);
+        if (!n) return -1;
+        for (size_t i = 0; i < s->cap; i++) {
+            if (!s->slots[i]) continue;
+            size_t j = ptr_hash(s->slots[i]) & (ncap - 1);
+            while (n[j]) j = (j + 1) & (ncap - 1);
+            n[j] = s->slots[i];
+        }
+        free(s->slots);
+        s->slots = n;
+        s->cap = ncap;
+    }
+    size_t j = ptr_hash(p) & (s->cap - 1);
+    while (s->slots[j]) {
+        if (s->slots[j] == p) return 0;
+        j = (j + 1) & (s->cap - 1);
+    }
+    s->slots[j] = p;
+    s->used++;
+    return 1;
+}
+
+typedef struct walk {
+    ptr_set seen;
+    int first_is_cuda; /* -1 until the first counted tensor (the first parameter) */
+    int mixed;         /* a counted tensor's device type differs from the first one's */
+    int out_of_memory;
+} walk;
+
+/* Bytes of t's storage when this walk has not counted that storage yet, else 0. Also 0 when t
+ * is not a tensor or has no plain storage (sparse, some tensor subclasses). */
+static int64_t storage_bytes(walk *w, PyObject *t)
+{
+    if (!tensor_type || !PyObject_TypeCheck(t, tensor_type)) return 0;
+    int64_t bytes = 0;
+    PyObject *st = PyObject_CallMethodNoArgs(t, str_untyped_storage);
+    PyObject *ptr = st ? PyObject_CallMethodNoArgs(st, str_data_ptr) : NULL;
+    PyObject *nb = ptr ? PyObject_CallMethodNoArgs(st, str_nbytes) : NULL;
+    if (nb) {
+        unsigned long long address = PyLong_AsUnsignedLongLong(ptr);
+        long long n = PyLong_AsLongLong(nb);
+        if (!PyErr_Occurred() && address && n > 0) {
+            int added = ptr_set_add(&w->seen, (uint64_t)address);
+            if (added < 0) w->out_of_memory = 1;
+            if (added > 0) bytes = n;
+        }
+    }
+    PyErr_Clear();
+    if (bytes) {
+        PyObject *c = PyObject_GetAttr(t, str_is_cuda);
+        int cuda = c == Py_True;
+        Py_XDECREF(c);
+        PyErr_Clear();
+        if (w->first_is_cuda < 0) w->first_is_cuda = cuda;
+        else if (cuda != w->first_is_cuda) w->mixed = 1;
+    }
+    Py_XDECREF(nb);
+    Py_XDECREF(ptr);
+    Py_XDECREF(st);
+    return bytes;
+}
+
+/* The parameters of an optimizer's param_groups as a new list (each group's params copied, so
+ * the walk does not depend on lists the program might change), or NULL. */
+static PyObject *optimizer_params(PyObject *optimizer)
+{
+    PyObject *all = PyList_New(0);
+    PyObject *groups = all ? PyObject_GetAttr(optimizer, str_param_groups) : NULL;
+    PyObject *gs = groups ? PySequence_Tuple(groups) : NULL;
+    for (Py_ssize_t g = 0; gs && g < PyTuple_GET_SIZE(gs); g++) {
+        PyObject *params = PyObject_GetItem(PyTuple_GET_ITEM(gs, g), str_params);
+        PyObject *ps = params ? PySequence_Tuple(params) : NULL;
+        for (Py_ssize_t i = 0; ps && i < PyTuple_GET_SIZE(ps); i++)
+            if (PyList_Append(all, PyTuple_GET_ITEM(ps, i))) break;
+        Py_XDECREF(ps);
+        Py_XDECREF(params);
+        PyErr_Clear();
+    }
+    Py_XDECREF(gs);
+    Py_XDECREF(groups);
+    PyErr_Clear();
+    return all;
+}
+
+/* Adds the tensors among the values of a mapping (one optimizer.state entry), and of lists or
+ * tuples among them, to r. */
+static void count_state_entry(walk *w, pb_breakdown_row *r, PyObject *entry)
+{
+    PyObject *values = PyMapping_Check(entry) ? PyMapping_Values(entry) : NULL;
+    for (Py_ssize_t i = 0; values && i < PyList_GET_SIZE(values); i++) {
+        PyObject *v = PyList_GET_ITEM(values, i);
+        if (PyList_Check(v) || PyTuple_Check(v)) {
+            PyObject *items = PySequence_Tuple(v);
+            for (Py_ssize_t k = 0; items && k < PyTuple_GET_SIZE(items); k++) {
+                PyObject *t = PyTuple_GET_ITEM(items, k);
+                if (!PyObject_TypeCheck(t, tensor_type)) continue;
+                r->state_tensors++;
+                r->state_bytes += storage_bytes(w, t);
+            }
+            Py_XDECREF(items);
+        } else if (PyObject_TypeCheck(v, tensor_type)) {
+            r->state_tensors++;
+            r->state_bytes += storage_bytes(w, v);
+        }
+    }
+    Py_XDECREF(values);
+    PyErr_Clear();
+}
+
+/* Writes the python.memory_breakdown row of one optimizer: its parameters, then their
+ * gradients, then its state, each storage counted once across the three. */
+static void breakdown(PyObject *optimizer)
+{
+    pb_breakdown_row r;
+    walk w;
+    memset(&r, 0, sizeof r);
+    memset(&w, 0, sizeof w);
+    w.first_is_cuda = -1;
+    r.step = pb_torch_current_step();
+    r.rank = pb_torch_rank();
+    r.optimizer = pb_intern_cstr(short_class_name(optimizer));
+    r.device = device_cpu;
+    r.device_total_mb = NAN;
+    PyObject *params = optimizer_params(optimizer);
+    Py_ssize_t n = params ? PyList_GET_SIZE(params) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *p = PyList_GET_ITEM(params, i);
+        if (!PyObject_TypeCheck(p, tensor_type)) continue;
+        r.params++;
+        r.param_bytes += storage_bytes(&w, p);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *g = PyObject_GetAttr(PyList_GET_ITEM(params, i), str_grad);
+        if (g && g != Py_None) r.grad_bytes += storage_bytes(&w, g);
+        Py_XDECREF(g);
+        PyErr_Clear();
+    }
+    PyObject *state = PyObject_GetAttr(optimizer, str_state);
+    PyObject *entries = state && PyMapping_Check(state) ? PyMapping_Values(state) : NULL;
+    for (Py_ssize_t i = 0; entries && i < PyList_GET_SIZE(entries); i++)
+        count_state_entry(&w, &r, PyList_GET_ITEM(entries, i));
+    Py_XDECREF(entries);
+    Py_XDECREF(state);
+    PyErr_Clear();
+    if (n > 0) {
+        PyObject *first = PyList_GET_ITEM(params, 0);
+        PyObject *dev = PyObject_GetAttr(first, str_device);
+        if (dev) {
+            uint32_t id = intern_str(dev);
+            if (id) r.device = id;
+            if (w.first_is_cuda == 1 && cuda_get_device_properties) {
+                PyObject *props = PyObject_CallOneArg(cuda_get_device_properties, dev);
+                PyObject *total = props ? PyObject_GetAttr(props, str_total_memory) : NULL;
+                double bytes = total ? PyFloat_AsDouble(total) : NAN;
+                if (!PyErr_Occurred() && bytes > 0) r.device_total_mb = bytes / (1024.0 * 1024.0);
+                Py_XDECREF(total);
+                Py_XDECREF(props);
+            }
+        }
+        Py_XDECREF(dev);
+        PyErr_Clear();
+        if (w.mixed) r.device = device_mixed;
+    }
+    Py_XDECREF(params);
+    free(w.seen.slots);
+    PyErr_Clear();
+    if (!w.out_of_memory) push(&pb_table_memory_breakdown, &r);
+}
+
+/* Whether this optimizer step gets a breakdown row: the first optimizer step seen and the
+ * sampled steps, once per optimizer per step. */
+static int breakdown_due(PyObject *optimizer)
+{
+    int64_t s = pb_torch_current_step();
+    if (phase_every <= 0 || !optimizer || !tensor_type) return 0;
+    if (breakdown_first_step < 0) breakdown_first_step = s;
+    if (s != breakdown_first_step && s % phase_every != 0) return 0;
+    for (int i = 0; i < breakdown_count; i++)
+        if (breakdown_done[i] == optimizer) return 0;
+    if (breakdown_count == BREAKDOWN_PER_STEP) return 0;
+    breakdown_done[breakdown_count++] = optimizer;
+    return 1;
+}
+
+/* ---- python.layers ---- */
+
+int pb_collect_is_layer(PyObject *mod)
+{
+    int yes = (linear_cls && PyObject_IsInstance(mod, linear_cls) == 1) ||
+              (conv_cls && PyObject_IsInstance(mod, conv_cls) == 1);
+    PyErr_Clear();
+    return yes;
+}
+
+/* The first tensor of a module's output: the output itself, or the first element of a tuple or
+ * list. Borrowed, or NULL. */
+static PyObject *first_tensor(PyObject *o)
+{
+    if (PyObject_TypeCheck(o, tensor_type)) return o;
+    if ((PyTuple_Check(o) || PyList_Check(o)) && PySequence_Fast_GET_SIZE(o) > 0) {
+        PyObject *t = PySequence_Fast_GET_ITEM(o, 0);
+        if (PyObject_TypeCheck(t, tensor_type)) return t;
+    }
+    return NULL;
+}
+
+void pb_collect_layer(PyObject *mod, uint32_t name, uint32_t type, PyObject *output)
+{
+    if (!tensor_type) return;
+    pb_layer_row r;
+    memset(&r, 0, sizeof r);
+    r.step = pb_torch_current_step();
+    r.rank = pb_torch_rank();
+    r.module = name;
+    r.type = type;
+    r.in_features = int_attr(mod, str_in_features, -1);
+    if (r.in_features < 0) r.in_features = int_attr(mod, str_in_channels, 0);
+    r.out_features = int_attr(mod, str_out_features, -1);
+    if (r.out_features < 0) r.out_features = int_attr(mod, str_out_channels, 0);
+    PyObject *weight = PyObject_GetAttr(mod, str_weight);
+    if (weight && PyObject_TypeCheck(weight, tensor_type)) r.weight_dtype = intern_attr(weight, str_dtype);
+    Py_XDECREF(weight);
+    PyErr_Clear();
+    PyObject *t = output ? first_tensor(output) : NULL;
+    if (t) {
+        PyObject *shape = PyObject_GetAttr(t, str_shape);
+        if (shape && PyTuple_Check(shape)) {
+            char text[128];
+            size_t len = 0;
+            int64_t numel = 1;
+            text[0] = '\0';
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
+                long long d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+                if (d < 0) break;
+                numel *= d;
+                if (len < sizeof text) len += (size_t)snprintf(text + len, sizeof text - len, "%s%lld", i ? "x" : "", d);
+            }
+            if (!PyErr_Occurred()) {
+                r.output_shape = pb_intern_cstr(text);
+                if (r.out_features > 0 && PyTuple_GET_SIZE(shape) > 0) r.rows = numel / r.out_features;
+            }
+        }
+        Py_XDECREF(shape);
+        PyErr_Clear();
+        r.compute_dtype = intern_attr(t, str_dtype);
+        r.device = intern_attr(t, str_device);
+    }
+    push(&pb_table_layers, &r);
+}
+
 /* ---- hooks from torch_hooks.c ---- */
 
 void pb_collect_stage_time(int stage, int64_t self_ns)
@@ -267,11 +637,7 @@ void pb_collect_stage_time(int stage, int64_t self_ns)
 static uint32_t autocast_dtype_of(PyObject *device)
 {
     PyObject *d = get_autocast_dtype ? PyObject_CallOneArg(get_autocast_dtype, device) : NULL;
-    PyObject *s = d ? PyObject_Str(d) : NULL;
-    const char *cs = s ? PyUnicode_AsUTF8(s) : NULL;
-    uint32_t id = 0;
-    if (cs) id = pb_intern_cstr(strncmp(cs, "torch.", 6) == 0 ? cs + 6 : cs);
-    Py_XDECREF(s);
+    uint32_t id = d ? intern_str(d) : 0;
     Py_XDECREF(d);
     PyErr_Clear();
     return id;
@@ -279,10 +645,12 @@ static uint32_t autocast_dtype_of(PyObject *device)
 
 void pb_collect_forward_begin(void)
 {
+    pb_collect_phase(PB_PHASE_BEFORE_FORWARD);
     if (!is_autocast_enabled) return;
     PyObject *devices[2] = {str_cuda, str_cpu};
     autocast_on = 0;
     autocast_dtype = 0;
+    autocast_device = 0;
     for (int i = 0; i < 2; i++) {
         PyObject *r = PyObject_CallOneArg(is_autocast_enabled, devices[i]);
         int on = r == Py_True;
@@ -291,6 +659,7 @@ void pb_collect_forward_begin(void)
         if (on) {
             autocast_on = 1;
             autocast_dtype = autocast_dtype_of(devices[i]);
+            autocast_device = i == 0 ? device_cuda : device_cpu;
             return;
         }
     }
@@ -316,14 +685,23 @@ static void push_amp(int64_t step, double scale, int found_inf, int skipped)
     r.skipped = (uint8_t)skipped;
     r.autocast_enabled = (uint8_t)autocast_on;
     r.autocast_dtype = autocast_on ? autocast_dtype : 0;
+    r.autocast_device = autocast_on ? autocast_device : 0;
+    read_cuda_capability();
+    r.cuda_capability = cuda_capability;
     r.rank = pb_torch_rank();
     push(&pb_table_amp_trace, &r);
 }
 
-void pb_collect_optimizer_done(void)
+void pb_collect_grad_sync(int64_t ns)
+{
+    if (ns > 0) grad_sync_ns += ns;
+}
+
+void pb_collect_optimizer_done(PyObject *optimizer)
 {
     optimizer_steps++;
     pb_collect_phase(PB_PHASE_AFTER_OPTIMIZER);
+    if (breakdown_due(optimizer)) breakdown(optimizer);
     if (!in_scaler_step) push_amp(pb_torch_current_step(), NAN, 0, 0);
 }
 
@@ -338,7 +716,9 @@ void pb_collect_step_end(int64_t step, int64_t wall_ns)
     s.backward_ns = stage_ns[PB_STAGE_BACKWARD];
     s.optimizer_ns = stage_ns[PB_STAGE_STEP];
     s.collectives_ns = pb_step_collectives_ns;
-    s.other_ns = positive(wall_ns - s.data_wait_ns - s.forward_ns - s.backward_ns - s.optimizer_ns - s.collectives_ns);
+    s.grad_sync_ns = grad_sync_ns;
+    s.other_ns = positive(wall_ns - s.data_wait_ns - s.forward_ns - s.backward_ns - s.optimizer_ns - s.collectives_ns -
+                          s.grad_sync_ns);
     s.samples = samples;
     s.syncs = syncs;
     s.rank = pb_torch_rank();
@@ -351,9 +731,10 @@ void pb_collect_step_end(int64_t step, int64_t wall_ns)
     push(&pb_table_memory, &m);
 
     memset(stage_ns, 0, sizeof stage_ns);
-    data_wait_ns = samples = 0;
+    data_wait_ns = samples = grad_sync_ns = 0;
     syncs = 0;
     phases_seen = 0;
+    breakdown_count = 0;
     pb_step_collectives_ns = 0;
 }
 
@@ -468,7 +849,13 @@ static int intern_strings(void)
         {&str_prefetch_factor, "_prefetch_factor"}, {&str_persistent_workers, "_persistent_workers"},
         {&str_num_yielded, "_num_yielded"}, {&str_shape, "shape"}, {&str_enabled, "_enabled"},
         {&str_get_scale, "get_scale"}, {&str_cpu, "cpu"}, {&str_cuda, "cuda"},
-        {&str_is_cuda, "is_cuda"},
+        {&str_param_groups, "param_groups"}, {&str_params, "params"}, {&str_grad, "grad"},
+        {&str_state, "state"}, {&str_untyped_storage, "untyped_storage"},
+        {&str_data_ptr, "data_ptr"}, {&str_nbytes, "nbytes"}, {&str_is_cuda, "is_cuda"},
+        {&str_device, "device"}, {&str_dtype, "dtype"}, {&str_weight, "weight"},
+        {&str_in_features, "in_features"}, {&str_out_features, "out_features"},
+        {&str_in_channels, "in_channels"}, {&str_out_channels, "out_channels"},
+        {&str_total_memory, "total_memory"},
     };
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         if (!*strs[i].p && !(*strs[i].p = PyUnicode_InternFromString(strs[i].s))) return -1;
@@ -507,8 +894,14 @@ int pb_collect_install(void)
         Py_XSETREF(cuda_max_memory_allocated, PyObject_GetAttrString(torch_cuda, "max_memory_allocated"));
         Py_XSETREF(cuda_memory_reserved, PyObject_GetAttrString(torch_cuda, "memory_reserved"));
         Py_XSETREF(cuda_current_device, PyObject_GetAttrString(torch_cuda, "current_device"));
+        Py_XSETREF(cuda_get_device_capability, PyObject_GetAttrString(torch_cuda, "get_device_capability"));
+        Py_XSETREF(cuda_get_device_properties, PyObject_GetAttrString(torch_cuda, "get_device_properties"));
         PyErr_Clear();
     }
+    Py_XSETREF(linear_cls, import_attr("torch.nn", "Linear"));
+    PyErr_Clear();
+    Py_XSETREF(conv_cls, import_attr("torch.nn.modules.conv", "_ConvNd"));
+    PyErr_Clear();
     Py_XSETREF(dataloader_iter_cls, import_attr("torch.utils.data.dataloader", "_BaseDataLoaderIter"));
     PyErr_Clear();
     Py_XSETREF(grad_scaler_cls, import_attr("torch.amp.grad_scaler", "GradScaler"));
@@ -541,10 +934,13 @@ void pb_collect_remove(void)
     }
     PyErr_Restore(et, ev, tb);
     memset(stage_ns, 0, sizeof stage_ns);
-    data_wait_ns = samples = 0;
+    data_wait_ns = samples = grad_sync_ns = 0;
     syncs = 0;
     pb_step_collectives_ns = 0;
     in_scaler_step = 0;
     phases_seen = 0;
     autocast_on = 0;
+    autocast_device = 0;
+    breakdown_first_step = -1;
+    breakdown_count = 0;
 }

@@ -5,8 +5,11 @@
  * Tables (docs/tables.md): python.dataloader_trace (one row per batch the training loop took
  * from a DataLoader), python.steps (one row per step: wall time split into data wait, forward,
  * backward, optimizer, collectives and the rest), python.memory (one row per step, plus rows at
- * each observable phase of every PROBING_MEMORY_PHASE_EVERY-th step) and python.amp_trace (one
- * row per optimizer step: GradScaler and autocast state).
+ * each observable phase of every PROBING_MEMORY_PHASE_EVERY-th step), python.memory_breakdown
+ * (on the first optimizer step and on those sampled steps: bytes of each optimizer's parameters,
+ * their gradients and its state), python.amp_trace (one row per optimizer step: GradScaler and
+ * autocast state) and python.layers (one row per nn.Linear / convolution module, at its first
+ * forward: the GEMM dimensions, dtypes and device the tensor-core check needs).
  *
  * How they see the training loop, without a change to user code:
  *   - C wrappers (pb_wrap_attr in torch_hooks.h) of DataLoader's iterator __next__,
@@ -34,6 +37,7 @@ enum {
     PB_PHASE_AFTER_BACKWARD,
     PB_PHASE_AFTER_OPTIMIZER,
     PB_PHASE_AFTER_ZERO_GRAD,
+    PB_PHASE_BEFORE_FORWARD, /* added last so the stored values of the others stay */
 };
 
 typedef struct pb_dataloader_row {
@@ -52,6 +56,7 @@ typedef struct pb_dataloader_row {
 typedef struct pb_steps_row {
     int64_t step;
     int64_t wall_ns, data_wait_ns, forward_ns, backward_ns, optimizer_ns, collectives_ns, other_ns;
+    int64_t grad_sync_ns;
     int64_t samples;
     int32_t syncs;
     uint16_t rank;
@@ -68,14 +73,40 @@ typedef struct pb_memory_row {
 typedef struct pb_amp_row {
     int64_t step;
     double scale;             /* NaN (NULL) without an enabled GradScaler */
+    double cuda_capability;   /* major + minor / 10 of the current CUDA device; NaN before the
+                                 program initialised CUDA */
     uint32_t autocast_dtype;  /* intern id; 0 ("") when autocast was off */
+    uint32_t autocast_device; /* intern id: "cuda" or "cpu"; 0 ("") when autocast was off */
     uint16_t rank;
     uint8_t found_inf, skipped, autocast_enabled;
 } pb_amp_row;
 
-extern pb_table pb_table_dataloader_trace, pb_table_steps, pb_table_memory, pb_table_amp_trace;
+typedef struct pb_breakdown_row {
+    int64_t step;
+    int64_t param_bytes, grad_bytes, state_bytes; /* distinct storages, each counted once */
+    double device_total_mb;   /* total memory of the parameters' GPU; NaN (NULL) on CPU */
+    uint32_t optimizer;       /* intern id: class name */
+    uint32_t device;          /* intern id: device of the first parameter, or "mixed" */
+    uint32_t params;          /* parameter tensors in param_groups */
+    uint32_t state_tensors;   /* tensors in optimizer.state */
+    uint16_t rank;
+} pb_breakdown_row;
 
-/* Creates the four rings and registers the tables. Returns 0 or a negative errno (then nothing
+typedef struct pb_layer_row {
+    int64_t step;
+    int64_t in_features, out_features; /* Linear features, or a convolution's channels */
+    int64_t rows;             /* output elements / out_features: the GEMM's M (batch x sequence
+                                 for Linear; batch x output positions for a convolution) */
+    uint32_t module, type;    /* intern ids, as in python.torch_trace */
+    uint32_t output_shape;    /* intern id: "64x128x512" */
+    uint32_t weight_dtype, compute_dtype, device; /* intern ids; compute = the output's dtype */
+    uint16_t rank;
+} pb_layer_row;
+
+extern pb_table pb_table_dataloader_trace, pb_table_steps, pb_table_memory, pb_table_amp_trace,
+    pb_table_memory_breakdown, pb_table_layers;
+
+/* Creates the rings and registers the tables. Returns 0 or a negative errno (then nothing
  * is registered and the collectors record nothing). [start-up, GIL held] */
 int pb_collect_tables_init(void);
 
@@ -94,14 +125,29 @@ void pb_collect_remove(void);
 /* A python.torch_trace row of stage (PB_STAGE_*) with self time self_ns was recorded. */
 void pb_collect_stage_time(int stage, int64_t self_ns);
 
-/* The primary root module's forward begins: samples the autocast state. */
+/* The primary root module's forward begins: the before_forward memory phase (on sampled steps)
+ * and the autocast state. */
 void pb_collect_forward_begin(void);
+
+/* Whether mod is an nn.Linear or a convolution (torch.nn.modules.conv._ConvNd): a module whose
+ * shapes python.layers records once. Called when a module is first named, never per call. */
+int pb_collect_is_layer(PyObject *mod);
+
+/* A layer (pb_collect_is_layer) finished its first forward with `output` (borrowed): writes
+ * its python.layers row. name and type are intern ids. */
+void pb_collect_layer(PyObject *mod, uint32_t name, uint32_t type, PyObject *output);
 
 /* A phase boundary was passed; records a python.memory row on sampled steps. */
 void pb_collect_phase(int phase);
 
-/* optimizer.step() returned (before the step boundary). */
-void pb_collect_optimizer_done(void);
+/* The autograd engine's final callbacks after the backward pass (DistributedDataParallel
+ * waiting for its gradient all-reduces) took ns: python.steps.grad_sync. */
+void pb_collect_grad_sync(int64_t ns);
+
+/* optimizer.step() of `optimizer` (borrowed) returned (before the step boundary). On the
+ * first optimizer step and on sampled steps (PROBING_MEMORY_PHASE_EVERY) also writes its
+ * python.memory_breakdown row: a walk over its parameters, their gradients and its state. */
+void pb_collect_optimizer_done(PyObject *optimizer);
 
 /* Step `step` ends after wall_ns: writes its python.steps and python.memory rows and resets
  * the accumulators. Called before the step number advances. */

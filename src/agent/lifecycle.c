@@ -83,6 +83,21 @@ static int info_json(void *ctx, pb_buf *out)
     pb_jsonw_key(&w, "rank");
     const char *rank = getenv("RANK");
     pb_jsonw_int(&w, rank ? atoi(rank) : 0);
+    /* The job this rank belongs to, so `report` can find the other ranks on this machine:
+     * torchrun (and most launchers) give every rank of one job the same rendezvous address. */
+    const char *world = getenv("WORLD_SIZE");
+    pb_jsonw_key(&w, "world_size");
+    pb_jsonw_int(&w, world && atoi(world) > 0 ? atoi(world) : 1);
+    const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+    const char *run_id = getenv("TORCHELASTIC_RUN_ID");
+    pb_jsonw_key(&w, "job");
+    if (world && addr && port) {
+        char job[512];
+        snprintf(job, sizeof job, "%s:%s%s%s", addr, port, run_id ? "/" : "", run_id ? run_id : "");
+        pb_jsonw_str(&w, job);
+    } else {
+        pb_jsonw_null(&w);
+    }
     pb_jsonw_key(&w, "step");
     pb_jsonw_int(&w, pb_torch_current_step());
     pb_jsonw_key(&w, "version");

@@ -70,6 +70,7 @@ typedef struct frame {
     int64_t start_ns;
     int64_t child_ns;     /* inclusive time of nested executions, subtracted for self time */
     uint32_t name, type, seq;
+    uint8_t layer_capture; /* first execution of a Linear/convolution: python.layers row at the end */
 } frame;
 
 typedef struct tstate {
@@ -105,6 +106,7 @@ typedef struct mod_entry {
     PyObject *key; /* NULL = empty, TOMB = deleted */
     PyObject *weakref; /* owned */
     uint32_t name, type;
+    uint8_t layer_pending; /* a Linear/convolution whose python.layers row is not written yet */
 } mod_entry;
 
 #define TOMB ((PyObject *)1)
@@ -170,6 +172,7 @@ static mod_entry *map_insert(PyObject *key, uint32_t name, uint32_t type)
     map[i].weakref = wr;
     map[i].name = name;
     map[i].type = type;
+    map[i].layer_pending = (uint8_t)pb_collect_is_layer(key);
     return &map[i];
 }
 
@@ -242,6 +245,7 @@ static mod_entry *discover(PyObject *mod, tstate *ts, mod_entry *fallback)
     e = map_insert(mod, type, type);
     if (e) return e;
     fallback->name = fallback->type = type;
+    fallback->layer_pending = 0;
     return fallback;
 }
 
@@ -408,7 +412,8 @@ static bspan *active[MAX_ACTIVE]; /* each holds a ref */
 static int nactive;
 static int64_t last_event_ns;
 static int bwd_paused;            /* forward executions running inside backward */
-static PyObject *backward_done_fn;
+static PyObject *backward_done_fn, *backward_synced_fn;
+static int64_t backward_done_ns;  /* when backward_done ran; 0 when no backward_synced is due */
 
 static void sweep(int64_t now)
 {
@@ -512,9 +517,32 @@ static PyObject *backward_done(PyObject *self, PyObject *unused)
     }
     node_map_clear();
     if (atomic_load_explicit(&enabled, memory_order_relaxed)) pb_collect_phase(PB_PHASE_AFTER_BACKWARD);
+    /* Callbacks queued while the engine runs its final callbacks run after the ones already
+     * queued: DistributedDataParallel's, which waits for the gradient all-reduces. The time until
+     * this one runs is python.steps.grad_sync. */
+    backward_done_ns = 0;
+    if (queue_callback && backward_synced_fn) {
+        PyObject *r = PyObject_CallOneArg(queue_callback, backward_synced_fn);
+        if (r) {
+            Py_DECREF(r);
+            backward_done_ns = pb_now_ns();
+        } else {
+            PyErr_Clear();
+        }
+    }
     Py_RETURN_NONE;
 }
 static PyMethodDef backward_done_def = {"_backward_done", (PyCFunction)backward_done, METH_NOARGS, NULL};
+
+/* Queued by backward_done: the engine's final callbacks (DDP's gradient sync) are over. */
+static PyObject *backward_synced(PyObject *self, PyObject *unused)
+{
+    if (backward_done_ns && atomic_load_explicit(&enabled, memory_order_relaxed))
+        pb_collect_grad_sync(pb_now_ns() - backward_done_ns);
+    backward_done_ns = 0;
+    Py_RETURN_NONE;
+}
+static PyMethodDef backward_synced_def = {"_backward_synced", (PyCFunction)backward_synced, METH_NOARGS, NULL};
 
 /* grad_fn object -> its probe, for the nodes seen since the last backward pass or step. */
 typedef struct node_entry {
@@ -649,6 +677,8 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
     f->seq = seq++;
     f->child_ns = 0;
     f->in_grad_fn = NULL;
+    f->layer_capture = e->layer_pending;
+    e->layer_pending = 0;
     if (record_backward && grad_enabled())
         for (Py_ssize_t i = 0; i < n && i < 16 && !f->in_grad_fn; i++) f->in_grad_fn = first_grad_fn(inputs[i], 1);
     f->range = pb_capture_ranges ? pb_capture_range_enter(f->name) : NULL;
@@ -705,6 +735,16 @@ static void leave(PyObject *mod, PyObject *output, int64_t now)
         last_event_ns = pb_now_ns();
     }
     Py_CLEAR(f->in_grad_fn);
+    if (f->layer_capture) { /* last use of f: reading the layer may run Python that enters modules */
+        uint32_t name = f->name, type = f->type;
+        f->layer_capture = 0;
+        if (output) {
+            pb_collect_layer(mod, name, type, output);
+        } else { /* raised: try again at its next execution */
+            mod_entry *e = map_find(mod);
+            if (e) e->layer_pending = 1;
+        }
+    }
     if (depth == 0 && output) pb_collect_phase(mod == primary_root ? PB_PHASE_AFTER_FORWARD : PB_PHASE_AFTER_LOSS);
     if (depth == 0 && mod == primary_root) primary_ran = 1;
 }
@@ -966,7 +1006,7 @@ static PyObject *opt_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
         push_row(opt_start_ns, now, now - opt_start_ns, opt_seq, name, name, 0, PB_STAGE_STEP, ts ? ts->tid : 0);
     opt_start_ns = 0;
     training_latched = 1;
-    pb_collect_optimizer_done();
+    pb_collect_optimizer_done(args[0]);
     end_step(pb_now_ns());
     Py_RETURN_NONE;
 }
@@ -1018,6 +1058,7 @@ int pb_torch_hooks_ready_types(void)
 {
     if (PyType_Ready(&probe_type) || PyType_Ready(&modcall_type)) return -1;
     if (!backward_done_fn && !(backward_done_fn = PyCFunction_New(&backward_done_def, NULL))) return -1;
+    if (!backward_synced_fn && !(backward_synced_fn = PyCFunction_New(&backward_synced_def, NULL))) return -1;
     for (int i = 0; i < 4; i++) {
         if (!hook_fns[i] && !(hook_fns[i] = PyCFunction_New(&hook_defs[i], NULL))) return -1;
     }
@@ -1148,6 +1189,7 @@ void pb_torch_hooks_remove(void)
     for (int i = 0; i < nactive; i++) span_unref(active[i]);
     nactive = 0;
     bwd_paused = 0;
+    backward_done_ns = 0;
     node_map_clear();
     Py_CLEAR(queue_callback);
     installed = 0;

@@ -11,7 +11,6 @@
 #include "format.h"
 #include "paths.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -20,45 +19,6 @@
 #include <sys/stat.h>
 
 #define COMMAND_MAX_CHARS 200 /* last column: long script paths stay readable */
-
-static int compare_pids(const void *x, const void *y)
-{
-    pid_t a = *(const pid_t *)x, b = *(const pid_t *)y;
-    return (a > b) - (a < b);
-}
-
-/* Collects the pids of live processes with a socket in dir into a malloc'ed array. Returns the
- * count, or -errno (ENOENT when the directory does not exist). */
-static int scan(const char *dir, pid_t **out)
-{
-    DIR *d = opendir(dir);
-    if (!d) return -errno;
-    pid_t *pids = NULL;
-    int count = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t n = strlen(e->d_name);
-        if (n <= 5 || n > 15 || strcmp(e->d_name + n - 5, ".sock") != 0) continue;
-        char digits[16];
-        memcpy(digits, e->d_name, n - 5);
-        digits[n - 5] = '\0';
-        if (!pb_target_is_pid(digits)) continue;
-        long v = strtol(digits, NULL, 10);
-        if (v <= 0 || v > INT_MAX || !pb_target_pid_alive((pid_t)v)) continue;
-        if (count == cap) {
-            int new_cap = cap ? cap * 2 : 16;
-            pid_t *p = realloc(pids, (size_t)new_cap * sizeof *p);
-            if (!p) break;
-            pids = p;
-            cap = new_cap;
-        }
-        pids[count++] = (pid_t)v;
-    }
-    closedir(d);
-    if (count) qsort(pids, (size_t)count, sizeof *pids, compare_pids);
-    *out = pids;
-    return count;
-}
 
 /* The command line from info (string or array of strings), shortened. */
 static json_t *command_of(json_t *info, pid_t pid)
@@ -139,7 +99,7 @@ int cmd_list(const pb_cli_args *a)
         return PB_EXIT_ERROR;
     }
     pid_t *pids = NULL;
-    int count = scan(dir, &pids);
+    int count = pb_target_scan(dir, &pids);
     if (count < 0 && count != -ENOENT) {
         pb_cli_error("cannot read the socket directory %s: %s", dir, strerror(-count));
         return PB_EXIT_ERROR;

@@ -2,14 +2,22 @@
  * cmd_report.c - `probing <target> report [--json] [--last N]`: the four-phase diagnosis.
  *
  * The rules live in src/report; this file only gives them their data: a query function that
- * posts each SQL statement to the target's /api/query, the agent's /api/info, and the
- * measurement conditions from one short eval (EVAL_TIMEOUT_S). When eval is unavailable or
- * times out the report says the conditions are unknown; it never fails for that.
+ * posts each SQL statement to the target's /api/query, the agent's /api/info, the measurement
+ * conditions from one short eval (EVAL_TIMEOUT_S), and the other ranks of the target's job. When
+ * eval is unavailable or times out the report says the conditions are unknown; it never fails
+ * for that.
+ *
+ * Other ranks: when the target's /api/info says it is one rank of a job (world_size > 1 and a
+ * job: the rendezvous address every rank of a torchrun job shares), the agents in the socket
+ * directory are asked for their /api/info (as `probing list` does, 1 s each) and those of the
+ * same job and world size with another rank become the report's peers, queried the same way.
  */
 #include "cli.h"
 #include "client.h"
+#include "paths.h"
 #include "report.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,10 +119,112 @@ static json_t *conditions(const pb_target *t, char *buf, size_t len, const char 
     return result;
 }
 
+/* GET /api/info of t with the `list` timeout: the object (caller owns) or NULL. */
+static json_t *peer_info(const pb_target *t)
+{
+    char err[512];
+    pb_response resp;
+    if (pb_client_request(t, "GET", "/api/info", NULL, PB_CLI_LIST_TIMEOUT_MS, &resp, err,
+                          sizeof err))
+        return NULL;
+    json_t *info = json_loadb(resp.body.data, resp.body.len, JSON_ALLOW_NUL, NULL);
+    pb_buf_free(&resp.body);
+    if (resp.status != 200 || !json_is_object(info)) {
+        json_decref(info);
+        return NULL;
+    }
+    return info;
+}
+
+typedef struct peers {
+    pb_target *targets;
+    pb_report_peer *list;
+    char (*names)[16];
+    size_t count;
+    char note[PATH_MAX + 200];
+} peers;
+
+/* Finds the other ranks of the target's job among this user's agents (see the file header).
+ * Fills p (free with peers_free); p->note says how they were looked for or why not. */
+static void find_peers(const pb_cli_args *a, json_t *info, peers *p)
+{
+    json_t *world_v = json_object_get(info, "world_size"), *rank_v = json_object_get(info, "rank");
+    const char *job = json_string_value(json_object_get(info, "job"));
+    long long world = json_is_integer(world_v) ? json_integer_value(world_v) : 0;
+    long long my_rank = json_is_integer(rank_v) ? json_integer_value(rank_v) : 0;
+    long long my_pid = (long long)json_integer_value(json_object_get(info, "pid"));
+    char dir[PATH_MAX];
+    pid_t *pids = NULL;
+    memset(p, 0, sizeof *p);
+    if (world <= 1) return;
+    if (a->resolved.kind == PB_TARGET_FILE) {
+        snprintf(p->note, sizeof p->note, "the target is a recording, which holds one rank");
+        return;
+    }
+    if (!job) {
+        snprintf(p->note, sizeof p->note,
+                 "the agent names no job (MASTER_ADDR/MASTER_PORT unset), so its other ranks "
+                 "cannot be told from other jobs' processes");
+        return;
+    }
+    if (pb_paths_dir(dir, sizeof dir)) {
+        snprintf(p->note, sizeof p->note, "the socket directory name is too long");
+        return;
+    }
+    int count = pb_target_scan(dir, &pids);
+    if (count > 0) {
+        p->targets = calloc((size_t)count, sizeof *p->targets);
+        p->list = calloc((size_t)count, sizeof *p->list);
+        p->names = calloc((size_t)count, sizeof *p->names);
+    }
+    for (int i = 0; i < count && p->targets && p->list && p->names; i++) {
+        char path[PATH_MAX];
+        pb_target *t = &p->targets[p->count];
+        if (pids[i] == (pid_t)my_pid) continue;
+        if (pb_paths_socket(pids[i], path, sizeof path) || pb_target_for_socket(pids[i], path, t))
+            continue;
+        json_t *other = peer_info(t);
+        const char *other_job = json_string_value(json_object_get(other, "job"));
+        json_t *other_world = json_object_get(other, "world_size");
+        json_t *other_rank = json_object_get(other, "rank");
+        int same = other_job && !strcmp(other_job, job) && json_is_integer(other_world) &&
+                   json_integer_value(other_world) == world && json_is_integer(other_rank) &&
+                   json_integer_value(other_rank) != my_rank;
+        for (size_t k = 0; same && k < p->count; k++)
+            if (p->list[k].rank == (int)json_integer_value(other_rank)) same = 0;
+        if (same) {
+            snprintf(p->names[p->count], sizeof p->names[p->count], "%d", (int)pids[i]);
+            p->list[p->count].rank = (int)json_integer_value(other_rank);
+            p->list[p->count].target = p->names[p->count];
+            p->list[p->count].query = query_target;
+            p->list[p->count].ctx = t;
+            p->count++;
+        }
+        json_decref(other);
+    }
+    free(pids);
+    snprintf(p->note, sizeof p->note,
+             "%zu of the %lld other rank%s found among the agents in %s%s", p->count, world - 1,
+             world == 2 ? "" : "s", dir,
+             (long long)p->count < world - 1
+                 ? "; ranks on other machines, or started without probing, cannot be reached "
+                   "from here"
+                 : "");
+}
+
+static void peers_free(peers *p)
+{
+    free(p->targets);
+    free(p->list);
+    free(p->names);
+}
+
 int cmd_report(const pb_cli_args *a)
 {
     json_t *info = NULL, *cond = NULL, *doc = NULL;
+    peers others;
     long status = 0;
+    memset(&others, 0, sizeof others);
     char why_buf[1200];
     char *error = NULL;
     int rc = pb_client_call(&a->resolved, "GET", "/api/info", NULL, PB_CLI_INFO_TIMEOUT_MS,
@@ -133,6 +243,10 @@ int cmd_report(const pb_cli_args *a)
     src.info = info;
     cond = conditions(&a->resolved, why_buf, sizeof why_buf, &src.conditions_error);
     src.conditions = cond;
+    find_peers(a, info, &others);
+    src.peers = others.list;
+    src.npeers = others.count;
+    src.peers_note = others.note[0] ? others.note : NULL;
     if (pb_report_build(&src, a->last_steps, &doc, &error)) {
         pb_cli_error("cannot build the report: %s", error ? error : "unknown error");
         goto done;
@@ -150,6 +264,7 @@ int cmd_report(const pb_cli_args *a)
     }
     rc = PB_EXIT_OK;
 done:
+    peers_free(&others);
     free(error);
     json_decref(info);
     json_decref(cond);

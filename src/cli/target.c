@@ -299,3 +299,40 @@ int pb_target_resolve(const char *spec, pb_target *t)
     if (strncmp(spec, "http://", 7) != 0 && is_path_spec(spec)) return resolve_path(spec, t);
     return resolve_tcp(spec, t);
 }
+
+static int compare_pids(const void *x, const void *y)
+{
+    pid_t a = *(const pid_t *)x, b = *(const pid_t *)y;
+    return (a > b) - (a < b);
+}
+
+int pb_target_scan(const char *dir, pid_t **out)
+{
+    DIR *d = opendir(dir);
+    if (!d) return -errno;
+    pid_t *pids = NULL;
+    int count = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n <= 5 || n > 15 || strcmp(e->d_name + n - 5, ".sock") != 0) continue;
+        char digits[16];
+        memcpy(digits, e->d_name, n - 5);
+        digits[n - 5] = '\0';
+        if (!pb_target_is_pid(digits)) continue;
+        long v = strtol(digits, NULL, 10);
+        if (v <= 0 || v > INT_MAX || !pb_target_pid_alive((pid_t)v)) continue;
+        if (count == cap) {
+            int new_cap = cap ? cap * 2 : 16;
+            pid_t *p = realloc(pids, (size_t)new_cap * sizeof *p);
+            if (!p) break;
+            pids = p;
+            cap = new_cap;
+        }
+        pids[count++] = (pid_t)v;
+    }
+    closedir(d);
+    if (count) qsort(pids, (size_t)count, sizeof *pids, compare_pids);
+    *out = pids;
+    return count;
+}

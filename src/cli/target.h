@@ -45,6 +45,11 @@ int pb_target_resolve(const char *spec, pb_target *t);
  * -ENAMETOOLONG. */
 int pb_target_for_socket(pid_t pid, const char *path, pb_target *t);
 
+/* Collects the pids of live processes with a <pid>.sock in dir (the socket directory), in
+ * increasing order, into a malloc'ed array (*out, caller frees; NULL when none). Returns the
+ * count, or -errno (ENOENT when the directory does not exist). */
+int pb_target_scan(const char *dir, pid_t **out);
+
 /* Returns 1 when the process exists and is not a zombie, else 0. */
 int pb_target_pid_alive(pid_t pid);
 

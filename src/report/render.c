@@ -8,6 +8,7 @@
 #include "report.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 static double num(json_t *o, const char *key)
@@ -45,7 +46,11 @@ static void print_value(FILE *out, json_t *v)
         fputs("true", out);
     else if (json_is_false(v))
         fputs("false", out);
-    else
+    else if (json_is_array(v) || json_is_object(v)) {
+        char *text = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+        fputs(text ? text : "-", out);
+        free(text);
+    } else
         fputs("-", out);
 }
 
@@ -148,6 +153,87 @@ static void print_baseline(FILE *out, json_t *doc)
     print_findings(out, json_object_get(doc, "findings"), "baseline");
 }
 
+static void print_part(FILE *out, const char *name, json_t *mem, const char *key,
+                       const char *share_key, const char *note)
+{
+    json_t *v = json_object_get(mem, key);
+    json_t *share = json_object_get(json_object_get(mem, "shares"), share_key);
+    fprintf(out, "    %-16s", name);
+    if (json_is_number(v)) fprintf(out, " %10.3f MB", json_number_value(v));
+    else fputs("    unknown   ", out);
+    if (json_is_number(share)) fprintf(out, "  %5.1f%%", 100 * json_number_value(share));
+    else fputs("        ", out);
+    if (note && *note) fprintf(out, "  %s", note);
+    fputc('\n', out);
+}
+
+/* The memory section (seed 002's breakdown), then its findings. */
+static void print_memory(FILE *out, json_t *doc)
+{
+    json_t *mem = json_object_get(doc, "memory");
+    fputs("\nMemory (seed 002: parameters, gradients, optimizer state, activations)\n", out);
+    if (json_is_object(mem)) {
+        char note[320];
+        json_t *step = json_object_get(mem, "breakdown_step");
+        if (json_is_integer(step))
+            fprintf(out, "  breakdown at step %lld on %s (python.memory_breakdown: each storage "
+                         "counted once)\n",
+                    (long long)json_integer_value(step),
+                    json_string_value(json_object_get(mem, "device")));
+        else
+            fputs("  no breakdown of parameters, gradients and optimizer state (see below)\n",
+                  out);
+        print_part(out, "parameters", mem, "parameters_mb", "parameters", NULL);
+        print_part(out, "gradients", mem, "gradients_mb", "gradients", NULL);
+        note[0] = '\0';
+        if (json_is_number(json_object_get(mem, "state_to_parameters")))
+            snprintf(note, sizeof note, "%.2fx the parameters",
+                     num(mem, "state_to_parameters"));
+        print_part(out, "optimizer state", mem, "optimizer_state_mb", "optimizer_state", note);
+        note[0] = '\0';
+        if (json_is_integer(json_object_get(mem, "activations_step")))
+            snprintf(note, sizeof note, "at step %lld: %s",
+                     (long long)num(mem, "activations_step"),
+                     json_string_value(json_object_get(mem, "activations_source")));
+        else
+            snprintf(note, sizeof note, "%s",
+                     json_string_value(json_object_get(mem, "activations_source")));
+        print_part(out, "activations", mem, "activations_mb", "activations", note);
+        print_part(out, "tracked", mem, "tracked_mb", "", NULL);
+        size_t i;
+        json_t *o;
+        json_array_foreach(json_object_get(mem, "optimizers"), i, o) {
+            fprintf(out, "    %s: %lld parameter tensors on %s, state %.3f MB in %lld tensors\n",
+                    json_string_value(json_object_get(o, "optimizer")),
+                    (long long)num(o, "params"), json_string_value(json_object_get(o, "device")),
+                    num(o, "state_mb"), (long long)num(o, "state_tensors"));
+        }
+        if (json_is_number(json_object_get(mem, "peak_mb")))
+            fprintf(out, "  peak %.1f MB (%s)", num(mem, "peak_mb"),
+                    json_string_value(json_object_get(mem, "peak_source")));
+        if (json_is_number(json_object_get(mem, "reserved_mb")))
+            fprintf(out, "; reserved %.1f MB", num(mem, "reserved_mb"));
+        if (json_is_number(json_object_get(mem, "device_total_mb")))
+            fprintf(out, " of %.1f MB on the device (%.0f%%)", num(mem, "device_total_mb"),
+                    100 * num(mem, "pressure"));
+        if (json_is_number(json_object_get(mem, "peak_mb"))) fputc('\n', out);
+        json_t *phases = json_object_get(mem, "phases");
+        if (json_array_size(phases)) {
+            fprintf(out, "  phases at step %lld (allocated MB):",
+                    (long long)num(mem, "phases_step"));
+            json_array_foreach(phases, i, o) {
+                fprintf(out, "%s %s %.1f", i ? "," : "",
+                        json_string_value(json_object_get(o, "phase")), num(o, "allocated_mb"));
+            }
+            fputc('\n', out);
+        }
+        json_t *sql;
+        json_array_foreach(json_object_get(mem, "sql"), i, sql)
+            print_sql(out, json_string_value(sql));
+    }
+    print_findings(out, json_object_get(doc, "findings"), "memory");
+}
+
 int pb_report_render(FILE *out, json_t *doc)
 {
     json_t *target = json_object_get(doc, "target");
@@ -219,6 +305,8 @@ int pb_report_render(FILE *out, json_t *doc)
         fprintf(out, "  - %s:\n      $ %s\n", json_string_value(json_object_get(f, "why")),
                 json_string_value(json_object_get(f, "command")));
     }
+
+    print_memory(out, doc);
 
     fputs("\nChecks\n", out);
     print_findings(out, findings, "check");

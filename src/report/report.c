@@ -15,7 +15,7 @@
  * 20-30% normal and >50% flagged, load imbalance >10%, data loading time > compute time) and
  * otherwise named constants below.
  */
-#include "report.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <math.h>
@@ -35,25 +35,6 @@
 #define LEAK_MIN_SLOPE_MB 0.5
 #define LEAK_MIN_R2 0.8
 #define SYNCS_PER_STEP 3.0
-#define SQL_MAX 4096
-
-typedef struct step_row {
-    long long step;
-    double wall, forward, backward, optimizer, data, collectives, memory_mb;
-    double samples, syncs;
-    int has_data, has_collectives, has_memory;
-} step_row;
-
-typedef struct report {
-    const pb_report_source *src;
-    json_t *doc, *findings, *missing, *next, *errors;
-    step_row *steps; /* the window, in step order */
-    size_t count, warmup;
-    long long lo, hi; /* window bounds */
-    int have_optimizer, from_steps_table;
-    long long n_steps, n_loader, n_memory, n_amp, n_nccl, n_gpu; /* -1 missing, else rows */
-    double mean_wall;
-} report;
 
 const char pb_report_conditions_code[] =
     "import json as _j, sys as _s\n"
@@ -79,8 +60,7 @@ const char pb_report_conditions_code[] =
 
 /* ------------------------------------------------------------------ small helpers */
 
-static void sqlf(char *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sqlf(char *buf, const char *fmt, ...)
+void pb__report_sqlf(char *buf, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -88,8 +68,7 @@ static void sqlf(char *buf, const char *fmt, ...)
     va_end(ap);
 }
 
-static char *textf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *textf(const char *fmt, ...)
+char *pb__report_textf(const char *fmt, ...)
 {
     va_list ap;
     char *s = NULL;
@@ -113,7 +92,7 @@ static void set_text(json_t *obj, const char *key, const char *fmt, ...)
     free(s);
 }
 
-static double num(json_t *row, const char *key, int *ok)
+double pb__report_num(json_t *row, const char *key, int *ok)
 {
     json_t *v = json_object_get(row, key);
     if (ok) *ok = json_is_number(v);
@@ -121,7 +100,7 @@ static double num(json_t *row, const char *key, int *ok)
 }
 
 /* Rounds to 6 significant digits so the JSON stays readable. */
-static json_t *real(double x)
+json_t *pb__report_real(double x)
 {
     if (!isfinite(x)) return json_null();
     if (x == 0) return json_real(0.0);
@@ -129,8 +108,7 @@ static json_t *real(double x)
     return json_real(round(x * scale) / scale);
 }
 
-/* Runs sql; returns the rows (caller owns) or NULL after recording the error in r->errors. */
-static json_t *run(report *r, const char *sql)
+json_t *pb__report_run(pb__report *r, const char *sql)
 {
     json_t *rows = NULL;
     char *error = NULL;
@@ -147,17 +125,31 @@ static json_t *run(report *r, const char *sql)
     return rows;
 }
 
+json_t *pb__report_try(pb__report *r, const char *sql, char **error)
+{
+    json_t *rows = NULL;
+    *error = NULL;
+    if (r->src->query(r->src->ctx, sql, &rows, error) || !json_is_array(rows)) {
+        if (!*error) *error = pb__report_textf("no rows array");
+        json_decref(rows);
+        return NULL;
+    }
+    free(*error);
+    *error = NULL;
+    return rows;
+}
+
 /* Returns the row count of table, or -1 when it cannot be queried (then listed as missing with
  * `purpose`: what the report would use it for). An empty table is listed too. */
-static long long probe_table(report *r, const char *table, const char *purpose)
+static long long probe_table(pb__report *r, const char *table, const char *purpose)
 {
     char sql[SQL_MAX];
     json_t *rows = NULL;
     char *error = NULL;
     long long n = -1;
-    sqlf(sql, "SELECT count(*) AS n FROM %s", table);
+    pb__report_sqlf(sql, "SELECT count(*) AS n FROM %s", table);
     if (r->src->query(r->src->ctx, sql, &rows, &error) == 0 && json_array_size(rows) == 1)
-        n = (long long)num(json_array_get(rows, 0), "n", NULL);
+        n = (long long)pb__report_num(json_array_get(rows, 0), "n", NULL);
     json_decref(rows);
     if (n <= 0) {
         json_t *m = json_object();
@@ -171,10 +163,8 @@ static long long probe_table(report *r, const char *table, const char *purpose)
     return n;
 }
 
-/* Adds a finding and returns it (borrowed) so the caller can add fields. numbers is stolen;
- * sql may be NULL or several statements separated by "\n;\n". */
-static json_t *finding(report *r, const char *id, const char *phase, const char *severity,
-                       char *claim, json_t *numbers, const char *sql, const char *advice)
+json_t *pb__report_finding(pb__report *r, const char *id, const char *phase, const char *severity,
+                           char *claim, json_t *numbers, const char *sql, const char *advice)
 {
     json_t *f = json_object();
     json_object_set_new(f, "id", json_string(id));
@@ -199,9 +189,7 @@ static json_t *finding(report *r, const char *id, const char *phase, const char 
     return f;
 }
 
-static void suggest(report *r, const char *why, const char *command_fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void suggest(report *r, const char *why, const char *command_fmt, ...)
+void pb__report_suggest(pb__report *r, const char *why, const char *command_fmt, ...)
 {
     va_list ap;
     char *cmd = NULL;
@@ -216,19 +204,18 @@ static void suggest(report *r, const char *why, const char *command_fmt, ...)
     free(cmd);
 }
 
-static const char *target(report *r)
+const char *pb__report_target(pb__report *r)
 {
     return r->src->target && *r->src->target ? r->src->target : "<target>";
 }
 
-static int cmp_double(const void *a, const void *b)
+int pb__report_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
-/* Percentile with linear interpolation between closest ranks (numpy's default); v sorted. */
-static double percentile(const double *v, size_t n, double p)
+double pb__report_percentile(const double *v, size_t n, double p)
 {
     if (n == 0) return NAN;
     double pos = p / 100.0 * (double)(n - 1);
@@ -238,21 +225,21 @@ static double percentile(const double *v, size_t n, double p)
 }
 
 /* Median of the walls of steps[from, to). */
-static double median_wall(const step_row *s, size_t from, size_t to)
+static double median_wall(const pb__step_row *s, size_t from, size_t to)
 {
     size_t n = to - from;
     if (n == 0) return NAN;
     double *v = malloc(n * sizeof *v);
     if (!v) return NAN;
     for (size_t i = 0; i < n; i++) v[i] = s[from + i].wall;
-    qsort(v, n, sizeof *v, cmp_double);
-    double m = percentile(v, n, 50);
+    qsort(v, n, sizeof *v, pb__report_cmp_double);
+    double m = pb__report_percentile(v, n, 50);
     free(v);
     return m;
 }
 
 /* Finds the index of step in r->steps, or -1. */
-static long find_step(const report *r, long long step)
+static long find_step(const pb__report *r, long long step)
 {
     size_t lo = 0, hi = r->count;
     while (lo < hi) {
@@ -265,7 +252,7 @@ static long find_step(const report *r, long long step)
     return lo < r->count && r->steps[lo].step == step ? (long)lo : -1;
 }
 
-static const char *steady_filter(report *r, char *buf)
+static const char *steady_filter(pb__report *r, char *buf)
 {
     long long first = r->count ? r->steps[r->warmup].step : 0;
     snprintf(buf, 128, "step BETWEEN %lld AND %lld", first, r->hi);
@@ -291,15 +278,15 @@ static const char STEPS_TABLE_SQL[] =
 
 /* Loads every complete step, keeps the last `last` (0: all). Returns 0, or -1 when
  * python.torch_trace cannot be read (*error set). */
-static int load_steps(report *r, int last, char **error)
+static int load_steps(pb__report *r, int last, char **error)
 {
     json_t *rows = NULL;
     char *err = NULL;
     const char *sql = r->from_steps_table ? STEPS_TABLE_SQL : TRACE_STEPS_SQL;
     if (r->src->query(r->src->ctx, sql, &rows, &err) || !json_is_array(rows)) {
-        *error = textf("cannot read %s: %s", r->from_steps_table ? "python.steps"
-                                                                 : "python.torch_trace",
-                       err ? err : "no rows");
+        *error = pb__report_textf("cannot read %s: %s",
+                                  r->from_steps_table ? "python.steps" : "python.torch_trace",
+                                  err ? err : "no rows");
         free(err);
         json_decref(rows);
         return -1;
@@ -310,37 +297,37 @@ static int load_steps(report *r, int last, char **error)
     r->steps = calloc(n ? n : 1, sizeof *r->steps);
     if (!r->steps) {
         json_decref(rows);
-        *error = textf("out of memory");
+        *error = pb__report_textf("out of memory");
         return -1;
     }
     if (!r->from_steps_table)
         json_array_foreach(rows, i, row) {
             int ok;
-            num(row, "optimizer_end", &ok);
+            pb__report_num(row, "optimizer_end", &ok);
             if (ok) r->have_optimizer = 1;
         }
     else
         r->have_optimizer = 1;
     json_array_foreach(rows, i, row) {
-        step_row s;
+        pb__step_row s;
         int ok;
         memset(&s, 0, sizeof s);
-        s.step = (long long)num(row, "step", NULL);
-        s.forward = num(row, "forward", NULL);
-        s.backward = num(row, "backward", NULL);
-        s.optimizer = num(row, "optimizer", NULL);
+        s.step = (long long)pb__report_num(row, "step", NULL);
+        s.forward = pb__report_num(row, "forward", NULL);
+        s.backward = pb__report_num(row, "backward", NULL);
+        s.optimizer = pb__report_num(row, "optimizer", NULL);
         if (r->from_steps_table) {
-            s.wall = num(row, "wall", &ok);
-            s.data = num(row, "data_wait", &s.has_data);
-            s.collectives = num(row, "collectives", &s.has_collectives);
-            s.samples = num(row, "samples", NULL);
-            s.syncs = num(row, "syncs", NULL);
+            s.wall = pb__report_num(row, "wall", &ok);
+            s.data = pb__report_num(row, "data_wait", &s.has_data);
+            s.collectives = pb__report_num(row, "collectives", &s.has_collectives);
+            s.samples = pb__report_num(row, "samples", NULL);
+            s.syncs = pb__report_num(row, "syncs", NULL);
         } else if (r->have_optimizer) {
-            s.wall = num(row, "optimizer_end", &ok); /* no step row: not complete */
-            s.memory_mb = num(row, "memory_mb", &s.has_memory);
+            s.wall = pb__report_num(row, "optimizer_end", &ok); /* no step row: not complete */
+            s.memory_mb = pb__report_num(row, "memory_mb", &s.has_memory);
         } else {
-            s.wall = num(row, "span", &ok);
-            s.memory_mb = num(row, "memory_mb", &s.has_memory);
+            s.wall = pb__report_num(row, "span", &ok);
+            s.memory_mb = pb__report_num(row, "memory_mb", &s.has_memory);
         }
         if (!ok || !(s.wall > 0)) continue;
         r->steps[k++] = s;
@@ -359,17 +346,17 @@ static int load_steps(report *r, int last, char **error)
 }
 
 /* Merges per-step values of an optional table into the steps: field selects which. */
-static void merge_per_step(report *r, const char *sql, int field)
+static void merge_per_step(pb__report *r, const char *sql, int field)
 {
-    json_t *rows = run(r, sql), *row;
+    json_t *rows = pb__report_run(r, sql), *row;
     size_t i;
     if (!rows) return;
     json_array_foreach(rows, i, row) {
-        long at = find_step(r, (long long)num(row, "step", NULL));
+        long at = find_step(r, (long long)pb__report_num(row, "step", NULL));
         int ok;
-        double v = num(row, "value", &ok);
+        double v = pb__report_num(row, "value", &ok);
         if (at < 0 || !ok) continue;
-        step_row *s = &r->steps[at];
+        pb__step_row *s = &r->steps[at];
         if (field == 0) s->data = v, s->has_data = 1;
         if (field == 1) s->collectives = v, s->has_collectives = 1;
         if (field == 2) s->memory_mb = v, s->has_memory = 1;
@@ -380,7 +367,7 @@ static void merge_per_step(report *r, const char *sql, int field)
 
 /* ------------------------------------------------------------------ phase 1: baseline */
 
-static void detect_warmup(report *r)
+static void detect_warmup(pb__report *r)
 {
     size_t k = 0;
     while (r->count >= 3 && k < r->count / 2 &&
@@ -389,16 +376,18 @@ static void detect_warmup(report *r)
     r->warmup = k;
 }
 
-static double batch_size(report *r, const char **source)
+static double batch_size(pb__report *r, const char **source)
 {
     char sql[SQL_MAX];
     *source = NULL;
     if (r->n_loader > 0) {
-        sqlf(sql, "SELECT MAX(batch_size) AS b FROM python.dataloader_trace WHERE step BETWEEN "
-                  "%lld AND %lld",
-             r->lo, r->hi);
-        json_t *rows = run(r, sql);
-        double b = rows ? num(json_array_get(rows, 0), "b", NULL) : 0;
+        pb__report_sqlf(
+            sql,
+            "SELECT MAX(batch_size) AS b FROM python.dataloader_trace WHERE step BETWEEN "
+            "%lld AND %lld",
+            r->lo, r->hi);
+        json_t *rows = pb__report_run(r, sql);
+        double b = rows ? pb__report_num(json_array_get(rows, 0), "b", NULL) : 0;
         json_decref(rows);
         if (b > 0) {
             *source = "python.dataloader_trace";
@@ -419,7 +408,7 @@ static double batch_size(report *r, const char **source)
     return 0;
 }
 
-static void phase_baseline(report *r)
+static void phase_baseline(pb__report *r)
 {
     json_t *b = json_object();
     size_t n = r->count - r->warmup;
@@ -434,33 +423,33 @@ static void phase_baseline(report *r)
     json_object_set_new(b, "last_step", json_integer(r->hi));
     json_object_set_new(b, "warmup_steps", json_integer((json_int_t)r->warmup));
     json_object_set_new(b, "steady_steps", json_integer((json_int_t)n));
-    json_object_set_new(b, "sql", json_string(r->from_steps_table ? STEPS_TABLE_SQL
-                                                                  : TRACE_STEPS_SQL));
+    json_object_set_new(b, "sql",
+                        json_string(r->from_steps_table ? STEPS_TABLE_SQL : TRACE_STEPS_SQL));
     double *v = malloc((n ? n : 1) * sizeof *v), sum = 0, sq = 0;
     if (v && n) {
         for (size_t i = 0; i < n; i++) {
             v[i] = r->steps[r->warmup + i].wall;
             sum += v[i];
         }
-        qsort(v, n, sizeof *v, cmp_double);
+        qsort(v, n, sizeof *v, pb__report_cmp_double);
         double mean = sum / (double)n;
         for (size_t i = 0; i < n; i++) sq += (v[i] - mean) * (v[i] - mean);
         r->mean_wall = mean;
         json_t *st = json_object();
-        json_object_set_new(st, "mean_s", real(mean));
-        json_object_set_new(st, "std_s", real(n > 1 ? sqrt(sq / (double)(n - 1)) : 0));
-        json_object_set_new(st, "median_s", real(percentile(v, n, 50)));
-        json_object_set_new(st, "p95_s", real(percentile(v, n, 95)));
-        json_object_set_new(st, "p99_s", real(percentile(v, n, 99)));
-        json_object_set_new(st, "min_s", real(v[0]));
-        json_object_set_new(st, "max_s", real(v[n - 1]));
+        json_object_set_new(st, "mean_s", pb__report_real(mean));
+        json_object_set_new(st, "std_s", pb__report_real(n > 1 ? sqrt(sq / (double)(n - 1)) : 0));
+        json_object_set_new(st, "median_s", pb__report_real(pb__report_percentile(v, n, 50)));
+        json_object_set_new(st, "p95_s", pb__report_real(pb__report_percentile(v, n, 95)));
+        json_object_set_new(st, "p99_s", pb__report_real(pb__report_percentile(v, n, 99)));
+        json_object_set_new(st, "min_s", pb__report_real(v[0]));
+        json_object_set_new(st, "max_s", pb__report_real(v[n - 1]));
         json_object_set_new(b, "step_time", st);
         const char *source;
         double batch = batch_size(r, &source);
         if (batch > 0) {
-            json_object_set_new(b, "batch_size", real(batch));
+            json_object_set_new(b, "batch_size", pb__report_real(batch));
             json_object_set_new(b, "batch_size_source", json_string(source));
-            json_object_set_new(b, "samples_per_s", real(batch / mean));
+            json_object_set_new(b, "samples_per_s", pb__report_real(batch / mean));
         } else {
             json_object_set_new(b, "samples_per_s", json_null());
             json_object_set_new(b, "throughput_note",
@@ -469,23 +458,25 @@ static void phase_baseline(report *r)
         }
         /* First-iteration overhead (seed 002: first iterations have 10-100x overhead). */
         if (r->warmup > 0) {
-            double median = percentile(v, n, 50);
+            double median = pb__report_percentile(v, n, 50);
             json_t *nums = json_object();
             json_object_set_new(nums, "first_step", json_integer(r->steps[0].step));
-            json_object_set_new(nums, "first_step_s", real(r->steps[0].wall));
-            json_object_set_new(nums, "steady_median_s", real(median));
-            json_object_set_new(nums, "ratio", real(r->steps[0].wall / median));
+            json_object_set_new(nums, "first_step_s", pb__report_real(r->steps[0].wall));
+            json_object_set_new(nums, "steady_median_s", pb__report_real(median));
+            json_object_set_new(nums, "ratio", pb__report_real(r->steps[0].wall / median));
             json_object_set_new(nums, "warmup_steps", json_integer((json_int_t)r->warmup));
-            finding(r, "first_iteration", "baseline", "info",
-                    textf("first step took %.1fx the steady median; %zu warm-up step%s left out "
-                          "of the statistics",
-                          r->steps[0].wall / median, r->warmup, r->warmup == 1 ? "" : "s"),
-                    nums, r->from_steps_table ? STEPS_TABLE_SQL : TRACE_STEPS_SQL,
-                    "Expected: the first iterations include one-time costs (lazy init, "
-                    "allocator warm-up, JIT/cudnn autotuning). Always warm up before timing "
-                    "(seed 002: minimum 3 iterations, recommend 5-10).");
+            pb__report_finding(
+                r, "first_iteration", "baseline", "info",
+                pb__report_textf(
+                    "first step took %.1fx the steady median; %zu warm-up step%s left out "
+                    "of the statistics",
+                    r->steps[0].wall / median, r->warmup, r->warmup == 1 ? "" : "s"),
+                nums, r->from_steps_table ? STEPS_TABLE_SQL : TRACE_STEPS_SQL,
+                "Expected: the first iterations include one-time costs (lazy init, "
+                "allocator warm-up, JIT/cudnn autotuning). Always warm up before timing "
+                "(seed 002: minimum 3 iterations, recommend 5-10).");
         }
-        double median = percentile(v, n, 50);
+        double median = pb__report_percentile(v, n, 50);
         if (n >= 3 && v[n - 1] > OUTLIER_FACTOR * median) {
             size_t slow = 0, worst = r->warmup;
             for (size_t i = r->warmup; i < r->count; i++) {
@@ -495,21 +486,25 @@ static void phase_baseline(report *r)
             json_t *nums = json_object();
             json_object_set_new(nums, "slow_steps", json_integer((json_int_t)slow));
             json_object_set_new(nums, "worst_step", json_integer(r->steps[worst].step));
-            json_object_set_new(nums, "worst_s", real(r->steps[worst].wall));
-            json_object_set_new(nums, "median_s", real(median));
+            json_object_set_new(nums, "worst_s", pb__report_real(r->steps[worst].wall));
+            json_object_set_new(nums, "median_s", pb__report_real(median));
             char sql[SQL_MAX];
-            sqlf(sql, "SELECT module, stage, duration, total_duration FROM python.torch_trace "
-                      "WHERE step = %lld ORDER BY duration DESC LIMIT 10",
-                 r->steps[worst].step);
-            finding(r, "outlier_steps", "baseline", "info",
-                    textf("%zu steady step%s took over %.0fx the median; the worst, step %lld, "
-                          "took %.1fx",
-                          slow, slow == 1 ? "" : "s", OUTLIER_FACTOR, r->steps[worst].step,
-                          r->steps[worst].wall / median),
-                    nums, sql,
-                    "Look at what that step did differently (checkpointing, evaluation, "
-                    "garbage collection, a slow batch); the median and p95 above are the "
-                    "figures to compare runs by.");
+            pb__report_sqlf(
+                sql,
+                "SELECT module, stage, duration, total_duration FROM python.torch_trace "
+                "WHERE step = %lld ORDER BY duration DESC LIMIT 10",
+                r->steps[worst].step);
+            pb__report_finding(
+                r, "outlier_steps", "baseline", "info",
+                pb__report_textf(
+                    "%zu steady step%s took over %.0fx the median; the worst, step %lld, "
+                    "took %.1fx",
+                    slow, slow == 1 ? "" : "s", OUTLIER_FACTOR, r->steps[worst].step,
+                    r->steps[worst].wall / median),
+                nums, sql,
+                "Look at what that step did differently (checkpointing, evaluation, "
+                "garbage collection, a slow batch); the median and p95 above are the "
+                "figures to compare runs by.");
         }
     } else if (n == 0) {
         json_object_set_new(b, "step_time", json_null());
@@ -535,7 +530,7 @@ typedef struct shares {
 
 /* Mean per-step times over the steady steps, outlier steps (over OUTLIER_FACTOR x the median,
  * reported on their own) left out so that one slow step cannot decide the bottleneck. */
-static shares mean_shares(report *r)
+static shares mean_shares(pb__report *r)
 {
     shares m;
     size_t n = 0, data_n = 0, coll_n = 0;
@@ -543,7 +538,7 @@ static shares mean_shares(report *r)
     if (r->count == r->warmup) return m;
     double limit = OUTLIER_FACTOR * median_wall(r->steps, r->warmup, r->count);
     for (size_t i = r->warmup; i < r->count; i++) {
-        const step_row *s = &r->steps[i];
+        const pb__step_row *s = &r->steps[i];
         if (s->wall > limit) continue;
         n++;
         m.wall += s->wall;
@@ -567,43 +562,44 @@ static shares mean_shares(report *r)
     return m;
 }
 
-static json_t *top_modules(report *r, const char *order_by, char *sql_out)
+static json_t *top_modules(pb__report *r, const char *order_by, char *sql_out)
 {
     char filter[128];
-    sqlf(sql_out,
-         "SELECT module, stage, COUNT(*) AS calls, SUM(duration) AS self_s,\n"
-         "       SUM(total_duration) AS total_s,\n"
-         "       SUM(duration) / (SELECT SUM(duration) FROM python.torch_trace WHERE %s)"
-         " AS self_share\n"
-         "FROM python.torch_trace WHERE %s\n"
-         "GROUP BY module, stage ORDER BY %s DESC LIMIT 5",
-         steady_filter(r, filter), steady_filter(r, filter), order_by);
-    return run(r, sql_out);
+    pb__report_sqlf(sql_out,
+                    "SELECT module, stage, COUNT(*) AS calls, SUM(duration) AS self_s,\n"
+                    "       SUM(total_duration) AS total_s,\n"
+                    "       SUM(duration) / (SELECT SUM(duration) FROM python.torch_trace WHERE %s)"
+                    " AS self_share\n"
+                    "FROM python.torch_trace WHERE %s\n"
+                    "GROUP BY module, stage ORDER BY %s DESC LIMIT 5",
+                    steady_filter(r, filter), steady_filter(r, filter), order_by);
+    return pb__report_run(r, sql_out);
 }
 
 /* Host overhead: many module executions per step, each with little work. */
-static int host_overhead(report *r, double *calls_per_step, double *median_self, char *sql)
+static int host_overhead(pb__report *r, double *calls_per_step, double *median_self, char *sql)
 {
     char filter[128];
-    sqlf(sql,
-         "SELECT COUNT(*) * 1.0 / COUNT(DISTINCT step) AS calls_per_step,\n"
-         "       (SELECT duration FROM python.torch_trace WHERE stage = 'forward' AND %s\n"
-         "        ORDER BY duration LIMIT 1 OFFSET (SELECT COUNT(*) / 2 FROM python.torch_trace"
-         " WHERE stage = 'forward' AND %s)) AS median_forward_self_s\n"
-         "FROM python.torch_trace WHERE stage = 'forward' AND %s",
-         steady_filter(r, filter), steady_filter(r, filter), steady_filter(r, filter));
-    json_t *rows = run(r, sql);
+    pb__report_sqlf(
+        sql,
+        "SELECT COUNT(*) * 1.0 / COUNT(DISTINCT step) AS calls_per_step,\n"
+        "       (SELECT duration FROM python.torch_trace WHERE stage = 'forward' AND %s\n"
+        "        ORDER BY duration LIMIT 1 OFFSET (SELECT COUNT(*) / 2 FROM python.torch_trace"
+        " WHERE stage = 'forward' AND %s)) AS median_forward_self_s\n"
+        "FROM python.torch_trace WHERE stage = 'forward' AND %s",
+        steady_filter(r, filter), steady_filter(r, filter), steady_filter(r, filter));
+    json_t *rows = pb__report_run(r, sql);
     int ok1 = 0, ok2 = 0;
     if (rows && json_array_size(rows) == 1) {
-        *calls_per_step = num(json_array_get(rows, 0), "calls_per_step", &ok1);
-        *median_self = num(json_array_get(rows, 0), "median_forward_self_s", &ok2);
+        *calls_per_step = pb__report_num(json_array_get(rows, 0), "calls_per_step", &ok1);
+        *median_self = pb__report_num(json_array_get(rows, 0), "median_forward_self_s", &ok2);
     }
     json_decref(rows);
     return ok1 && ok2 && *calls_per_step >= HOST_CALLS_PER_STEP &&
            *median_self < HOST_MEDIAN_SELF_S;
 }
 
-static void phases_bottleneck_component(report *r)
+static void phases_bottleneck_component(pb__report *r)
 {
     shares m = mean_shares(r);
     json_t *comp = json_object(), *bn = json_object();
@@ -611,15 +607,15 @@ static void phases_bottleneck_component(report *r)
     const char *step_sql = r->from_steps_table ? STEPS_TABLE_SQL : TRACE_STEPS_SQL;
     double wall = m.wall > 0 ? m.wall : 1;
     json_t *sh = json_object();
-    json_object_set_new(sh, "forward", real(m.forward / wall));
-    json_object_set_new(sh, "backward", real(m.backward / wall));
-    json_object_set_new(sh, "optimizer", real(m.optimizer / wall));
-    json_object_set_new(sh, "data", m.has_data ? real(m.data / wall) : json_null());
+    json_object_set_new(sh, "forward", pb__report_real(m.forward / wall));
+    json_object_set_new(sh, "backward", pb__report_real(m.backward / wall));
+    json_object_set_new(sh, "optimizer", pb__report_real(m.optimizer / wall));
+    json_object_set_new(sh, "data", m.has_data ? pb__report_real(m.data / wall) : json_null());
     json_object_set_new(sh, "collectives",
-                        m.has_collectives ? real(m.collectives / wall) : json_null());
-    json_object_set_new(sh, m.has_data ? "other" : "unaccounted", real(m.other / wall));
+                        m.has_collectives ? pb__report_real(m.collectives / wall) : json_null());
+    json_object_set_new(sh, m.has_data ? "other" : "unaccounted", pb__report_real(m.other / wall));
     json_object_set_new(comp, "shares", sh);
-    json_object_set_new(comp, "mean_step_s", real(m.wall));
+    json_object_set_new(comp, "mean_step_s", pb__report_real(m.wall));
     json_object_set_new(comp, "sql", json_string(step_sql));
     if (!m.has_data)
         json_object_set_new(comp, "unaccounted_means",
@@ -643,10 +639,10 @@ static void phases_bottleneck_component(report *r)
     char *decided = NULL;
     json_t *util = NULL;
     if (r->n_gpu > 0) {
-        json_t *rows = run(r, "SELECT AVG(utilization) AS utilization FROM system.gpu");
+        json_t *rows = pb__report_run(r, "SELECT AVG(utilization) AS utilization FROM system.gpu");
         int ok;
-        double u = rows ? num(json_array_get(rows, 0), "utilization", &ok) : 0;
-        if (rows && ok) util = real(u);
+        double u = rows ? pb__report_num(json_array_get(rows, 0), "utilization", &ok) : 0;
+        if (rows && ok) util = pb__report_real(u);
         json_decref(rows);
     }
     json_object_set_new(bn, "gpu_utilization", util ? util : json_null());
@@ -654,45 +650,48 @@ static void phases_bottleneck_component(report *r)
     if (m.has_data && m.data > compute) {
         type = "data";
         label = "data loading (CPU-bound)";
-        decided = textf("data-loader wait %.3g ms > compute (forward+backward+optimizer) "
-                        "%.3g ms per step (seed 002: data loading time > computation time)",
-                        m.data * 1e3, compute * 1e3);
+        decided =
+            pb__report_textf("data-loader wait %.3g ms > compute (forward+backward+optimizer) "
+                             "%.3g ms per step (seed 002: data loading time > computation time)",
+                             m.data * 1e3, compute * 1e3);
     } else if (m.has_collectives && m.collectives > 0.5 * m.wall) {
         type = "collectives";
         label = "communication (collectives over 50% of the step)";
-        decided = textf("collectives %.0f%% of the step", 100 * m.collectives / wall);
-    } else if (m.optimizer >= OPTIMIZER_SHARE * m.wall &&
-               m.optimizer >= m.forward + m.backward) {
+        decided = pb__report_textf("collectives %.0f%% of the step", 100 * m.collectives / wall);
+    } else if (m.optimizer >= OPTIMIZER_SHARE * m.wall && m.optimizer >= m.forward + m.backward) {
         type = "optimizer";
         label = "optimizer step";
-        decided = textf("optimizer %.0f%% of the step, more than forward+backward (%.0f%%)",
-                        100 * m.optimizer / wall, 100 * (m.forward + m.backward) / wall);
+        decided =
+            pb__report_textf("optimizer %.0f%% of the step, more than forward+backward (%.0f%%)",
+                             100 * m.optimizer / wall, 100 * (m.forward + m.backward) / wall);
     } else if (!m.has_data && m.other >= UNACCOUNTED_BOUND * m.wall) {
         type = "data_likely";
         label = "likely data loading or Python outside the model (CPU-bound)";
-        decided = textf("%.0f%% of the step is outside modules and the optimizer; "
-                        "python.dataloader_trace would confirm data loading",
-                        100 * m.other / wall);
+        decided = pb__report_textf("%.0f%% of the step is outside modules and the optimizer; "
+                                   "python.dataloader_trace would confirm data loading",
+                                   100 * m.other / wall);
     } else if (host) {
         type = "host_overhead";
         label = "host overhead (many tiny module calls)";
-        decided = textf("%.0f module calls per step with a median self time of %.1f us",
-                        calls, median_self * 1e6);
+        decided = pb__report_textf("%.0f module calls per step with a median self time of %.1f us",
+                                   calls, median_self * 1e6);
     } else if (util && json_real_value(util) < 70) {
         type = "cpu";
         label = "CPU-bound (GPU utilisation under 70%)";
-        decided = textf("GPU utilisation %.0f%% < 70%% (seed 002)", json_real_value(util));
+        decided =
+            pb__report_textf("GPU utilisation %.0f%% < 70%% (seed 002)", json_real_value(util));
     } else {
         type = "compute";
         const char *device = json_string_value(json_object_get(r->src->conditions, "device"));
         int gpu = util && json_real_value(util) > 90;
         label = gpu ? "GPU-bound (computation)"
-                    : device && strncmp(device, "cuda", 4) == 0
-                        ? "compute (forward/backward)"
-                        : "compute on the CPU (forward/backward)";
-        decided = textf("forward+backward %.0f%% of the step, unaccounted/other %.0f%%%s",
-                        100 * (m.forward + m.backward) / wall, 100 * m.other / wall,
-                        gpu ? ", GPU utilisation over 90%" : "");
+                : device && strncmp(device, "cuda", 4) == 0
+                    ? "compute (forward/backward)"
+                    : "compute on the CPU (forward/backward)";
+        decided =
+            pb__report_textf("forward+backward %.0f%% of the step, unaccounted/other %.0f%%%s",
+                             100 * (m.forward + m.backward) / wall, 100 * m.other / wall,
+                             gpu ? ", GPU utilisation over 90%" : "");
     }
     json_object_set_new(bn, "type", json_string(type));
     json_object_set_new(bn, "label", json_string(label));
@@ -703,145 +702,158 @@ static void phases_bottleneck_component(report *r)
 
     /* Findings for the bottleneck, with the seeds' recommendations. */
     json_t *nums = json_object();
-    json_object_set_new(nums, "mean_step_s", real(m.wall));
-    json_object_set_new(nums, "forward_s", real(m.forward));
-    json_object_set_new(nums, "backward_s", real(m.backward));
-    json_object_set_new(nums, "optimizer_s", real(m.optimizer));
-    if (m.has_data) json_object_set_new(nums, "data_wait_s", real(m.data));
-    json_object_set_new(nums, m.has_data ? "other_s" : "unaccounted_s", real(m.other));
+    json_object_set_new(nums, "mean_step_s", pb__report_real(m.wall));
+    json_object_set_new(nums, "forward_s", pb__report_real(m.forward));
+    json_object_set_new(nums, "backward_s", pb__report_real(m.backward));
+    json_object_set_new(nums, "optimizer_s", pb__report_real(m.optimizer));
+    if (m.has_data) json_object_set_new(nums, "data_wait_s", pb__report_real(m.data));
+    json_object_set_new(nums, m.has_data ? "other_s" : "unaccounted_s", pb__report_real(m.other));
     json_t *top = json_array_get(json_object_get(comp, "top_by_self"), 0);
     const char *top_name = json_string_value(json_object_get(top, "module"));
     const char *top_stage = json_string_value(json_object_get(top, "stage"));
-    double top_share = num(top, "self_share", NULL);
+    double top_share = pb__report_num(top, "self_share", NULL);
     json_t *cond = r->src->conditions;
     json_t *workers = json_object_get(cond, "num_workers");
 
     if (!strcmp(type, "data")) {
-        finding(r, "data_bound", "bottleneck", "critical",
-                textf("data loading bound: the loop waits %.3g ms per step for data, compute "
-                      "takes %.3g ms",
-                      m.data * 1e3, compute * 1e3),
-                nums, step_sql,
-                "Increase num_workers in DataLoader, enable pin_memory=True, move data "
-                "augmentation to GPU, cache preprocessed data if the dataset is small, use "
-                "faster storage (seed 002).");
+        pb__report_finding(
+            r, "data_bound", "bottleneck", "critical",
+            pb__report_textf(
+                "data loading bound: the loop waits %.3g ms per step for data, compute "
+                "takes %.3g ms",
+                m.data * 1e3, compute * 1e3),
+            nums, step_sql,
+            "Increase num_workers in DataLoader, enable pin_memory=True, move data "
+            "augmentation to GPU, cache preprocessed data if the dataset is small, use "
+            "faster storage (seed 002).");
         nums = NULL; /* the finding owns it */
     } else if (!strcmp(type, "data_likely") ||
                (!strcmp(type, "compute") && !m.has_data && m.other >= UNACCOUNTED_SHARE * m.wall)) {
-        char *claim = textf("%.0f%% of each step (%.3g ms) is outside modules and the "
-                            "optimizer: unaccounted (data loading, Python between steps)%s",
-                            100 * m.other / wall, m.other * 1e3,
-                            json_is_integer(workers)
-                                ? (json_integer_value(workers) == 0 ? "; num_workers is 0" : "")
-                                : "");
-        json_t *f = finding(r, "unaccounted_time", "bottleneck",
-                            !strcmp(type, "data_likely") ? "critical" : "warning", claim, nums,
-                            step_sql,
-                            "Likely data loading (CPU-bound): increase num_workers in "
-                            "DataLoader, enable pin_memory=True, cache preprocessed data "
-                            "(seed 002). To confirm, measure the data-loader wait: "
-                            "python.dataloader_trace is empty, so the loop's data loading "
-                            "was not seen (a loader other than torch's DataLoader?).");
+        char *claim =
+            pb__report_textf("%.0f%% of each step (%.3g ms) is outside modules and the "
+                             "optimizer: unaccounted (data loading, Python between steps)%s",
+                             100 * m.other / wall, m.other * 1e3,
+                             json_is_integer(workers)
+                                 ? (json_integer_value(workers) == 0 ? "; num_workers is 0" : "")
+                                 : "");
+        json_t *f = pb__report_finding(
+            r, "unaccounted_time", "bottleneck",
+            !strcmp(type, "data_likely") ? "critical" : "warning", claim, nums, step_sql,
+            "Likely data loading (CPU-bound): increase num_workers in "
+            "DataLoader, enable pin_memory=True, cache preprocessed data "
+            "(seed 002). To confirm, measure the data-loader wait: "
+            "python.dataloader_trace is empty, so the loop's data loading "
+            "was not seen (a loader other than torch's DataLoader?).");
         if (json_is_integer(workers))
             json_object_set(json_object_get(f, "numbers"), "num_workers", workers);
-        suggest(r, "see where the time between steps goes: compare each step's module time "
-                   "with its wall time",
-                "probing %s query \"SELECT step, SUM(duration) AS in_modules, MAX(CASE WHEN "
-                "stage = 'step' THEN time_offset + total_duration END) AS wall FROM "
-                "python.torch_trace GROUP BY step ORDER BY step DESC LIMIT 20\"",
-                target(r));
+        pb__report_suggest(
+            r,
+            "see where the time between steps goes: compare each step's module time "
+            "with its wall time",
+            "probing %s query \"SELECT step, SUM(duration) AS in_modules, MAX(CASE WHEN "
+            "stage = 'step' THEN time_offset + total_duration END) AS wall FROM "
+            "python.torch_trace GROUP BY step ORDER BY step DESC LIMIT 20\"",
+            pb__report_target(r));
         if (json_is_integer(workers))
-            suggest(r, "check the DataLoader settings (seed 002 measurement conditions)",
-                    "probing %s eval \"print(train_loader.num_workers, "
-                    "train_loader.pin_memory)\"",
-                    target(r));
+            pb__report_suggest(r, "check the DataLoader settings (seed 002 measurement conditions)",
+                               "probing %s eval \"print(train_loader.num_workers, "
+                               "train_loader.pin_memory)\"",
+                               pb__report_target(r));
         nums = NULL;
     } else if (!strcmp(type, "optimizer")) {
-        finding(r, "optimizer_heavy", "bottleneck", "warning",
-                textf("the optimizer step takes %.0f%% of each step (%.3g ms), more than "
-                      "forward and backward together (%.3g ms)",
-                      100 * m.optimizer / wall, m.optimizer * 1e3,
-                      (m.forward + m.backward) * 1e3),
-                nums, step_sql,
-                "Profile the optimizer step before the model: check which parameters it "
-                "updates (tensors the model never uses still cost a full update) and the "
-                "size of its state; use the foreach/fused implementations; reduce the update "
-                "frequency with gradient accumulation (seed 000).");
-        suggest(r, "count what the optimizer updates",
-                "probing %s eval \"print(sum(p.numel() for g in optimizer.param_groups for p "
-                "in g['params']), sum(p.numel() for p in model.parameters()))\"",
-                target(r));
+        pb__report_finding(
+            r, "optimizer_heavy", "bottleneck", "warning",
+            pb__report_textf("the optimizer step takes %.0f%% of each step (%.3g ms), more than "
+                             "forward and backward together (%.3g ms)",
+                             100 * m.optimizer / wall, m.optimizer * 1e3,
+                             (m.forward + m.backward) * 1e3),
+            nums, step_sql,
+            "Profile the optimizer step before the model: check which parameters it "
+            "updates (tensors the model never uses still cost a full update) and the "
+            "size of its state; use the foreach/fused implementations; reduce the update "
+            "frequency with gradient accumulation (seed 000).");
+        pb__report_suggest(
+            r, "count what the optimizer updates",
+            "probing %s eval \"print(sum(p.numel() for g in optimizer.param_groups for p "
+            "in g['params']), sum(p.numel() for p in model.parameters()))\"",
+            pb__report_target(r));
         nums = NULL;
     } else if (!strcmp(type, "host_overhead")) {
-        json_object_set_new(nums, "module_calls_per_step", real(calls));
-        json_object_set_new(nums, "median_forward_self_s", real(median_self));
+        json_object_set_new(nums, "module_calls_per_step", pb__report_real(calls));
+        json_object_set_new(nums, "median_forward_self_s", pb__report_real(median_self));
         char both[2 * SQL_MAX + 8];
         snprintf(both, sizeof both, "%s\n;\n%s", host_sql, step_sql);
-        finding(r, "host_overhead", "bottleneck", "warning",
-                textf("host overhead: %.0f module calls per step, median self time %.1f us "
-                      "each: per-call overhead, not the math, dominates",
-                      calls, median_self * 1e6),
-                nums, both,
-                "Many small operations (kernel launch overhead): fuse them - use "
-                "torch.compile or fuse manually; make layers wider and fewer (seed 002).");
+        pb__report_finding(
+            r, "host_overhead", "bottleneck", "warning",
+            pb__report_textf("host overhead: %.0f module calls per step, median self time %.1f us "
+                             "each: per-call overhead, not the math, dominates",
+                             calls, median_self * 1e6),
+            nums, both,
+            "Many small operations (kernel launch overhead): fuse them - use "
+            "torch.compile or fuse manually; make layers wider and fewer (seed 002).");
         nums = NULL;
     } else if (!strcmp(type, "collectives")) {
         /* reported by the collectives check */
     } else {
-        char *claim = top_name
-            ? textf("compute-bound: forward+backward take %.0f%% of the step; the largest "
-                    "self time is %s (%s, %.0f%% of module time)",
-                    100 * (m.forward + m.backward) / wall, top_name, top_stage ? top_stage : "",
-                    100 * top_share)
-            : textf("compute-bound: forward+backward take %.0f%% of the step",
-                    100 * (m.forward + m.backward) / wall);
+        char *claim =
+            top_name ? pb__report_textf(
+                           "compute-bound: forward+backward take %.0f%% of the step; the largest "
+                           "self time is %s (%s, %.0f%% of module time)",
+                           100 * (m.forward + m.backward) / wall, top_name,
+                           top_stage ? top_stage : "", 100 * top_share)
+                     : pb__report_textf("compute-bound: forward+backward take %.0f%% of the step",
+                                        100 * (m.forward + m.backward) / wall);
         char both[2 * SQL_MAX + 8];
         snprintf(both, sizeof both, "%s\n;\n%s", step_sql, sql_self);
-        finding(r, "compute_bound", "bottleneck", "info", claim, nums, both,
-                "Profile model operations in the top modules (seed 002: GPU-bound -> profile "
-                "model operations); on a GPU check utilisation, use mixed precision and "
-                "torch.compile.");
+        pb__report_finding(
+            r, "compute_bound", "bottleneck", "info", claim, nums, both,
+            "Profile model operations in the top modules (seed 002: GPU-bound -> profile "
+            "model operations); on a GPU check utilisation, use mixed precision and "
+            "torch.compile.");
         nums = NULL;
     }
     json_decref(nums);
     if (top_name) {
-        sqlf(sql,
-             "SELECT step, stage, duration, total_duration FROM python.torch_trace "
-             "WHERE module = '%s' AND %s ORDER BY step",
-             top_name, steady_filter(r, filter));
+        pb__report_sqlf(sql,
+                        "SELECT step, stage, duration, total_duration FROM python.torch_trace "
+                        "WHERE module = '%s' AND %s ORDER BY step",
+                        top_name, steady_filter(r, filter));
         /* Module names are Python identifiers and dots; never quote-breaking. */
         if (!strchr(top_name, '\''))
-            suggest(r, "follow the module with the largest self time step by step",
-                    "probing %s query \"%s\"", target(r), sql);
+            pb__report_suggest(r, "follow the module with the largest self time step by step",
+                               "probing %s query \"%s\"", pb__report_target(r), sql);
     }
 }
 
 /* ------------------------------------------------------------------ checks */
 
-static void check_memory(report *r)
+static void check_memory(pb__report *r)
 {
     char sql[SQL_MAX];
     const char *source = "python.torch_trace allocated (process RSS on CPU)";
     if (r->n_memory > 0) {
-        sqlf(sql,
-             "SELECT step, MAX(allocated_mb) AS value FROM python.memory WHERE phase = 'step' "
-             "AND step BETWEEN %lld AND %lld GROUP BY step ORDER BY step",
-             r->lo, r->hi);
+        pb__report_sqlf(
+            sql,
+            "SELECT step, MAX(allocated_mb) AS value FROM python.memory WHERE phase = 'step' "
+            "AND step BETWEEN %lld AND %lld GROUP BY step ORDER BY step",
+            r->lo, r->hi);
         merge_per_step(r, sql, 2);
         source = "python.memory allocated_mb (largest device)";
     } else if (!r->from_steps_table) {
         strcpy(sql, TRACE_STEPS_SQL);
     } else {
-        finding(r, "memory_growth", "check", "skipped",
-                textf("memory growth not checked: no python.memory and no per-step memory in "
-                      "python.steps"),
-                NULL, NULL, NULL);
+        pb__report_finding(
+            r, "memory_growth", "memory", "skipped",
+            pb__report_textf(
+                "memory growth not checked: no python.memory and no per-step memory in "
+                "python.steps"),
+            NULL, NULL, NULL);
         return;
     }
     size_t n = 0;
     double sx = 0, sy = 0, sxx = 0, sxy = 0, syy = 0, first = 0, last = 0;
     for (size_t i = r->warmup; i < r->count; i++) {
-        const step_row *s = &r->steps[i];
+        const pb__step_row *s = &r->steps[i];
         if (!s->has_memory) continue;
         double x = (double)s->step, y = s->memory_mb;
         if (!n) first = y;
@@ -850,11 +862,12 @@ static void check_memory(report *r)
         sx += x, sy += y, sxx += x * x, sxy += x * y, syy += y * y;
     }
     if (n < LEAK_MIN_STEPS) {
-        finding(r, "memory_growth", "check", "skipped",
-                textf("memory growth not checked: %zu steady step%s with memory figures, %d "
-                      "needed",
-                      n, n == 1 ? "" : "s", LEAK_MIN_STEPS),
-                NULL, sql, NULL);
+        pb__report_finding(
+            r, "memory_growth", "memory", "skipped",
+            pb__report_textf("memory growth not checked: %zu steady step%s with memory figures, %d "
+                             "needed",
+                             n, n == 1 ? "" : "s", LEAK_MIN_STEPS),
+            NULL, sql, NULL);
         return;
     }
     double dn = (double)n, vx = sxx - sx * sx / dn, vy = syy - sy * sy / dn;
@@ -864,170 +877,172 @@ static void check_memory(report *r)
     double growth = last - first;
     json_t *nums = json_object();
     json_object_set_new(nums, "steps", json_integer((json_int_t)n));
-    json_object_set_new(nums, "first_mb", real(first));
-    json_object_set_new(nums, "last_mb", real(last));
-    json_object_set_new(nums, "growth_mb", real(growth));
-    json_object_set_new(nums, "slope_mb_per_step", real(slope));
-    json_object_set_new(nums, "r2", real(r2));
+    json_object_set_new(nums, "first_mb", pb__report_real(first));
+    json_object_set_new(nums, "last_mb", pb__report_real(last));
+    json_object_set_new(nums, "growth_mb", pb__report_real(growth));
+    json_object_set_new(nums, "slope_mb_per_step", pb__report_real(slope));
+    json_object_set_new(nums, "r2", pb__report_real(r2));
     json_object_set_new(nums, "source", json_string(source));
     if (growth >= LEAK_MIN_GROWTH_MB && slope >= LEAK_MIN_SLOPE_MB && r2 >= LEAK_MIN_R2) {
-        finding(r, "memory_growth", "check", "critical",
-                textf("memory grows steadily across steps: +%.1f MB over %zu steps (%.2f MB "
-                      "per step) - a leak",
-                      growth, n, slope),
-                nums, sql,
-                "Something keeps a reference each step: look for tensors appended to lists "
-                "or dicts (losses kept without .detach() or .item(), caches, metrics); memory "
-                "leaks are allocations never freed (seed 002).");
-        suggest(r, "find what holds the memory: the largest objects referenced from "
-                   "__main__",
-                "probing %s eval \"import sys, torch; print(sorted(((sum(t.numel()*t.element_"
-                "size() for t in v if torch.is_tensor(t)) if isinstance(v, (list, tuple)) else "
-                "0, k) for k, v in vars(sys.modules['__main__']).items()), reverse=True)[:5])\"",
-                target(r));
+        pb__report_finding(
+            r, "memory_growth", "memory", "critical",
+            pb__report_textf("memory grows steadily across steps: +%.1f MB over %zu steps (%.2f MB "
+                             "per step) - a leak",
+                             growth, n, slope),
+            nums, sql,
+            "Something keeps a reference each step: look for tensors appended to lists "
+            "or dicts (losses kept without .detach() or .item(), caches, metrics); memory "
+            "leaks are allocations never freed (seed 002).");
+        pb__report_suggest(
+            r,
+            "find what holds the memory: the largest objects referenced from "
+            "__main__",
+            "probing %s eval \"import sys, torch; print(sorted(((sum(t.numel()*t.element_"
+            "size() for t in v if torch.is_tensor(t)) if isinstance(v, (list, tuple)) else "
+            "0, k) for k, v in vars(sys.modules['__main__']).items()), reverse=True)[:5])\"",
+            pb__report_target(r));
     } else {
-        finding(r, "memory_growth", "check", "ok",
-                textf("no steady memory growth: %+.1f MB over %zu steps", growth, n), nums, sql,
-                NULL);
+        pb__report_finding(
+            r, "memory_growth", "memory", "ok",
+            pb__report_textf("no steady memory growth: %+.1f MB over %zu steps", growth, n), nums,
+            sql, NULL);
     }
 }
 
-static void check_collectives(report *r)
+static void check_collectives(pb__report *r)
 {
     char sql[SQL_MAX];
     if (r->n_nccl <= 0) {
-        finding(r, "collectives", "check", "skipped",
-                textf("collectives share not checked: python.nccl_trace is %s (a single "
-                      "process, or collectives are not recorded by this agent)",
-                      r->n_nccl < 0 ? "absent" : "empty"),
-                NULL, NULL, NULL);
+        pb__report_finding(
+            r, "collectives", "check", "skipped",
+            pb__report_textf("collectives share not checked: python.nccl_trace is %s (a single "
+                             "process, or collectives are not recorded by this agent)",
+                             r->n_nccl < 0 ? "absent" : "empty"),
+            NULL, NULL, NULL);
         return;
     }
     shares m = mean_shares(r);
     if (!m.has_collectives || m.wall <= 0) {
-        finding(r, "collectives", "check", "skipped",
-                textf("collectives recorded, but none in the steady steps of the window"),
-                NULL, NULL, NULL);
+        pb__report_finding(
+            r, "collectives", "check", "skipped",
+            pb__report_textf("collectives recorded, but none in the steady steps of the window"),
+            NULL, NULL, NULL);
         return;
     }
     double share = m.collectives / m.wall;
-    sqlf(sql,
-         "SELECT step, SUM(duration_ms) / 1000.0 AS value FROM python.nccl_trace WHERE step "
-         "BETWEEN %lld AND %lld GROUP BY step ORDER BY step",
-         r->lo, r->hi);
+    pb__report_sqlf(
+        sql,
+        "SELECT step, SUM(duration_ms) / 1000.0 AS value FROM python.nccl_trace WHERE step "
+        "BETWEEN %lld AND %lld GROUP BY step ORDER BY step",
+        r->lo, r->hi);
     json_t *nums = json_object();
-    json_object_set_new(nums, "collectives_s", real(m.collectives));
-    json_object_set_new(nums, "mean_step_s", real(m.wall));
-    json_object_set_new(nums, "share", real(share));
+    json_object_set_new(nums, "collectives_s", pb__report_real(m.collectives));
+    json_object_set_new(nums, "mean_step_s", pb__report_real(m.wall));
+    json_object_set_new(nums, "share", pb__report_real(share));
     if (share > 0.5)
-        finding(r, "collectives", "check", "warning",
-                textf("collectives take %.0f%% of the step (over 50%%)", 100 * share), nums,
-                sql,
-                "If AllReduce >50%, optimize overlap or reduce frequency (gradient "
-                "accumulation); check the interconnect (seed 000).");
+        pb__report_finding(
+            r, "collectives", "check", "warning",
+            pb__report_textf("collectives take %.0f%% of the step (over 50%%)", 100 * share), nums,
+            sql,
+            "If AllReduce >50%, optimize overlap or reduce frequency (gradient "
+            "accumulation); check the interconnect (seed 000).");
     else
-        finding(r, "collectives", "check", share >= 0.2 ? "info" : "ok",
-                textf("collectives take %.0f%% of the step (20-30%% is normal for large "
-                      "models, over 50%% is flagged)",
-                      100 * share),
-                nums, sql, NULL);
+        pb__report_finding(
+            r, "collectives", "check", share >= 0.2 ? "info" : "ok",
+            pb__report_textf("collectives take %.0f%% of the step (20-30%% is normal for large "
+                             "models, over 50%% is flagged)",
+                             100 * share),
+            nums, sql, NULL);
 }
 
-static void check_ranks(report *r)
-{
-    json_t *rows = run(r, "SELECT COUNT(DISTINCT rank) AS ranks FROM python.torch_trace");
-    double ranks = rows ? num(json_array_get(rows, 0), "ranks", NULL) : 0;
-    json_decref(rows);
-    json_t *nums = json_object();
-    json_object_set_new(nums, "ranks_in_target", real(ranks));
-    finding(r, "load_imbalance", "check", "skipped",
-            textf("load imbalance not checked: the report reads one target (%.0f rank%s in its "
-                  "data); the check (>10%% between ranks, seed 000) needs every rank's agent",
-                  ranks, ranks == 1 ? "" : "s"),
-            nums, "SELECT COUNT(DISTINCT rank) AS ranks FROM python.torch_trace", NULL);
-}
-
-static void check_amp(report *r)
+static void check_amp(pb__report *r)
 {
     char sql[SQL_MAX];
     if (r->n_amp <= 0) {
-        finding(r, "amp", "check", "skipped",
-                textf("mixed precision not checked: python.amp_trace is %s",
-                      r->n_amp < 0 ? "absent (not recorded by this agent)" : "empty"),
-                NULL, NULL, NULL);
+        pb__report_finding(
+            r, "amp", "check", "skipped",
+            pb__report_textf("mixed precision not checked: python.amp_trace is %s",
+                             r->n_amp < 0 ? "absent (not recorded by this agent)" : "empty"),
+            NULL, NULL, NULL);
         return;
     }
-    sqlf(sql,
-         "SELECT COUNT(*) AS steps, SUM(skipped) AS skipped, MIN(scale) AS min_scale,\n"
-         "       MAX(scale) AS max_scale, MAX(autocast_enabled) AS autocast,\n"
-         "       MAX(autocast_dtype) AS dtype\n"
-         "FROM python.amp_trace WHERE step BETWEEN %lld AND %lld",
-         r->lo, r->hi);
-    json_t *rows = run(r, sql), *row = json_array_get(rows, 0);
+    pb__report_sqlf(sql,
+                    "SELECT COUNT(*) AS steps, SUM(skipped) AS skipped, MIN(scale) AS min_scale,\n"
+                    "       MAX(scale) AS max_scale, MAX(autocast_enabled) AS autocast,\n"
+                    "       MAX(autocast_dtype) AS dtype\n"
+                    "FROM python.amp_trace WHERE step BETWEEN %lld AND %lld",
+                    r->lo, r->hi);
+    json_t *rows = pb__report_run(r, sql), *row = json_array_get(rows, 0);
     if (!row) {
         json_decref(rows);
         return;
     }
     int has_scale;
-    double steps = num(row, "steps", NULL), skipped = num(row, "skipped", NULL);
-    double min_scale = num(row, "min_scale", &has_scale);
+    double steps = pb__report_num(row, "steps", NULL),
+           skipped = pb__report_num(row, "skipped", NULL);
+    double min_scale = pb__report_num(row, "min_scale", &has_scale);
     json_t *nums = json_object();
-    json_object_set_new(nums, "steps", real(steps));
-    json_object_set_new(nums, "skipped", real(skipped));
+    json_object_set_new(nums, "steps", pb__report_real(steps));
+    json_object_set_new(nums, "skipped", pb__report_real(skipped));
     json_object_set(nums, "min_scale", json_object_get(row, "min_scale"));
     json_object_set(nums, "max_scale", json_object_get(row, "max_scale"));
     json_object_set(nums, "autocast_dtype", json_object_get(row, "dtype"));
     if (skipped > 0 || (has_scale && min_scale < 65536))
-        finding(r, "amp", "check", "warning",
-                textf("GradScaler skipped %.0f of %.0f steps; scale went down to %g", skipped,
-                      steps, min_scale),
-                nums, sql,
-                "If scale is decreasing (< 65536), GradScaler is detecting inf/nan: look for "
-                "overflow in the loss or gradients, keep the loss computation in float32, "
-                "consider bf16 on Ampere or newer (seed 004).");
+        pb__report_finding(
+            r, "amp", "check", "warning",
+            pb__report_textf("GradScaler skipped %.0f of %.0f steps; scale went down to %g",
+                             skipped, steps, min_scale),
+            nums, sql,
+            "If scale is decreasing (< 65536), GradScaler is detecting inf/nan: look for "
+            "overflow in the loss or gradients, keep the loss computation in float32, "
+            "consider bf16 on Ampere or newer (seed 004).");
     else
-        finding(r, "amp", "check", "ok",
-                textf("mixed precision: no skipped steps%s", has_scale ? ", scale stable" : ""),
-                nums, sql, NULL);
+        pb__report_finding(r, "amp", "check", "ok",
+                           pb__report_textf("mixed precision: no skipped steps%s",
+                                            has_scale ? ", scale stable" : ""),
+                           nums, sql, NULL);
     json_decref(rows);
 }
 
-static void check_syncs(report *r)
+static void check_syncs(pb__report *r)
 {
     if (!r->from_steps_table) {
-        finding(r, "host_syncs", "check", "skipped",
-                textf("host-device synchronisations not checked: python.steps (syncs per "
-                      "step) is absent; they exist on CUDA only"),
-                NULL, NULL, NULL);
+        pb__report_finding(
+            r, "host_syncs", "check", "skipped",
+            pb__report_textf("host-device synchronisations not checked: python.steps (syncs per "
+                             "step) is absent; they exist on CUDA only"),
+            NULL, NULL, NULL);
         return;
     }
     double *v = malloc((r->count + 1) * sizeof *v);
     size_t n = 0;
     if (!v) return;
     for (size_t i = r->warmup; i < r->count; i++) v[n++] = r->steps[i].syncs;
-    qsort(v, n, sizeof *v, cmp_double);
-    double median = percentile(v, n, 50), max = n ? v[n - 1] : 0;
+    qsort(v, n, sizeof *v, pb__report_cmp_double);
+    double median = pb__report_percentile(v, n, 50), max = n ? v[n - 1] : 0;
     free(v);
     char sql[SQL_MAX];
-    sqlf(sql,
-         "SELECT step, syncs FROM python.steps WHERE step BETWEEN %lld AND %lld ORDER BY step",
-         r->lo, r->hi);
+    pb__report_sqlf(
+        sql, "SELECT step, syncs FROM python.steps WHERE step BETWEEN %lld AND %lld ORDER BY step",
+        r->lo, r->hi);
     json_t *nums = json_object();
-    json_object_set_new(nums, "median_syncs_per_step", real(median));
-    json_object_set_new(nums, "max_syncs_per_step", real(max));
+    json_object_set_new(nums, "median_syncs_per_step", pb__report_real(median));
+    json_object_set_new(nums, "max_syncs_per_step", pb__report_real(max));
     if (median >= SYNCS_PER_STEP)
-        finding(r, "host_syncs", "check", "warning",
-                textf("%.0f host-device synchronisations per step (median): each stalls the "
-                      "GPU pipeline",
-                      median),
-                nums, sql,
-                "Synchronizing in the training loop kills performance: remove .item(), "
-                ".cpu(), print(tensor) and torch.cuda.synchronize() from the loop; only "
-                "synchronize for timing/profiling (seed 002).");
+        pb__report_finding(
+            r, "host_syncs", "check", "warning",
+            pb__report_textf("%.0f host-device synchronisations per step (median): each stalls the "
+                             "GPU pipeline",
+                             median),
+            nums, sql,
+            "Synchronizing in the training loop kills performance: remove .item(), "
+            ".cpu(), print(tensor) and torch.cuda.synchronize() from the loop; only "
+            "synchronize for timing/profiling (seed 002).");
     else
-        finding(r, "host_syncs", "check", "ok",
-                textf("%.0f host-device synchronisations per step (median)", median), nums, sql,
-                NULL);
+        pb__report_finding(
+            r, "host_syncs", "check", "ok",
+            pb__report_textf("%.0f host-device synchronisations per step (median)", median), nums,
+            sql, NULL);
 }
 
 /* ------------------------------------------------------------------ the report */
@@ -1048,7 +1063,7 @@ static const char *first_problem(json_t *findings)
 
 int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, char **error)
 {
-    report r;
+    pb__report r;
     int rc = -1;
     memset(&r, 0, sizeof r);
     r.src = src;
@@ -1060,29 +1075,37 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
     r.next = json_array();
     r.errors = json_array();
     if (!r.doc || !r.findings || !r.missing || !r.next || !r.errors) {
-        *error = textf("out of memory");
+        *error = pb__report_textf("out of memory");
         goto fail;
     }
     long long n_trace = probe_table(&r, "python.torch_trace", "everything");
     if (n_trace < 0) {
         json_t *m = json_array_get(r.missing, 0);
         const char *why = json_string_value(json_object_get(m, "error"));
-        *error = textf("cannot read python.torch_trace: %s", why ? why : "unknown error");
+        *error =
+            pb__report_textf("cannot read python.torch_trace: %s", why ? why : "unknown error");
         goto fail;
     }
     r.n_steps = probe_table(&r, "python.steps", "per-step wall, data wait, syncs");
     r.n_loader = probe_table(&r, "python.dataloader_trace",
                              "data-loader wait (data-bound or not), batch size");
-    r.n_memory = probe_table(&r, "python.memory", "device memory per step (leaks)");
+    r.n_memory = probe_table(&r, "python.memory",
+                             "device memory per step (leaks), phases (activation estimate)");
+    r.n_breakdown = probe_table(&r, "python.memory_breakdown",
+                                "parameters, gradients and optimizer state in bytes");
     r.n_amp = probe_table(&r, "python.amp_trace", "GradScaler scale and skipped steps");
     r.n_nccl = probe_table(&r, "python.nccl_trace", "collectives share");
     r.n_gpu = probe_table(&r, "system.gpu", "GPU utilisation (bottleneck type on a GPU)");
+    r.n_layers = probe_table(&r, "python.layers",
+                             "Linear/convolution shapes and dtypes (tensor-core alignment)");
     r.from_steps_table = r.n_steps > 0;
     if (load_steps(&r, last_steps, error)) goto fail;
 
     json_object_set_new(r.doc, "version", json_integer(1));
-    if (src->info) json_object_set(r.doc, "target", src->info);
-    else json_object_set_new(r.doc, "target", json_null());
+    if (src->info)
+        json_object_set(r.doc, "target", src->info);
+    else
+        json_object_set_new(r.doc, "target", json_null());
     json_t *window = json_object();
     json_object_set_new(window, "last", last_steps > 0 ? json_integer(last_steps) : json_null());
     json_object_set_new(window, "first_step", r.count ? json_integer(r.lo) : json_null());
@@ -1094,58 +1117,72 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
         json_object_set_new(r.doc, "baseline", json_null());
         json_object_set_new(r.doc, "bottleneck", json_null());
         json_object_set_new(r.doc, "component", json_null());
-        finding(&r, "no_steps", "baseline", "skipped",
-                textf(n_trace == 0 ? "no complete step recorded yet: python.torch_trace is "
-                                     "empty (has the model run a forward pass?)"
-                                   : "no complete step recorded yet (no optimizer step has "
-                                     "ended and no forward has finished)"),
-                NULL, r.from_steps_table ? STEPS_TABLE_SQL : TRACE_STEPS_SQL,
-                "Run the report again once the job has done a few steps.");
+        pb__report_finding(
+            &r, "no_steps", "baseline", "skipped",
+            pb__report_textf(n_trace == 0 ? "no complete step recorded yet: python.torch_trace is "
+                                            "empty (has the model run a forward pass?)"
+                                          : "no complete step recorded yet (no optimizer step has "
+                                            "ended and no forward has finished)"),
+            NULL, r.from_steps_table ? STEPS_TABLE_SQL : TRACE_STEPS_SQL,
+            "Run the report again once the job has done a few steps.");
     } else {
         char sql[SQL_MAX];
         if (!r.from_steps_table && r.n_loader > 0) {
-            sqlf(sql,
-                 "SELECT step, SUM(wait) AS value FROM python.dataloader_trace WHERE step "
-                 "BETWEEN %lld AND %lld GROUP BY step",
-                 r.lo, r.hi);
+            pb__report_sqlf(
+                sql,
+                "SELECT step, SUM(wait) AS value FROM python.dataloader_trace WHERE step "
+                "BETWEEN %lld AND %lld GROUP BY step",
+                r.lo, r.hi);
             merge_per_step(&r, sql, 0);
-            sqlf(sql,
-                 "SELECT step, SUM(batch_size) AS value FROM python.dataloader_trace WHERE "
-                 "step BETWEEN %lld AND %lld GROUP BY step",
-                 r.lo, r.hi);
+            pb__report_sqlf(
+                sql,
+                "SELECT step, SUM(batch_size) AS value FROM python.dataloader_trace WHERE "
+                "step BETWEEN %lld AND %lld GROUP BY step",
+                r.lo, r.hi);
             merge_per_step(&r, sql, 3);
         }
         if (!r.from_steps_table && r.n_nccl > 0) {
-            sqlf(sql,
-                 "SELECT step, SUM(duration_ms) / 1000.0 AS value FROM python.nccl_trace "
-                 "WHERE step BETWEEN %lld AND %lld GROUP BY step",
-                 r.lo, r.hi);
+            pb__report_sqlf(
+                sql,
+                "SELECT step, SUM(duration_ms) / 1000.0 AS value FROM python.nccl_trace "
+                "WHERE step BETWEEN %lld AND %lld GROUP BY step",
+                r.lo, r.hi);
             merge_per_step(&r, sql, 1);
         }
         /* Warm-up happens at the start of a run: a --last window that starts later has none,
          * and a slow step in it is an outlier, not warm-up. */
-        if (last_steps > 0 && r.lo > 0) r.warmup = 0;
-        else detect_warmup(&r);
+        if (last_steps > 0 && r.lo > 0)
+            r.warmup = 0;
+        else
+            detect_warmup(&r);
         phase_baseline(&r);
         phases_bottleneck_component(&r);
         if (r.count == 1)
-            finding(&r, "one_step", "baseline", "info",
-                    textf("only one complete step: no warm-up detection, no spread; the "
-                          "figures are that step's"),
-                    NULL, NULL, "Run the report again after more steps.");
+            pb__report_finding(
+                &r, "one_step", "baseline", "info",
+                pb__report_textf("only one complete step: no warm-up detection, no spread; the "
+                                 "figures are that step's"),
+                NULL, NULL, "Run the report again after more steps.");
     }
     if (r.count) {
         check_memory(&r);
+        pb__report_memory(&r);
         check_collectives(&r);
+    } else {
+        json_object_set_new(r.doc, "memory", json_null());
     }
-    check_ranks(&r);
+    pb__report_ranks(&r);
     check_amp(&r);
-    if (r.count) check_syncs(&r);
-    suggest(&r, "the seed's slowest-modules view over everything recorded",
-            "probing %s query \"SELECT module, stage, COUNT(*) AS calls, AVG(duration) AS "
-            "avg_self_s FROM python.torch_trace GROUP BY module, stage ORDER BY SUM(duration) "
-            "DESC LIMIT 10\"",
-            target(&r));
+    if (r.count) {
+        pb__report_amp_hardware(&r);
+        check_syncs(&r);
+    }
+    pb__report_suggest(
+        &r, "the seed's slowest-modules view over everything recorded",
+        "probing %s query \"SELECT module, stage, COUNT(*) AS calls, AVG(duration) AS "
+        "avg_self_s FROM python.torch_trace GROUP BY module, stage ORDER BY SUM(duration) "
+        "DESC LIMIT 10\"",
+        pb__report_target(&r));
 
     const char *primary = first_problem(r.findings);
     json_object_set_new(r.doc, "primary", primary ? json_string(primary) : json_null());

@@ -22,14 +22,27 @@
  * malloc'ed message (the caller frees it); "no such table" in it means the table is missing. */
 typedef int (*pb_report_query_fn)(void *ctx, const char *sql, json_t **rows, char **error);
 
+/* Another rank of the target's job, reachable for queries (load imbalance across ranks). */
+typedef struct pb_report_peer {
+    int rank;
+    const char *target;       /* how to name it in suggested commands (its pid), borrowed */
+    pb_report_query_fn query; /* required */
+    void *ctx;                /* passed to query, borrowed */
+} pb_report_peer;
+
 typedef struct pb_report_source {
     pb_report_query_fn query; /* required */
     void *ctx;                /* passed to query, borrowed */
     const char *target;       /* how the user named the target, for the suggested commands */
-    json_t *info;             /* the agent's /api/info object, borrowed; NULL when unknown */
+    json_t *info;             /* the agent's /api/info object, borrowed; NULL when unknown. Its
+                                 rank, world_size and job say whether other ranks exist */
     json_t *conditions;       /* measurement conditions found by eval (see cmd_report.c),
                                  borrowed; NULL when eval was unavailable */
     const char *conditions_error; /* why conditions is NULL, borrowed; NULL when not tried */
+    const pb_report_peer *peers; /* the other ranks of the job that could be reached, borrowed */
+    size_t npeers;
+    const char *peers_note;   /* how the peers were looked for, or why they were not (a
+                                 recording, a TCP target), borrowed; NULL when not looked for */
 } pb_report_source;
 
 /* Python code the CLI evaluates in the target (short timeout) to learn the measurement

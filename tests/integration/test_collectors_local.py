@@ -2,6 +2,7 @@
 python.memory and python.amp_trace, against tests/workloads/data_amp.py (a real DataLoader,
 real autocast and GradScaler on CPU). Bounds below come from what the workload does (a sample
 that sleeps S seconds cannot load faster than S), never from how fast this machine is."""
+import json
 import re
 import subprocess
 
@@ -14,8 +15,8 @@ BATCH = 4
 SLEEP = 0.01
 SAMPLES = 20          # 5 batches per epoch: 12 steps run through two StopIterations
 GROW_MB = 8
-PHASES = {"after_data", "after_forward", "after_loss", "after_backward", "after_optimizer",
-          "after_zero_grad"}
+PHASES = {"after_data", "before_forward", "after_forward", "after_loss", "after_backward",
+          "after_optimizer", "after_zero_grad"}
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +104,7 @@ def test_steps_one_row_per_step_consistent_with_torch_trace(cli, slow_run):
     steps = cli.query(target, "SELECT * FROM python.steps ORDER BY step")
     assert [s["step"] for s in steps] == list(range(STEPS))
     assert list(steps[0]) == ["step", "wall", "data_wait", "forward", "backward", "optimizer",
-                              "collectives", "other", "samples", "syncs", "rank"]
+                              "collectives", "grad_sync", "other", "samples", "syncs", "rank"]
     sums = cli.query(target, "SELECT step, stage, SUM(duration) AS d FROM python.torch_trace "
                              "GROUP BY step, stage")
     by = {(r["step"], r["stage"]): r["d"] for r in sums}
@@ -116,7 +117,9 @@ def test_steps_one_row_per_step_consistent_with_torch_trace(cli, slow_run):
         assert s["optimizer"] == pytest.approx(by[(n, "step")], abs=1e-6)
         assert s["data_wait"] == pytest.approx(waits[n], abs=1e-9)
         assert s["collectives"] == 0
-        parts = s["data_wait"] + s["forward"] + s["backward"] + s["optimizer"]
+        # no DDP: the engine's final callbacks after ours are only its own bookkeeping
+        assert 0 <= s["grad_sync"] < 0.005
+        parts = s["data_wait"] + s["forward"] + s["backward"] + s["optimizer"] + s["grad_sync"]
         assert s["other"] >= 0
         assert s["wall"] == pytest.approx(parts + s["other"], abs=1e-6)
         assert s["samples"] == BATCH
@@ -177,8 +180,8 @@ def test_memory_phase_rows_on_sampled_steps(cli, slow_run):
     for step, phases in by_step.items():
         assert sorted(phases) == sorted(PHASES), (step, phases)  # each phase once
         # in the order the workload's loop passes them
-        assert phases == ["after_data", "after_zero_grad", "after_forward", "after_loss",
-                          "after_backward", "after_optimizer"], phases
+        assert phases == ["after_data", "after_zero_grad", "before_forward", "after_forward",
+                          "after_loss", "after_backward", "after_optimizer"], phases
 
 
 def test_memory_phase_every_bad_value_is_said(cli, traced, env):
@@ -197,10 +200,12 @@ def test_memory_phase_every_bad_value_is_said(cli, traced, env):
 def test_amp_trace_scale_autocast_and_skipped_step(cli, amp_run):
     rows = cli.query(amp_run.target(), "SELECT * FROM python.amp_trace ORDER BY step")
     assert list(rows[0]) == ["step", "scale", "found_inf", "skipped", "autocast_enabled",
-                             "autocast_dtype", "rank"]
+                             "autocast_dtype", "autocast_device", "cuda_capability", "rank"]
     assert [r["step"] for r in rows] == list(range(STEPS))
     for r in rows:
         assert r["autocast_enabled"] == 1 and r["autocast_dtype"] == "bfloat16"
+        assert r["autocast_device"] == "cpu"
+        assert r["cuda_capability"] is None  # the program never initialised CUDA
     skipped = [r for r in rows if r["skipped"]]
     assert [r["step"] for r in skipped] == [5]  # the workload's step 6 is step 5 (from 0)
     assert skipped[0]["found_inf"] == 1
@@ -226,6 +231,86 @@ def test_amp_trace_without_grad_scaler_has_null_scale(cli, slow_run):
     assert len(rows) == STEPS
     assert all(r == {"scale": "null", "found_inf": 0, "skipped": 0, "autocast_enabled": 0,
                      "autocast_dtype": ""} for r in rows), rows
+    assert cli.query(slow_run.target(), "SELECT DISTINCT autocast_device FROM python.amp_trace") \
+        == [{"autocast_device": ""}]
+
+
+# ----------------------------------------------------------------------------- memory_breakdown
+
+
+def test_memory_breakdown_on_first_and_sampled_steps(cli, slow_run):
+    """SGD without momentum: parameters and gradients, no state; rows on the first optimizer
+    step and every 5th (PROBING_MEMORY_PHASE_EVERY=5), with the sizes the program sees."""
+    rows = cli.query(slow_run.target(), "SELECT * FROM python.memory_breakdown ORDER BY step")
+    assert list(rows[0]) == ["step", "optimizer", "device", "params", "param_bytes",
+                             "grad_bytes", "state_bytes", "state_tensors", "device_total_mb",
+                             "rank"]
+    assert [r["step"] for r in rows] == [0, 5, 10]
+    # Linear(16, 32) and Linear(32, 4), float32
+    want = (16 * 32 + 32 + 32 * 4 + 4) * 4
+    for r in rows:
+        assert (r["optimizer"], r["device"], r["params"]) == ("SGD", "cpu", 4)
+        assert r["param_bytes"] == want and r["grad_bytes"] == want
+        assert r["state_bytes"] == 0 and r["state_tensors"] == 0
+        assert r["device_total_mb"] is None and r["rank"] == 0
+
+
+def test_memory_breakdown_counts_shared_storage_once(cli, traced):
+    """tests/workloads/tied_weights.py: a tied embedding/output weight and two Parameters that
+    view one buffer, trained with Adam. Each storage is counted once: the parameters hold the
+    seed's sum of p.numel() * p.element_size() over model.parameters(), not the sum of each
+    parameter's whole storage; Adam's state is exp_avg, exp_avg_sq and a step counter per
+    parameter."""
+    t = traced("tied_weights.py", "--steps", 3)
+    t.wait_holding()
+    rows = cli.query(t.target(), "SELECT step, optimizer, params, param_bytes, grad_bytes, "
+                                 "state_bytes, state_tensors FROM python.memory_breakdown")
+    want = json.loads(cli.eval(t.target(), SIZES_CODE))
+    assert [r["step"] for r in rows] == [0]  # the first optimizer step (default: every 50th)
+    r = rows[0]
+    assert r["optimizer"] == "Adam" and r["params"] == want["params"] == 5
+    assert r["param_bytes"] == want["numel_bytes"], (r, want)
+    assert want["storage_per_param_bytes"] > r["param_bytes"]  # the flat buffer, counted twice
+    assert r["grad_bytes"] == want["grad_bytes"] == want["numel_bytes"], (r, want)
+    assert r["state_tensors"] == want["state_tensors"] == 3 * 5
+    assert r["state_bytes"] == want["state_bytes"], (r, want)
+    assert want["state_bytes"] == 2 * want["numel_bytes"] + 5 * 4  # + a float32 step each
+    t.finish()
+
+
+SIZES_CODE = r"""
+import json, torch
+ps = list(model.parameters())
+st = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+print(json.dumps({
+    'params': len(ps),
+    'numel_bytes': sum(p.numel() * p.element_size() for p in ps),
+    'storage_per_param_bytes': sum(p.untyped_storage().nbytes() for p in ps),
+    'grad_bytes': sum(p.grad.numel() * p.grad.element_size() for p in ps if p.grad is not None),
+    'state_bytes': sum(v.numel() * v.element_size() for v in st),
+    'state_tensors': len(st),
+}))
+"""
+
+
+# ----------------------------------------------------------------------------- layers
+
+
+def test_layers_one_row_per_linear_at_first_forward(cli, slow_run, amp_run):
+    rows = cli.query(slow_run.target(), "SELECT * FROM python.layers ORDER BY module")
+    assert list(rows[0]) == ["step", "module", "type", "in_features", "out_features", "rows",
+                             "output_shape", "weight_dtype", "compute_dtype", "device", "rank"]
+    assert [(r["module"], r["type"], r["in_features"], r["out_features"], r["rows"],
+             r["output_shape"]) for r in rows] == [("0", "Linear", 16, 32, BATCH, f"{BATCH}x32"),
+                                                   ("2", "Linear", 32, 4, BATCH, f"{BATCH}x4")]
+    for r in rows:
+        assert (r["step"], r["weight_dtype"], r["compute_dtype"], r["device"]) == \
+            (0, "float32", "float32", "cpu")
+    # under bf16 autocast the layers compute in bfloat16 from float32 weights
+    amp = cli.query(amp_run.target(), "SELECT module, weight_dtype, compute_dtype FROM "
+                                      "python.layers ORDER BY module")
+    assert amp == [{"module": "0", "weight_dtype": "float32", "compute_dtype": "bfloat16"},
+                   {"module": "2", "weight_dtype": "float32", "compute_dtype": "bfloat16"}]
 
 
 # ----------------------------------------------------------------------------- tables listing
@@ -235,10 +320,11 @@ def test_new_tables_are_listed_and_typed(cli, slow_run):
     status, body = api_get(slow_run.socket_path, "/api/tables")
     assert status == 200
     names = {(t["schema"], t["name"]) for t in body["tables"]}
-    for name in ("dataloader_trace", "steps", "memory", "amp_trace"):
+    for name in ("dataloader_trace", "steps", "memory", "amp_trace", "memory_breakdown", "layers"):
         assert ("python", name) in names
     out = cli(slow_run.target(), "tables").stdout
-    for name in ("python.dataloader_trace", "python.steps", "python.memory", "python.amp_trace"):
+    for name in ("python.dataloader_trace", "python.steps", "python.memory", "python.amp_trace",
+                 "python.memory_breakdown", "python.layers"):
         assert name in out
 
 

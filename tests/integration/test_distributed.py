@@ -3,16 +3,21 @@
 own agent (and so does the torchrun launcher); each rank's table holds that rank's collectives,
 attributed to the training step they were issued in: the program's own calls (origin 'call') and
 DDP's gradient-bucket all-reduces (origin 'ddp'), and training is bit-identical to the same job
-without probing, with DDP's built-in all-reduce and with a communication hook of the program."""
+without probing, with DDP's built-in all-reduce and with a communication hook of the program.
+
+`probing <rank> report` finds the other rank through the socket directory (same job in
+/api/info) and checks load imbalance across the two: none on the balanced job, and on a job
+where rank 1 sleeps in every step, rank 1 named as the one the other waits for (its wait shows
+in python.steps.grad_sync: DDP waiting for its gradient all-reduces)."""
 import json
 import re
 import socket
 
 import pytest
 
-from conftest import PYTHON, WORKLOADS, api_get, seed_file
+from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, api_get, seed_file
 
-STEPS = 3
+STEPS = 8
 
 
 def free_port():
@@ -23,33 +28,52 @@ def free_port():
     return port
 
 
-@pytest.fixture(scope="module")
-def ddp_job(cli, env, session_dir):
+def start_job(cli, env, session_dir, name, *extra):
+    """A 2-rank torchrun job of ddp_gloo.py held at the end: (job, {rank: pid}, release)."""
     from conftest import Launcher
-    work = session_dir / "ddp"
+    work = session_dir / name
     work.mkdir()
     launcher = Launcher(cli, env, work, env["PROBING_DIR"])
     hold = work / "hold"
     job = launcher.command([cli.binary, "run", "--", PYTHON, "-m", "torch.distributed.run",
                             "--nproc_per_node", "2", "--master_port", free_port(),
-                            WORKLOADS / "ddp_gloo.py", "--steps", STEPS, "--hold-file", hold],
-                           name="ddp")
+                            WORKLOADS / "ddp_gloo.py", "--steps", STEPS, "--hold-file", hold,
+                            *extra],
+                           name=name)
     job._poll("HOLDING from both ranks",
-              lambda: len(re.findall(r"^HOLDING$", job.stdout(), re.M)) == 2, 120)
+              lambda: len(re.findall(r"^HOLDING$", job.stdout(), re.M)) == 2, STEP_TIMEOUT_S)
     agents = json.loads(cli("list", "-f", "json").stdout)
     ranks = {}
     for a in agents:
-        if "ddp_gloo.py" in a["cmdline"] and "torch.distributed.run" not in a["cmdline"]:
+        if (f"hold-file {hold}" in a["cmdline"] and "torch.distributed.run" not in a["cmdline"]):
             status, info = api_get(a["endpoint"], "/api/info")
             assert status == 200
             ranks[info["rank"]] = str(a["pid"])
+
+    def release():
+        for r in (0, 1):
+            (work / f"hold.{r}").touch()
+        try:
+            job.proc.wait(timeout=60)
+        finally:
+            launcher.cleanup()
+    return job, ranks, release
+
+
+@pytest.fixture(scope="module")
+def ddp_job(cli, env, session_dir):
+    job, ranks, release = start_job(cli, env, session_dir, "ddp")
     yield job, ranks
-    for r in (0, 1):
-        (work / f"hold.{r}").touch()
-    try:
-        job.proc.wait(timeout=60)
-    finally:
-        launcher.cleanup()
+    release()
+
+
+@pytest.fixture(scope="module")
+def slow_rank_job(cli, env, session_dir):
+    """Rank 1 sleeps 40 ms in every step before its forward."""
+    job, ranks, release = start_job(cli, env, session_dir, "ddp-slow", "--slow-rank", 1,
+                                    "--slow-ms", 40)
+    yield job, ranks
+    release()
 
 
 def test_each_rank_has_its_agent(ddp_job):
@@ -215,3 +239,56 @@ def test_timeline_shows_collectives_per_rank(cli, ddp_job):
             if s:
                 assert e["tid"] == s["tid"]
                 assert s["ts"] - 0.002 <= e["ts"] <= e["ts"] + e["dur"] <= s["ts"] + s["dur"] + 0.002
+
+
+# ----------------------------------------------------------------------------- load imbalance
+
+
+def imbalance(cli, target):
+    doc = json.loads(cli(target, "report", "--json").stdout)
+    return doc, next(f for f in doc["findings"] if f["id"] == "load_imbalance")
+
+
+def test_info_names_the_job(cli, ddp_job):
+    job, ranks = ddp_job
+    infos = [json.loads(cli(pid, "info", "-f", "json").stdout) for pid in ranks.values()]
+    assert {i["world_size"] for i in infos} == {2}
+    assert len({i["job"] for i in infos}) == 1 and infos[0]["job"].startswith("127.0.0.1:")
+    launcher = json.loads(cli(job.target(), "info", "-f", "json").stdout)
+    assert launcher["world_size"] == 1 and launcher["job"] is None
+
+
+def test_balanced_job_has_no_imbalance(cli, ddp_job):
+    _, ranks = ddp_job
+    doc, f = imbalance(cli, ranks[0])
+    assert f["severity"] == "ok", f
+    n = f["numbers"]
+    assert n["ranks_reached"] == 2 and n["world_size"] == 2
+    assert sorted(r["rank"] for r in n["per_rank"]) == [0, 1]
+    assert {r["target"] for r in n["per_rank"]} == {ranks[0], ranks[1]}
+    assert "load_imbalance" not in {x["id"] for x in doc["findings"]
+                                    if x["severity"] in ("warning", "critical")}
+    for sql in f["sql"]:
+        assert cli.query(ranks[1], sql)  # runs on the other rank as printed
+
+
+def test_slow_rank_is_named(cli, slow_rank_job):
+    _, ranks = slow_rank_job
+    for target in (ranks[0], ranks[1]):  # the same conclusion from either rank
+        doc, f = imbalance(cli, target)
+        assert f["severity"] == "warning", f
+        assert doc["primary"] == "load_imbalance", json.dumps(doc["findings"], indent=1)
+        assert "rank 1 spends" in f["claim"], f["claim"]
+        n = f["numbers"]
+        assert n["differs_most"] == "other"  # the sleep is Python outside modules
+        assert n["outside_waits_imbalance"] > 0.10
+        by_rank = {r["rank"]: r for r in n["per_rank"]}
+        assert by_rank[1]["other_s"] >= 0.040
+        # rank 0 waits for rank 1 after its backward, in DDP's gradient sync
+        assert by_rank[0]["grad_sync_s"] >= 0.030
+        assert by_rank[0]["other_s"] < 0.020
+    # the launcher is one process: nothing to compare
+    launcher = [a for a in json.loads(cli("list", "-f", "json").stdout)
+                if "torch.distributed.run" in a["cmdline"] and "--slow-rank" in a["cmdline"]]
+    _, f = imbalance(cli, str(launcher[0]["pid"]))
+    assert f["claim"] == "load imbalance: does not apply (a single process, world size 1)"

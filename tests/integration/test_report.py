@@ -3,10 +3,10 @@
 asserts the primary finding and the absence of false findings; the healthy run must report no
 problem at all.
 
-This agent does not record python.dataloader_trace, python.steps, python.memory or
-python.amp_trace yet: the slow-dataset run is diagnosed from python.torch_trace alone (a large
-share of the step outside modules and the optimizer, "likely" data loading), and host-device
-syncs (CUDA only) are covered by the unit tests on synthetic python.steps rows.
+Everything here runs on CPU: the rules that need CUDA (host-device syncs, fragmentation, memory
+pressure, bf16 support, tensor-core alignment) are covered by the unit tests on synthetic rows
+(tests/unit/test_report.c); here they must say that they do not apply. Load imbalance across
+ranks is tested on real torchrun jobs in test_distributed.py.
 """
 import json
 
@@ -47,6 +47,24 @@ def test_healthy_run_reports_no_problem(cli, traced):
     # The SQL of a finding re-runs as printed.
     sql = next(f for f in doc["findings"] if f["id"] == "memory_growth")["sql"][0]
     assert cli.query(t.target(), sql)
+    # The memory section: SGD without momentum keeps no state; nothing about memory is wrong.
+    mem = doc["memory"]
+    params = 64 * 1024 + 1024 + 2 * (1024 * 1024 + 1024) + 1024 * 8 + 8  # MLP(64, 1024, 8, 3)
+    assert mem["device"] == "cpu" and mem["breakdown_step"] == 0
+    assert mem["parameters_mb"] == pytest.approx(params * 4 / 2**20, rel=1e-5)
+    assert mem["gradients_mb"] == mem["parameters_mb"] and mem["optimizer_state_mb"] == 0
+    assert mem["reserved_mb"] is None and mem["pressure"] is None
+    every = findings(doc, ("ok", "info", "skipped"))
+    assert every["optimizer_state"]["severity"] == "ok"
+    assert every["memory_breakdown"]["severity"] == "info"
+    assert "not applicable on CPU" in every["fragmentation"]["claim"]
+    for sql in every["memory_breakdown"]["sql"]:
+        assert cli.query(t.target(), sql)
+    # Mixed precision on a GPU is not in use: the GPU checks say so.
+    assert "does not apply (the model runs on the CPU)" in every["amp_bf16"]["claim"]
+    assert "does not apply (the model runs on the CPU)" in every["tensor_cores"]["claim"]
+    assert every["load_imbalance"]["claim"] == \
+        "load imbalance: does not apply (a single process, world size 1)"
 
 
 def test_slow_dataset_is_data_bound(cli, traced):
@@ -71,11 +89,45 @@ def test_heavy_compute_names_the_module(cli, traced):
     assert "wide.2" in compute["claim"]
 
 
+OPTIMIZER_SIZES = r"""
+import json, torch
+ps = [p for g in optimizer.param_groups for p in g['params']]
+print(json.dumps({
+    'param_bytes': sum(p.numel() * p.element_size() for p in ps),
+    'grad_bytes': sum(p.grad.numel() * p.grad.element_size() for p in ps if p.grad is not None),
+    'state_bytes': sum(v.numel() * v.element_size() for s in optimizer.state.values()
+                       for v in s.values() if torch.is_tensor(v)),
+    'model_bytes': sum(p.numel() * p.element_size() for p in model.parameters()),
+}))
+"""
+
+
 def test_oversized_optimizer(cli, traced):
-    _, doc = report(cli, traced, "big_optimizer", 20)
+    t, doc = report(cli, traced, "big_optimizer", 20)
     assert doc["primary"] == "optimizer_heavy", json.dumps(doc["findings"], indent=1)
     assert doc["bottleneck"]["type"] == "optimizer"
     assert set(findings(doc)) == {"optimizer_heavy"}
+    # The memory breakdown, against what the program itself holds: Adam over the model and the
+    # extra 4M-element tensor; its state is exp_avg + exp_avg_sq (2x) and a step counter each.
+    want = json.loads(cli.eval(t.target(), OPTIMIZER_SIZES))
+    assert want["param_bytes"] == want["model_bytes"] + 4_000_000 * 4
+    mem = doc["memory"]
+    mib = 2**20
+    assert mem["parameters_mb"] == pytest.approx(want["param_bytes"] / mib, rel=1e-5)
+    assert mem["gradients_mb"] == pytest.approx(want["grad_bytes"] / mib, rel=1e-5)
+    assert mem["optimizer_state_mb"] == pytest.approx(want["state_bytes"] / mib, rel=1e-5)
+    assert mem["state_to_parameters"] == pytest.approx(2.0, abs=1e-3)
+    [adam] = mem["optimizers"]
+    assert (adam["optimizer"], adam["params"], adam["state_tensors"]) == ("Adam", 9, 27)
+    state = findings(doc, ("ok", "info"))["optimizer_state"]
+    assert state["numbers"]["optimizer_state_mb"] == mem["optimizer_state_mb"]
+    assert state["numbers"]["share_of_tracked"] == pytest.approx(
+        mem["optimizer_state_mb"] / mem["tracked_mb"], rel=1e-4)
+    assert "Adam keeps two tensors per parameter" in state["claim"]
+    # and the text report shows the section
+    out = cli(t.target(), "report").stdout
+    assert "\nMemory (seed 002: parameters, gradients, optimizer state, activations)\n" in out
+    assert f"    optimizer state  {want['state_bytes'] / mib:10.3f} MB" in out, out
 
 
 def test_many_tiny_modules_is_host_overhead(cli, traced):
@@ -91,6 +143,21 @@ def test_leak_is_memory_growth(cli, traced):
     n = findings(doc)["memory_growth"]["numbers"]
     assert n["slope_mb_per_step"] > 2, n  # 4 MB appended per step
     assert "data_bound" not in findings(doc) and "optimizer_heavy" not in findings(doc)
+
+
+def test_cpu_autocast_gets_no_gpu_findings(cli, traced):
+    """bf16 autocast and a GradScaler on CPU (tests/workloads/data_amp.py --amp): the bf16
+    hardware and tensor-core checks say they do not apply; no AMP finding is invented."""
+    t = traced("data_amp.py", "--steps", 20, "--amp", "--print-every", 5)
+    t.wait_holding()
+    doc = json.loads(cli(t.target(), "report", "--json").stdout)
+    every = findings(doc, ("ok", "info", "skipped", "warning", "critical"))
+    for rule in ("amp_bf16", "tensor_cores"):
+        assert every[rule]["severity"] == "skipped", every[rule]
+        assert "does not apply (autocast runs on the CPU, not a GPU)" in every[rule]["claim"]
+    assert every["amp"]["severity"] == "ok"
+    assert not {"amp", "amp_bf16", "tensor_cores", "memory_breakdown", "optimizer_state",
+                "fragmentation"} & set(findings(doc)), json.dumps(doc["findings"], indent=1)
 
 
 def test_text_report_and_last(cli, traced):

@@ -8,8 +8,13 @@ with an explicit dist.all_reduce (what training loops do for logging), and the r
 barrier and a broadcast and ends with an async all_gather_into_tensor. Rank 0 prints the step
 lines and the final loss; every rank holds at the end when --hold-file is given (each rank waits
 for PATH.<rank>).
+
+Load imbalance can be planted: --slow-rank R --slow-ms M makes rank R sleep M ms in each step
+before its forward (a rank whose input pipeline is slower); the other ranks then wait for it in
+the gradient all-reduce. --width W sets the hidden width (more work per step).
 """
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -23,11 +28,15 @@ def main():
     parser = make_parser(__doc__, steps=5)
     parser.add_argument("--comm-hook", action="store_true",
                         help="register torch's allreduce_hook as DDP's communication hook")
+    parser.add_argument("--slow-rank", type=int, default=-1)
+    parser.add_argument("--slow-ms", type=float, default=0.0)
+    parser.add_argument("--width", type=int, default=64)
     args = parser.parse_args()
     make_deterministic(args.seed)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = DistributedDataParallel(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
+    model = DistributedDataParallel(nn.Sequential(nn.Linear(32, args.width), nn.ReLU(),
+                                                  nn.Linear(args.width, 4)))
     if args.comm_hook:  # the program's own DDP communication hook (torch's allreduce_hook)
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         model.register_comm_hook(None, default_hooks.allreduce_hook)
@@ -44,6 +53,8 @@ def main():
         x = torch.randn(16, 32, generator=g)
         y = torch.randn(16, 4, generator=g)
         optimizer.zero_grad()
+        if rank == args.slow_rank:
+            time.sleep(args.slow_ms / 1000.0)
         out = loss_fn(model(x), y)
         out.backward()
         optimizer.step()

@@ -1,0 +1,90 @@
+/*
+ * internal.h - what the files of src/report share: the state of one report being built and the
+ * helpers every rule uses. Not part of the public interface (report.h).
+ *
+ * report.c builds the document (baseline, bottleneck, component, the step-based checks) and
+ * calls the rules of the other files in turn: memory.c (the memory section: breakdown,
+ * optimizer state, fragmentation), amp.c (bf16 support, tensor-core alignment) and ranks.c
+ * (load imbalance across the ranks of a job). Every rule adds findings with
+ * pb__report_finding() and reads data only with pb__report_run() / pb__report_try(), so the
+ * unit tests can feed them synthetic tables.
+ */
+#ifndef PB_REPORT_INTERNAL_H
+#define PB_REPORT_INTERNAL_H
+
+#include "report.h"
+
+#include <stddef.h>
+
+#define SQL_MAX 4096
+
+typedef struct pb__step_row {
+    long long step;
+    double wall, forward, backward, optimizer, data, collectives, memory_mb;
+    double samples, syncs;
+    int has_data, has_collectives, has_memory;
+} pb__step_row;
+
+typedef struct pb__report {
+    const pb_report_source *src;
+    json_t *doc, *findings, *missing, *next, *errors;
+    pb__step_row *steps; /* the window, in step order */
+    size_t count, warmup;
+    long long lo, hi; /* window bounds */
+    int have_optimizer, from_steps_table;
+    /* rows of each optional table: -1 missing, else the count */
+    long long n_steps, n_loader, n_memory, n_amp, n_nccl, n_gpu, n_breakdown, n_layers;
+    double mean_wall;
+} pb__report;
+
+/* First step after the warm-up (the steady window is [that, r->hi]); r->lo when none. */
+static inline long long pb__report_steady_first(const pb__report *r)
+{
+    return r->count > r->warmup ? r->steps[r->warmup].step : r->lo;
+}
+
+/* snprintf into a SQL_MAX buffer. */
+void pb__report_sqlf(char *buf, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A malloc'ed string built with fmt, or NULL when out of memory. */
+char *pb__report_textf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* row[key] as a number; *ok (when not NULL) says whether it was one (NULL and text are not). */
+double pb__report_num(json_t *row, const char *key, int *ok);
+
+/* x rounded to 6 significant digits as a new JSON real; null when not finite. */
+json_t *pb__report_real(double x);
+
+/* Runs sql; returns the rows (caller owns) or NULL after recording the error in query_errors. */
+json_t *pb__report_run(pb__report *r, const char *sql);
+
+/* Runs sql like pb__report_run, but a failure is not a query error of the report: returns NULL
+ * and sets *error (malloc'ed, caller frees) so the rule can say what it could not read (a column
+ * an older agent or recording does not have). */
+json_t *pb__report_try(pb__report *r, const char *sql, char **error);
+
+/* Adds a finding and returns it (borrowed) so the caller can add fields. claim (malloc'ed) and
+ * numbers are stolen; sql may be NULL or several statements separated by "\n;\n"; advice is
+ * copied (NULL: no recommendation). */
+json_t *pb__report_finding(pb__report *r, const char *id, const char *phase, const char *severity,
+                           char *claim, json_t *numbers, const char *sql, const char *advice);
+
+/* Adds a suggested next command (section 4) built with command_fmt. */
+void pb__report_suggest(pb__report *r, const char *why, const char *command_fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* How the user named the target, for suggested commands ("<target>" when unknown). */
+const char *pb__report_target(pb__report *r);
+
+/* qsort comparator for doubles, and the percentile (linear interpolation, numpy's default) of
+ * n sorted values; NaN when n is 0. */
+int pb__report_cmp_double(const void *a, const void *b);
+double pb__report_percentile(const double *v, size_t n, double p);
+
+/* The rules of the other files. Each adds its findings (and memory.c the "memory" section of
+ * the document); none fails: missing data becomes a skipped finding that says what is missing. */
+void pb__report_memory(pb__report *r);
+void pb__report_amp_hardware(pb__report *r);
+void pb__report_ranks(pb__report *r);
+
+#endif

@@ -1,0 +1,309 @@
+/*
+ * ranks.c - load imbalance across the ranks of a distributed job. Seed 000: "Different times
+ * across GPUs is normal, check for extreme imbalance (>10%)", with imbalance = (max - mean) /
+ * mean of the ranks' iteration times.
+ *
+ * The report reads one target; the caller (the CLI) finds the other ranks of the same job that
+ * it can reach (same job and world size in their /api/info: ranks on this machine) and passes
+ * them as peers. Each rank's python.steps gives the wall time and its parts for the same steps:
+ * the target's steady window, cut to the steps every rank has recorded. Medians per rank keep a
+ * descheduled step on a busy machine from deciding.
+ *
+ * In synchronous data-parallel training every rank waits for the slowest one in the gradient
+ * all-reduce, so step times come out equal even when the work is not: the waiting lands in
+ * python.steps.grad_sync (DDP's wait for its all-reduces after the backward pass), in backward
+ * (all-reduces that block during it) or in recorded collectives. So besides the seed's step-time
+ * figure, the rule compares the time each rank spends outside those (data wait, forward,
+ * optimizer, other), where no rank waits for another, and names the part that differs most.
+ * An agent without grad_sync (older) leaves DDP's wait in `other`: then the comparison is
+ * blurred, and the claim says so.
+ */
+#include "internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define IMBALANCE 0.10        /* seed 000: over 10% is imbalance */
+#define IMBALANCE_MIN_S 0.002 /* ... and at least this much per step: below it, scheduling noise */
+#define IMBALANCE_MIN_STEPS 3 /* common steps needed */
+
+enum { WALL, DATA, FORWARD, BACKWARD, OPTIMIZER, COLLECTIVES, GRAD_SYNC, OTHER, OUTSIDE, NPARTS };
+
+static const char *const part_column[NPARTS] = {"wall",      "data_wait", "forward",
+                                                "backward",  "optimizer", "collectives",
+                                                "grad_sync", "other",     NULL};
+static const char *const part_name[NPARTS] = {
+    "step time",
+    "data loading wait",
+    "forward",
+    "backward",
+    "optimizer step",
+    "collectives",
+    "gradient sync wait",
+    "other host time (Python outside modules: the loop, logging)",
+    "time outside backward, collectives and gradient sync"};
+
+typedef struct rank_data {
+    int rank;
+    const char *target;
+    json_t *rows;        /* python.steps rows of the window, owned */
+    double part[NPARTS]; /* medians over the common steps */
+} rank_data;
+
+/* The row of `step` in rows (ordered by step), or NULL. */
+static json_t *row_of(json_t *rows, long long step)
+{
+    size_t lo = 0, hi = json_array_size(rows);
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        long long s = (long long)pb__report_num(json_array_get(rows, mid), "step", NULL);
+        if (s == step) return json_array_get(rows, mid);
+        if (s < step)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+static double part_value(json_t *row, int part)
+{
+    if (part == OUTSIDE)
+        return pb__report_num(row, "data_wait", NULL) + pb__report_num(row, "forward", NULL) +
+               pb__report_num(row, "optimizer", NULL) + pb__report_num(row, "other", NULL);
+    /* GRAD_SYNC of an agent without the column reads 0 */
+    return pb__report_num(row, part_column[part], NULL);
+}
+
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, pb__report_cmp_double);
+    return pb__report_percentile(v, n, 50);
+}
+
+static void skipped(pb__report *r, json_t *nums, const char *sql, char *claim)
+{
+    pb__report_finding(r, "load_imbalance", "check", "skipped", claim, nums, sql, NULL);
+}
+
+void pb__report_ranks(pb__report *r)
+{
+    const pb_report_source *src = r->src;
+    json_t *world_v = json_object_get(src->info, "world_size");
+    json_t *rank_v = json_object_get(src->info, "rank");
+    long long world = json_is_integer(world_v) ? json_integer_value(world_v) : 0;
+    int my_rank = json_is_integer(rank_v) ? (int)json_integer_value(rank_v) : 0;
+    char sql[SQL_MAX], plain_sql[SQL_MAX];
+    long long first = pb__report_steady_first(r);
+    pb__report_sqlf(sql,
+                    "SELECT step, wall, data_wait, forward, backward, optimizer, collectives, "
+                    "grad_sync, other\n"
+                    "FROM python.steps WHERE step BETWEEN %lld AND %lld ORDER BY step",
+                    first, r->hi);
+    pb__report_sqlf(plain_sql,
+                    "SELECT step, wall, data_wait, forward, backward, optimizer, collectives, "
+                    "other\n"
+                    "FROM python.steps WHERE step BETWEEN %lld AND %lld ORDER BY step",
+                    first, r->hi);
+    json_t *nums = json_object();
+    json_object_set_new(nums, "rank", json_integer(my_rank));
+    json_object_set_new(nums, "world_size", world > 0 ? json_integer(world) : json_null());
+    json_object_set_new(nums, "ranks_reached", json_integer((json_int_t)src->npeers + 1));
+    if (world <= 0 && !src->npeers) {
+        skipped(r, nums, NULL,
+                pb__report_textf("load imbalance not checked: the agent does not say the job's "
+                                 "world size (an agent or recording from before it did)"));
+        return;
+    }
+    if (world == 1 && !src->npeers) {
+        skipped(r, nums, NULL,
+                pb__report_textf("load imbalance: does not apply (a single process, world "
+                                 "size 1)"));
+        return;
+    }
+    if (!src->npeers) {
+        skipped(r, nums, NULL,
+                pb__report_textf("load imbalance not checked: this is rank %d of %lld and no "
+                                 "other rank could be reached (%s); the check (>10%% between "
+                                 "ranks, seed 000) needs every rank's agent",
+                                 my_rank, world,
+                                 src->peers_note ? src->peers_note : "none was looked for"));
+        return;
+    }
+    if (!r->from_steps_table || r->count <= r->warmup) {
+        skipped(r, nums, NULL,
+                pb__report_textf("load imbalance not checked: it needs python.steps rows of "
+                                 "steady steps on every rank"));
+        return;
+    }
+
+    size_t n = src->npeers + 1, used = 0;
+    int no_grad_sync = 0;
+    rank_data *ranks = calloc(n, sizeof *ranks);
+    json_t *unread = json_array();
+    if (!ranks) {
+        json_decref(nums);
+        json_decref(unread);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        rank_data *d = &ranks[used];
+        char *error = NULL;
+        json_t *rows = NULL;
+        pb_report_query_fn query = i ? src->peers[i - 1].query : src->query;
+        void *ctx = i ? src->peers[i - 1].ctx : src->ctx;
+        d->rank = i ? src->peers[i - 1].rank : my_rank;
+        d->target = i ? src->peers[i - 1].target : pb__report_target(r);
+        if (query(ctx, sql, &rows, &error) || !json_is_array(rows)) {
+            /* an agent from before python.steps.grad_sync */
+            free(error);
+            error = NULL;
+            json_decref(rows);
+            rows = NULL;
+            no_grad_sync = 1;
+            if (query(ctx, plain_sql, &rows, &error) || !json_is_array(rows)) {
+                json_array_append_new(unread, json_pack("{s:i,s:s,s:s}", "rank", d->rank, "target",
+                                                        d->target ? d->target : "?", "error",
+                                                        error ? error : "no rows"));
+                free(error);
+                json_decref(rows);
+                continue;
+            }
+        }
+        free(error);
+        d->rows = rows;
+        used++;
+    }
+    /* The steps every rank has, in the target's steady window. */
+    size_t common = 0;
+    double *values = calloc(r->count + 1, sizeof *values);
+    long long *steps = calloc(r->count + 1, sizeof *steps);
+    for (size_t i = r->warmup; steps && i < r->count; i++) {
+        long long s = r->steps[i].step;
+        int everywhere = used > 1;
+        for (size_t k = 0; k < used && everywhere; k++)
+            everywhere = row_of(ranks[k].rows, s) != NULL;
+        if (everywhere) steps[common++] = s;
+    }
+    json_object_set_new(nums, "ranks_reached", json_integer((json_int_t)used));
+    if (json_array_size(unread)) json_object_set(nums, "unreadable", unread);
+    if (used < 2 || common < IMBALANCE_MIN_STEPS || !values) {
+        skipped(r, nums, sql,
+                pb__report_textf("load imbalance not checked: %zu rank%s readable, %zu steady "
+                                 "step%s recorded on all of them (%d needed)",
+                                 used, used == 1 ? "" : "s", common, common == 1 ? "" : "s",
+                                 IMBALANCE_MIN_STEPS));
+        nums = NULL; /* the finding owns it */
+        goto done;
+    }
+    for (size_t k = 0; k < used; k++)
+        for (int part = 0; part < NPARTS; part++) {
+            for (size_t i = 0; i < common; i++)
+                values[i] = part_value(row_of(ranks[k].rows, steps[i]), part);
+            ranks[k].part[part] = median(values, common);
+        }
+    double mean[NPARTS] = {0}, maxv[NPARTS], minv[NPARTS];
+    size_t argmax[NPARTS] = {0}, argmin[NPARTS] = {0};
+    for (int part = 0; part < NPARTS; part++) {
+        maxv[part] = -INFINITY;
+        minv[part] = INFINITY;
+        for (size_t k = 0; k < used; k++) {
+            double v = ranks[k].part[part];
+            mean[part] += v / (double)used;
+            if (v > maxv[part]) maxv[part] = v, argmax[part] = k;
+            if (v < minv[part]) minv[part] = v, argmin[part] = k;
+        }
+    }
+    double wall = mean[WALL] > 0 ? mean[WALL] : 1;
+    double step_imbalance = (maxv[WALL] - mean[WALL]) / wall;
+    double work_imbalance = (maxv[OUTSIDE] - mean[OUTSIDE]) / wall;
+    int differs = DATA;
+    for (int part = DATA; part <= OTHER; part++) {
+        if (part == BACKWARD || part == COLLECTIVES || part == GRAD_SYNC) continue;
+        if (maxv[part] - minv[part] > maxv[differs] - minv[differs]) differs = part;
+    }
+    json_t *per_rank = json_array();
+    for (size_t k = 0; k < used; k++) {
+        json_t *o = json_object();
+        json_object_set_new(o, "rank", json_integer(ranks[k].rank));
+        json_object_set_new(o, "target", json_string(ranks[k].target ? ranks[k].target : "?"));
+        json_object_set_new(o, "median_step_s", pb__report_real(ranks[k].part[WALL]));
+        for (int part = DATA; part <= OTHER; part++) {
+            char key[32];
+            snprintf(key, sizeof key, "%s_s", part_column[part]);
+            json_object_set_new(o, key, pb__report_real(ranks[k].part[part]));
+        }
+        json_object_set_new(o, "outside_waits_s", pb__report_real(ranks[k].part[OUTSIDE]));
+        json_array_append_new(per_rank, o);
+    }
+    json_object_set_new(nums, "steps", json_integer((json_int_t)common));
+    json_object_set_new(nums, "first_step", json_integer(steps[0]));
+    json_object_set_new(nums, "last_step", json_integer(steps[common - 1]));
+    json_object_set_new(nums, "step_imbalance", pb__report_real(step_imbalance));
+    json_object_set_new(nums, "outside_waits_imbalance", pb__report_real(work_imbalance));
+    json_object_set_new(nums, "differs_most", json_string(part_column[differs]));
+    if (no_grad_sync)
+        json_object_set_new(nums, "note",
+                            json_string("a rank without python.steps.grad_sync (an older agent): "
+                                        "DDP's wait for its gradient all-reduces is in its "
+                                        "`other`"));
+    json_object_set_new(nums, "per_rank", per_rank);
+
+    int step_flag = step_imbalance > IMBALANCE && maxv[WALL] - mean[WALL] >= IMBALANCE_MIN_S;
+    int work_flag = work_imbalance > IMBALANCE && maxv[OUTSIDE] - mean[OUTSIDE] >= IMBALANCE_MIN_S;
+    json_object_set_new(nums, "sql_runs_on",
+                        json_string("every rank: probing <pid> query, "
+                                    "pids in per_rank"));
+    if (step_flag || work_flag) {
+        const rank_data *slow = &ranks[work_flag ? argmax[OUTSIDE] : argmax[WALL]];
+        const rank_data *most = &ranks[argmax[differs]], *least = &ranks[argmin[differs]];
+        char *claim;
+        if (work_flag)
+            claim = pb__report_textf(
+                "load imbalance: rank %d spends %.1f ms more per step than the ranks' mean "
+                "outside backward, collectives and gradient sync (%.0f%% of the %.1f ms step; "
+                "seed 000 flags over 10%%); %s differs most: rank %d %.1f ms vs rank %d %.1f ms; "
+                "the other ranks wait for it",
+                slow->rank, 1e3 * (maxv[OUTSIDE] - mean[OUTSIDE]), 100 * work_imbalance,
+                1e3 * mean[WALL], part_name[differs], most->rank, 1e3 * maxv[differs], least->rank,
+                1e3 * minv[differs]);
+        else
+            claim = pb__report_textf("load imbalance: rank %d's step takes %.0f%% longer than "
+                                     "the ranks' mean (%.1f ms vs %.1f ms; seed 000 flags over "
+                                     "10%%)",
+                                     slow->rank, 100 * step_imbalance, 1e3 * maxv[WALL],
+                                     1e3 * mean[WALL]);
+        pb__report_finding(
+            r, "load_imbalance", "check", "warning", claim, nums, sql,
+            differs == DATA
+                ? "Load imbalance in data loading: some GPUs are waiting for others (seed 000). "
+                  "Give the slow rank's DataLoader more num_workers and pin_memory=True, and "
+                  "shard the data so every rank loads the same amount (seed 002)."
+                : "Some GPUs are waiting for others (seed 000): give every rank the same work "
+                  "(the same batch size and sequence lengths per rank), and keep logging, "
+                  "evaluation and checkpointing off the training path of one rank (GPU 0 may "
+                  "have extra logging overhead, seed 000).");
+        if (slow->target)
+            pb__report_suggest(r, "the slow rank's own report", "probing %s report --last %zu",
+                               slow->target, common);
+    } else {
+        pb__report_finding(r, "load_imbalance", "check", "ok",
+                           pb__report_textf("%zu ranks balanced over %zu steps: step times "
+                                            "within %.1f%% of their mean, time outside backward, "
+                                            "collectives and gradient sync within %.1f%% of the "
+                                            "step (seed 000 flags over 10%%)",
+                                            used, common, 100 * step_imbalance,
+                                            100 * work_imbalance),
+                           nums, sql, NULL);
+    }
+    nums = NULL;
+done:
+    json_decref(nums);
+    json_decref(unread);
+    for (size_t k = 0; k < used; k++) json_decref(ranks[k].rows);
+    free(ranks);
+    free(values);
+    free(steps);
+}
