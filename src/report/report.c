@@ -930,11 +930,17 @@ static void check_collectives(pb__report *r)
         return;
     }
     double share = m.collectives / m.wall;
-    pb__report_sqlf(
-        sql,
-        "SELECT step, SUM(duration_ms) / 1000.0 AS value FROM python.nccl_trace WHERE step "
-        "BETWEEN %lld AND %lld GROUP BY step ORDER BY step",
-        r->lo, r->hi);
+    if (r->from_steps_table) /* the host time blocked in the program's collective calls */
+        pb__report_sqlf(sql,
+                        "SELECT step, collectives AS value FROM python.steps WHERE step "
+                        "BETWEEN %lld AND %lld ORDER BY step",
+                        r->lo, r->hi);
+    else
+        pb__report_sqlf(
+            sql,
+            "SELECT step, SUM(duration_ms) / 1000.0 AS value FROM python.nccl_trace WHERE step "
+            "BETWEEN %lld AND %lld GROUP BY step ORDER BY step",
+            r->lo, r->hi);
     json_t *nums = json_object();
     json_object_set_new(nums, "collectives_s", pb__report_real(m.collectives));
     json_object_set_new(nums, "mean_step_s", pb__report_real(m.wall));
