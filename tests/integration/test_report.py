@@ -9,10 +9,16 @@ pressure, bf16 support, tensor-core alignment) are covered by the unit tests on 
 ranks is tested on real torchrun jobs in test_distributed.py.
 """
 import json
+import os
 
 import pytest
 
 PROBLEMS = ("critical", "warning")
+
+# scripts/sanitize.sh runs this suite with the agent and the CLI under ASan, which slows the code
+# it instruments unevenly: the report still runs (and its JSON is checked), but diagnoses that
+# depend on relative times are not asserted there.
+SANITIZED = bool(os.environ.get("PROBING_SANITIZED"))
 
 
 def report(cli, traced, case, steps=30, *extra):
@@ -21,6 +27,11 @@ def report(cli, traced, case, steps=30, *extra):
     r = cli(t.target(), "report", "--json", *extra)
     assert r.stderr == "", r.stderr
     doc = json.loads(r.stdout)
+    assert {"baseline", "findings"} <= set(doc), doc.keys()
+    if SANITIZED:
+        r = cli(t.target(), "report")
+        assert r.stderr == "" and "1. Baseline" in r.stdout
+        pytest.skip("timing-dependent diagnosis is not asserted under ASan (PROBING_SANITIZED)")
     return t, doc
 
 
