@@ -581,6 +581,58 @@ static int node_map_grow(void)
     return 0;
 }
 
+/* grad_fn.register_prehook() is implemented in C++ (registerFunctionPreHook), which asks the
+ * Python staticmethod torch.autograd.function.Function._register_hook(hooks_dict, hook) for the
+ * dict to keep on the node and the handle to return: for a node without Python hooks yet it
+ * builds an OrderedDict and a torch.utils.hooks.RemovableHandle (weak references, an id
+ * counter) in Python, about 6 us, which made registration the largest part of recording
+ * backward (one new node per module per step). Probing's own probes take a C fast path: a
+ * fresh OrderedDict holding the probe (keyed by itself, so no RemovableHandle id can collide)
+ * and no handle (probing never removes a probe: the node dies with its graph). Every other
+ * call, and a probe on a node that already has Python hooks, goes to torch's own function,
+ * unchanged. The wrapper is a staticmethod, as the original; detach deletes it again. */
+static PyObject *function_cls, *wrap_register_hook, *ordered_dict;
+
+static PyObject *fast_register_hook(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (kwnames || PyVectorcall_NARGS(nargsf) != 2 || args[0] != Py_None || !Py_IS_TYPE(args[1], &probe_type) ||
+        !ordered_dict)
+        return PyObject_Vectorcall(orig, args, nargsf, kwnames);
+    PyObject *d = PyObject_CallNoArgs(ordered_dict);
+    if (!d) return NULL;
+    PyObject *res = PyDict_SetItem(d, args[1], args[1]) ? NULL : PyTuple_Pack(2, d, Py_None);
+    Py_DECREF(d);
+    return res;
+}
+
+static void install_fast_register_hook(void)
+{
+    PyObject *fmod = PyImport_ImportModule("torch.autograd.function");
+    PyObject *coll = fmod ? PyImport_ImportModule("collections") : NULL;
+    Py_XSETREF(function_cls, fmod ? PyObject_GetAttrString(fmod, "Function") : NULL);
+    Py_XSETREF(ordered_dict, coll ? PyObject_GetAttrString(coll, "OrderedDict") : NULL);
+    Py_XDECREF(fmod);
+    Py_XDECREF(coll);
+    if (!function_cls || !ordered_dict || pb_wrap_attr(function_cls, "_register_hook", fast_register_hook, &wrap_register_hook)) {
+        PyErr_Clear();
+        pb_log_debug("grad_fn hooks are registered through torch's own Function._register_hook");
+        return;
+    }
+    PyObject *sm = PyStaticMethod_New(wrap_register_hook);
+    if (!sm || PyObject_SetAttrString(function_cls, "_register_hook", sm)) {
+        PyErr_Clear();
+        pb_unwrap_attr(function_cls, "_register_hook", &wrap_register_hook);
+    }
+    Py_XDECREF(sm);
+}
+
+static void remove_fast_register_hook(void)
+{
+    if (function_cls && wrap_register_hook) pb_unwrap_attr(function_cls, "_register_hook", &wrap_register_hook);
+    Py_CLEAR(function_cls);
+    Py_CLEAR(ordered_dict);
+}
+
 /* The probe on node gf, registering one if there is none yet. Returns NULL on failure. */
 static probe *probe_for(PyObject *gf)
 {
@@ -1140,6 +1192,7 @@ int pb_torch_hooks_install(void)
     } else if (install_call_wrapper()) {
         goto out;
     }
+    if (record_backward) install_fast_register_hook();
     handles[2] = call_register("torch.optim.optimizer", "register_optimizer_step_pre_hook", fns[2], 0);
     if (!handles[2]) goto out;
     handles[3] = call_register("torch.optim.optimizer", "register_optimizer_step_post_hook", fns[3], 0);
@@ -1156,6 +1209,7 @@ out:
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         remove_call_wrapper();
+        remove_fast_register_hook();
         for (int i = 0; i < 4; i++) {
             if (handles[i]) {
                 PyObject *x = PyObject_CallMethodNoArgs(handles[i], str_remove);
@@ -1178,6 +1232,7 @@ void pb_torch_hooks_remove(void)
     atomic_store(&enabled, 0);
     pb_collect_remove();
     remove_call_wrapper();
+    remove_fast_register_hook();
     for (int i = 0; i < 4; i++) {
         if (!handles[i]) continue;
         PyObject *x = PyObject_CallMethodNoArgs(handles[i], str_remove);

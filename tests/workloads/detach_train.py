@@ -30,6 +30,8 @@ def print_state():
     w.say(f"state zero_grad: {describe(torch.optim.Optimizer.__dict__['zero_grad'])}")
     w.say(f"state dataloader_next: {describe(dataloader._BaseDataLoaderIter.__dict__['__next__'])}")
     w.say(f"state cuda_synchronize: {describe(torch.cuda.synchronize)}")
+    from torch.autograd.function import Function
+    w.say(f"state function_register_hook_own: {'_register_hook' in Function.__dict__}")
     own = sorted(name for name in ("item", "tolist", "cpu") if name in torch.Tensor.__dict__)
     w.say(f"state tensor_own_methods: {own} {describe(torch.Tensor.item)}")
     for name in ("_global_forward_pre_hooks", "_global_forward_hooks",
