@@ -116,7 +116,7 @@ def main():
             f"Machine: {platform.machine()}, {os.cpu_count()} cores; Python "
             f"{platform.python_version()}, torch {torch.__version__}. Method: `python "
             f"bench/inject_latency.py --reps {args.reps}`: tests/workloads/detach_train.py "
-            "(small MLP, DataLoader, CPU, ~10 ms steps) started without probing, inject at step "
+            "(small MLP, DataLoader, CPU) started without probing, inject at step "
             "20; times from the start of the `probing <pid> inject` process. The first-row and "
             "full-step times are polled through the CLI (one query each time, a few ms).\n\n"
             "| measure | ms (min / median / max) |\n|---|---|\n"
