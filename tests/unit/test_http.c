@@ -76,7 +76,7 @@ static int fake_info(void *ctx, pb_buf *out)
  * (409 for CLOSE when capture_busy). */
 static pb_capture_verb capture_verb;
 static pb_capture_request capture_req;
-static int capture_calls, capture_busy, detach_calls;
+static _Atomic int capture_calls, capture_busy, detach_calls; /* touched by server threads */
 
 static int fake_capture(void *ctx, pb_capture_verb verb, const pb_capture_request *req, pb_buf *out)
 {
