@@ -107,6 +107,8 @@ typedef struct mod_entry {
     PyObject *weakref; /* owned */
     uint32_t name, type;
     uint8_t layer_pending; /* a Linear/convolution whose python.layers row is not written yet */
+    uint8_t provisional;   /* named relative to a module first seen outside any other: renamed
+                            * if that module turns out to be inside a bigger tree */
 } mod_entry;
 
 #define TOMB ((PyObject *)1)
@@ -173,6 +175,7 @@ static mod_entry *map_insert(PyObject *key, uint32_t name, uint32_t type)
     map[i].name = name;
     map[i].type = type;
     map[i].layer_pending = (uint8_t)pb_collect_is_layer(key);
+    map[i].provisional = 0;
     return &map[i];
 }
 
@@ -206,7 +209,13 @@ static const char *class_name(PyObject *o)
 }
 
 /* Walks root.named_modules() and names every module not yet known. [GIL held] */
-static void name_tree(PyObject *root)
+/* Names root's whole tree (named_modules(), root under its class name). Modules already named
+ * keep their names, except provisional ones found below root: a module first seen at the top
+ * (the agent arrived in the middle of a forward, through inject or a late import, and saw the
+ * children of a model whose own call had already begun) was named as a root of its own, and
+ * its subtree relative to it; when the real root is called, they get their qualified names.
+ * Entries made here are provisional when root was itself first seen at the top. */
+static void name_tree(PyObject *root, int provisional)
 {
     PyObject *it = NULL, *items = PyObject_CallMethodNoArgs(root, str_named_modules);
     if (!items) goto fail;
@@ -216,12 +225,19 @@ static void name_tree(PyObject *root)
     while ((item = PyIter_Next(it))) {
         if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2) {
             PyObject *qname = PyTuple_GET_ITEM(item, 0), *mod = PyTuple_GET_ITEM(item, 1);
-            if (!map_find(mod) && PyUnicode_Check(qname)) {
-                Py_ssize_t len;
-                const char *s = PyUnicode_AsUTF8AndSize(qname, &len);
-                if (s) {
-                    uint32_t name = len ? pb_intern(s, (size_t)len) : pb_intern_cstr(class_name(mod));
-                    map_insert(mod, name, pb_intern_cstr(class_name(mod)));
+            mod_entry *have = map_find(mod);
+            Py_ssize_t len = 0;
+            const char *s = PyUnicode_Check(qname) ? PyUnicode_AsUTF8AndSize(qname, &len) : NULL;
+            if (s && !have) {
+                uint32_t name = len ? pb_intern(s, (size_t)len) : pb_intern_cstr(class_name(mod));
+                mod_entry *e = map_insert(mod, name, pb_intern_cstr(class_name(mod)));
+                if (e) e->provisional = (uint8_t)provisional;
+            } else if (s && have && have->provisional && len > 0) {
+                have->name = pb_intern(s, (size_t)len);
+                have->provisional = (uint8_t)provisional;
+                if (mod == primary_root) { /* it was never the model's root */
+                    primary_root = NULL;
+                    primary_ran = 0;
                 }
             }
         }
@@ -237,7 +253,8 @@ fail:
 static mod_entry *discover(PyObject *mod, tstate *ts, mod_entry *fallback)
 {
     PyObject *root = ts->depth ? ts->stack[0].module : mod;
-    name_tree(root);
+    mod_entry *re = ts->depth ? map_find(root) : NULL;
+    name_tree(root, ts->depth == 0 || !re || re->provisional);
     mod_entry *e = map_find(mod);
     if (e) return e;
     /* Called inside a model but not part of its tree (a module held elsewhere): class name. */
