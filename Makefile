@@ -33,6 +33,8 @@ bench: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/query_latency.py
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/recording_size.py
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/inject_latency.py
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/capture_cost.py
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/memory_breakdown.py
 
 lint:
 	clang-format --dry-run --Werror src/*/*.c src/*/*.h tests/unit/*.c

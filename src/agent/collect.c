@@ -912,10 +912,17 @@ int pb_collect_install(void)
     wrap_or_skip(grad_scaler_cls, "GradScaler", "step", scaler_step, &wrap_scaler_step);
     wrap_or_skip(optimizer_cls, "Optimizer", "zero_grad", zero_grad, &wrap_zero_grad);
     wrap_or_skip(torch_cuda, "torch.cuda", "synchronize", synchronize, &wrap_synchronize);
-    PyObject *tensor_cls = (PyObject *)tensor_type;
-    wrap_or_skip(tensor_cls, "torch.Tensor", "item", host_sync, &wrap_item);
-    wrap_or_skip(tensor_cls, "torch.Tensor", "tolist", host_sync, &wrap_tolist);
-    wrap_or_skip(tensor_cls, "torch.Tensor", "cpu", host_sync, &wrap_cpu);
+    /* Only where a CUDA tensor can exist: elsewhere .item()/.cpu() never wait for a device and
+     * keep torch's own methods (no wrapper on a path programs call in their loops). */
+    PyObject *avail = torch_cuda ? PyObject_CallMethod(torch_cuda, "is_available", NULL) : NULL;
+    if (avail == Py_True) {
+        PyObject *tensor_cls = (PyObject *)tensor_type;
+        wrap_or_skip(tensor_cls, "torch.Tensor", "item", host_sync, &wrap_item);
+        wrap_or_skip(tensor_cls, "torch.Tensor", "tolist", host_sync, &wrap_tolist);
+        wrap_or_skip(tensor_cls, "torch.Tensor", "cpu", host_sync, &wrap_cpu);
+    }
+    Py_XDECREF(avail);
+    PyErr_Clear();
     return 0;
 }
 

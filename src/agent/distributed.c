@@ -74,11 +74,19 @@ typedef struct pb_collective {
     uint32_t op_id;
 } pb_collective;
 
-/* A row waiting for its Work to complete; called by the future's then(). */
+/* A row waiting for its Work to complete; called by the future's then(). What the chained
+ * future then holds: None (a side chain; the caller keeps the Work's own future), the value, or
+ * the value's first item (DDP's Reducer wants the bucket tensor as a Python object, which a
+ * Work's future does not hold, so the hook returns fut.then(p) as torch's allreduce_hook returns
+ * fut.then(lambda f: f.value()[0])). */
+enum { RESULT_NONE, RESULT_VALUE, RESULT_FIRST };
+
 typedef struct pb_pending {
     PyObject_HEAD
     pb_nccl_row row;
     int64_t start_ns;
+    int record; /* push the row */
+    int result; /* RESULT_* */
 } pb_pending;
 
 static PyTypeObject collective_type = {PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.Collective"};
@@ -151,25 +159,43 @@ static void describe_group(PyObject *group, pb_nccl_row *r)
 static PyObject *pending_call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     pb_pending *p = (pb_pending *)self;
-    if (atomic_load_explicit(&enabled, memory_order_relaxed) && pb_table_nccl_trace.ring) {
+    PyObject *value = NULL;
+    if (p->result != RESULT_NONE) {
+        PyObject *fut;
+        if (!PyArg_ParseTuple(args, "O", &fut)) return NULL;
+        value = PyObject_CallMethod(fut, "value", NULL);
+        if (!value) return NULL; /* the collective failed: the waiter sees the same error */
+    }
+    if (p->record && atomic_load_explicit(&enabled, memory_order_relaxed) && pb_table_nccl_trace.ring) {
         p->row.duration_ns = pb_now_ns() - p->start_ns;
         pb_ring_push(pb_table_nccl_trace.ring, &p->row);
     }
-    Py_RETURN_NONE;
+    if (p->result == RESULT_NONE) Py_RETURN_NONE;
+    if (p->result == RESULT_VALUE) return value;
+    PyObject *item = PySequence_GetItem(value, 0);
+    Py_DECREF(value);
+    return item;
+}
+
+/* fut.then(a pending row), or NULL with an exception. */
+static PyObject *then_row(PyObject *fut, const pb_nccl_row *row, int64_t start_ns, int record, int result)
+{
+    pb_pending *p = PyObject_New(pb_pending, &pending_type);
+    if (!p) return NULL;
+    p->row = *row;
+    p->start_ns = start_ns;
+    p->record = record;
+    p->result = result;
+    PyObject *chained = PyObject_CallMethod(fut, "then", "O", (PyObject *)p);
+    Py_DECREF((PyObject *)p);
+    return chained;
 }
 
 /* Chains the row to the Work's future. Returns 1 if the row will be pushed on completion, 0 if
  * the caller must push it now. Never leaves an exception set. */
 static int chain_row(PyObject *fut, const pb_nccl_row *row, int64_t start_ns)
 {
-    pb_pending *p = fut ? PyObject_New(pb_pending, &pending_type) : NULL;
-    PyObject *chained = NULL;
-    if (p) {
-        p->row = *row;
-        p->start_ns = start_ns;
-        chained = PyObject_CallMethod(fut, "then", "O", (PyObject *)p);
-    }
-    Py_XDECREF((PyObject *)p);
+    PyObject *chained = fut ? then_row(fut, row, start_ns, 1, RESULT_NONE) : NULL;
     int ok = chained != NULL;
     Py_XDECREF(chained);
     PyErr_Clear();
@@ -279,35 +305,6 @@ typedef struct pb_ddp_hook {
 
 static PyTypeObject ddp_hook_type = {PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.DDPCommHook"};
 
-/* The continuation the hook returns: the Reducer wants a future whose value is a Python object
- * (the bucket tensor), which a Work's own future is not, so the hook returns fut.then(done), as
- * torch's allreduce_hook does with fut.value()[0]; done also pushes the row. */
-typedef struct pb_ddp_done {
-    PyObject_HEAD
-    pb_nccl_row row;
-    int64_t start_ns;
-    int record;      /* push the row */
-    int first_item;  /* value()[0] (our all-reduce) rather than value() (the program's hook) */
-} pb_ddp_done;
-
-static PyTypeObject ddp_done_type = {PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.DDPCommDone"};
-
-static PyObject *ddp_done_call(PyObject *self, PyObject *args, PyObject *kwargs)
-{
-    pb_ddp_done *d = (pb_ddp_done *)self;
-    PyObject *fut;
-    if (!PyArg_ParseTuple(args, "O", &fut)) return NULL;
-    PyObject *value = PyObject_CallMethod(fut, "value", NULL);
-    if (!value) return NULL; /* the all-reduce failed: the Reducer sees the same error */
-    if (d->record && atomic_load_explicit(&enabled, memory_order_relaxed) && pb_table_nccl_trace.ring) {
-        d->row.duration_ns = pb_now_ns() - d->start_ns;
-        pb_ring_push(pb_table_nccl_trace.ring, &d->row);
-    }
-    if (!d->first_item) return value;
-    PyObject *item = PySequence_GetItem(value, 0);
-    Py_DECREF(value);
-    return item;
-}
 static PyObject *ddp_cls, *wrap_ddp_forward, *wrap_ddp_register, *wrap_ddp_builtin;
 static PyObject *register_comm_hook_fn; /* torch.distributed._register_comm_hook */
 static const char MARK[] = "_probing_comm_hook";
@@ -359,18 +356,10 @@ static PyObject *ddp_hook_call(PyObject *self, PyObject *args, PyObject *kwargs)
         Py_XDECREF(buf);
     }
     if (!fut) return NULL; /* the program's hook (or the all-reduce) failed: as without probing */
-    pb_ddp_done *d = PyObject_New(pb_ddp_done, &ddp_done_type);
-    if (!d) {
-        Py_DECREF(fut);
-        return NULL;
-    }
-    memset(&d->row, 0, sizeof d->row);
-    d->start_ns = start;
-    d->first_item = h->user_hook == NULL;
-    d->record = atomic_load_explicit(&enabled, memory_order_relaxed) && pb_table_nccl_trace.ring;
-    if (d->record) ddp_hook_row(h, bucket, h->user_hook ? op_comm_hook : op_all_reduce, &d->row, start);
-    PyObject *chained = PyObject_CallMethod(fut, "then", "O", (PyObject *)d);
-    Py_DECREF((PyObject *)d);
+    pb_nccl_row r = {0};
+    int record = atomic_load_explicit(&enabled, memory_order_relaxed) && pb_table_nccl_trace.ring;
+    if (record) ddp_hook_row(h, bucket, h->user_hook ? op_comm_hook : op_all_reduce, &r, start);
+    PyObject *chained = then_row(fut, &r, start, record, h->user_hook ? RESULT_VALUE : RESULT_FIRST);
     Py_DECREF(fut);
     return chained;
 }
@@ -617,11 +606,7 @@ int pb_distributed_ready_types(void)
     ddp_hook_type.tp_call = ddp_hook_call;
     ddp_hook_type.tp_dealloc = ddp_hook_dealloc;
     ddp_hook_type.tp_doc = "probing's DDP communication hook: DDP's all-reduce, recorded into python.nccl_trace";
-    ddp_done_type.tp_basicsize = sizeof(pb_ddp_done);
-    ddp_done_type.tp_flags = Py_TPFLAGS_DEFAULT;
-    ddp_done_type.tp_call = ddp_done_call;
-    if (PyType_Ready(&collective_type) || PyType_Ready(&pending_type) || PyType_Ready(&ddp_hook_type) ||
-        PyType_Ready(&ddp_done_type))
+    if (PyType_Ready(&collective_type) || PyType_Ready(&pending_type) || PyType_Ready(&ddp_hook_type))
         return -1;
     return 0;
 }

@@ -19,6 +19,7 @@
  */
 #include "cli.h"
 #include "client.h"
+#include "clock.h"
 #include "inject.h"
 #include "paths.h"
 
@@ -136,13 +137,6 @@ static int package_minor(const char *package_dir, char *ext_name, size_t ext_len
     }
     globfree(&g);
     return minor;
-}
-
-static long long now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
 /* Reads the whole small file at path into a malloc'ed string; NULL when it is not there. */
@@ -268,7 +262,7 @@ int cmd_inject(const pb_cli_args *a)
         pb_cli_error("out of memory");
         return PB_EXIT_ERROR;
     }
-    long long started = now_ms();
+    int64_t started = pb_now_ns();
     char why[1024] = "";
     script_path[0] = '\0';
     if (modern) {
@@ -299,7 +293,7 @@ int cmd_inject(const pb_cli_args *a)
             if (*script_path) unlink(script_path);
             return PB_EXIT_ERROR;
         }
-        if (now_ms() - started > (long long)(timeout_s * 1000)) {
+        if (pb_now_ns() - started > (int64_t)(timeout_s * 1e9)) {
             pb_cli_error("the agent is queued in process %d, but its main thread has not run "
                          "Python code for %g s (blocked in C code, sleeping or waiting?); the "
                          "agent starts when it does: check later with 'probing list'",
@@ -310,7 +304,7 @@ int cmd_inject(const pb_cli_args *a)
     }
     unlink(result_path);
     if (*script_path) unlink(script_path);
-    double took = (double)(now_ms() - started) / 1000.0;
+    double took = (double)(pb_now_ns() - started) / 1e9;
     char *nl = strchr(answer, '\n');
     const char *detail = nl ? nl + 1 : "";
     if (nl) *nl = '\0';

@@ -19,6 +19,8 @@
 
 #include "remote.h"
 
+#include "clock.h"
+
 #include <elf.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -40,12 +42,8 @@
 #ifndef NT_ARM_SYSTEM_CALL
 #define NT_ARM_SYSTEM_CALL 0x404
 #endif
-#ifndef PTRACE_EVENT_STOP
-#define PTRACE_EVENT_STOP 128
-#endif
 
 #define CALL_TIMEOUT_MS 2000      /* a call that takes longer waits for a lock: give up */
-#define STOP_TIMEOUT_MS 5000      /* interrupting a thread */
 #define ATTEMPTS 8                /* tries when the pending-calls lock is held */
 #define RETRY_PAUSE_MS 250
 #define STACK_GAP 1024            /* bytes left untouched below the thread's stack pointer */
@@ -57,45 +55,32 @@ static void sleep_ms(long ms)
     }
 }
 
-static long long now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
-
 /* ------------------------------------------------------------------------------- symbols */
 
-static int parse_version_from_path(const char *path, pb_inject_python *py)
+/* The version from the file name (Pythons before 3.11 have no Py_Version). */
+static void parse_version_from_path(const char *path, pb_inject_python *py)
 {
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    const char *p = strstr(base, "python3.");
+    char v[16];
     int minor;
-    if (!p || sscanf(p + 8, "%d", &minor) != 1) return -1;
+    pb_remote_version_from_path(path, v, sizeof v);
+    if (sscanf(v, "3.%d", &minor) != 1) return;
     py->major = 3;
     py->minor = minor;
     py->micro = -1;
-    return 0;
 }
 
 int pb_inject_find_python(pid_t pid, pb_inject_python *py)
 {
-    static const char *const prefixes[] = {"libpython", "python", NULL};
     static const char *const names[] = {"Py_AddPendingCall", "PyRun_SimpleString", "Py_Version"};
     pb_remote_file *files = calloc(9, sizeof *files);
     int rc = PB_INJECT_ENOTPYTHON;
     memset(py, 0, sizeof *py);
     if (!files) return -ENOMEM;
-    int count = pb_remote_mapped_files(pid, prefixes, files, 8);
+    int count = pb_remote_python_files(pid, files, 9);
     if (count < 0) {
         free(files);
         return count;
     }
-    char exe_link[64];
-    snprintf(exe_link, sizeof exe_link, "/proc/%d/exe", (int)pid);
-    ssize_t n = readlink(exe_link, files[count].path, sizeof files[count].path - 1);
-    if (n > 0) files[count++].path[n] = '\0';
     for (int i = 0; i < count; i++) {
         uint64_t v[3];
         if (pb_remote_symbols(pid, files[i].path, names, 3, v) <= 0 || !v[0] || !v[1]) continue;
@@ -220,50 +205,6 @@ static int restore_regs(pid_t pid, regs_state *s)
     return rc;
 }
 
-/* ---------------------------------------------------------------------------- stops */
-
-/* Waits until pid stops, exits or timeout_ms passes. Returns 0 with *status, -ESRCH when it is
- * gone, -ETIMEDOUT. */
-static int wait_stop(pid_t pid, int *status, long timeout_ms)
-{
-    long long deadline = now_ms() + timeout_ms;
-    for (;;) {
-        pid_t r = waitpid(pid, status, __WALL | WNOHANG);
-        if (r == pid) {
-            if (WIFEXITED(*status) || WIFSIGNALED(*status)) return -ESRCH;
-            if (WIFSTOPPED(*status)) return 0;
-            continue;
-        }
-        if (r < 0 && errno != EINTR) return errno == ECHILD ? -ESRCH : -errno;
-        if (now_ms() >= deadline) return -ETIMEDOUT;
-        struct timespec t = {0, 200 * 1000};
-        nanosleep(&t, NULL);
-    }
-}
-
-static int is_event_stop(int status) { return (status >> 16) == PTRACE_EVENT_STOP; }
-
-/* Interrupts the seized pid and waits for its PTRACE_EVENT_STOP; signals that arrive first are
- * delivered. Returns 0, -ESRCH, -ETIMEDOUT, or -EAGAIN when the process is stopped by job
- * control (SIGSTOP/SIGTSTP: a stopped process runs no Python). */
-static int interrupt(pid_t pid)
-{
-    int status;
-    if (ptrace(PTRACE_INTERRUPT, pid, NULL, NULL) != 0) return -errno;
-    for (int i = 0; i < 64; i++) {
-        int rc = wait_stop(pid, &status, STOP_TIMEOUT_MS);
-        if (rc) return rc;
-        if (is_event_stop(status)) {
-            int sig = WSTOPSIG(status);
-            return sig == SIGTRAP ? 0 : -EAGAIN;
-        }
-        /* A signal-delivery stop: let the signal through, the interrupt stays pending. */
-        if (ptrace(PTRACE_CONT, pid, NULL, (void *)(uintptr_t)WSTOPSIG(status)) != 0)
-            return -errno;
-    }
-    return -ETIMEDOUT;
-}
-
 /* Calls func(args...) in the stopped thread pid, whose registers at the stop are in saved.
  * Returns 0 with the call's return value in *ret; -ETIMEDOUT when it did not return in
  * timeout_ms (the thread is stopped again); -EFAULT when it faulted; -ESRCH. The caller
@@ -296,17 +237,17 @@ static int call(pid_t pid, const regs_state *saved, uint64_t func, const uint64_
     }
 #endif
     if (ptrace(PTRACE_CONT, pid, NULL, NULL) != 0) return -errno;
-    long long deadline = now_ms() + timeout_ms;
+    int64_t deadline = pb_now_ns() + (int64_t)timeout_ms * 1000000;
     for (;;) {
-        long left = (long)(deadline - now_ms());
-        rc = wait_stop(pid, &status, left > 0 ? left : 0);
+        long left = (long)((deadline - pb_now_ns()) / 1000000);
+        rc = pb_remote_wait_stop(pid, &status, left > 0 ? left : 0);
         if (rc == -ETIMEDOUT) {
-            int irc = interrupt(pid);
+            int irc = pb_remote_interrupt(pid);
             return irc ? irc : -ETIMEDOUT;
         }
         if (rc) return rc;
         int sig = WSTOPSIG(status);
-        if (is_event_stop(status)) {
+        if (pb_remote_is_event_stop(status)) {
             /* A job-control stop or a stray interrupt: keep the call going. */
             if (ptrace(PTRACE_CONT, pid, NULL, NULL) != 0) return -errno;
             continue;
@@ -366,14 +307,10 @@ static void patch(char *text, const char *token, uint64_t value)
 static int attempt(pid_t pid, const targets *t, const char *source, size_t source_len,
                    uint64_t *page, size_t page_len, regs_state *saved, char *why, size_t why_len)
 {
-    if (ptrace(PTRACE_SEIZE, pid, NULL, NULL) != 0) return explain(-errno, pid, why, why_len);
-    int rc = interrupt(pid);
-    if (rc) {
-        ptrace(PTRACE_DETACH, pid, NULL, NULL);
-        return explain(rc, pid, why, why_len);
-    }
+    int rc = pb_remote_stop(pid);
+    if (rc) return explain(rc, pid, why, why_len);
     if ((rc = save_regs(pid, saved))) {
-        ptrace(PTRACE_DETACH, pid, NULL, NULL);
+        pb_remote_release(pid);
         return explain(rc, pid, why, why_len);
     }
     uint64_t ret = 0;
@@ -406,7 +343,7 @@ static int attempt(pid_t pid, const targets *t, const char *source, size_t sourc
         else if (rc == 0 && (int32_t)ret != 0) rc = PB_INJECT_EQUEUE;
     }
     int restore_rc = rc == -ESRCH ? 0 : restore_regs(pid, saved);
-    ptrace(PTRACE_DETACH, pid, NULL, NULL);
+    pb_remote_release(pid);
     if (rc == 0 && restore_rc) rc = restore_rc; /* queued, but the thread may be disturbed */
     return rc;
 }
@@ -442,13 +379,13 @@ int pb_inject_source(pid_t pid, const char *source, char *why, size_t why_len)
     }
     if (rc && page) {
         /* Give the page back; a failure here only leaves one page mapped. */
-        if (ptrace(PTRACE_SEIZE, pid, NULL, NULL) == 0) {
+        if (pb_remote_stop(pid) == 0) {
             uint64_t args[2] = {page, page_len}, ret;
-            if (interrupt(pid) == 0 && save_regs(pid, saved) == 0) {
+            if (save_regs(pid, saved) == 0) {
                 call(pid, saved, t.munmap, args, 2, &ret, CALL_TIMEOUT_MS);
                 restore_regs(pid, saved);
             }
-            ptrace(PTRACE_DETACH, pid, NULL, NULL);
+            pb_remote_release(pid);
         }
     }
     free(saved);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <unistd.h>
 
 int pb_remote_read(pid_t pid, uint64_t addr, void *dst, size_t len)
 {
@@ -68,4 +69,35 @@ int pb_remote_write(pid_t pid, uint64_t addr, const void *src, size_t len)
     ssize_t n = process_vm_writev(pid, &local, 1, &remote, 1, 0);
     if (n < 0) return errno == EPERM || errno == ESRCH || errno == ENOMEM ? -errno : -EFAULT;
     return (size_t)n == len ? 0 : -EFAULT;
+}
+
+int pb_remote_python_files(pid_t pid, pb_remote_file *files, int max)
+{
+    static const char *const prefixes[] = {"libpython", "python", NULL};
+    if (max < 2) return -EINVAL;
+    int count = pb_remote_mapped_files(pid, prefixes, files, max - 1);
+    if (count < 0) return count;
+    /* The executable itself, for an embedding program or a python not named python*. */
+    char exe_link[64];
+    snprintf(exe_link, sizeof exe_link, "/proc/%d/exe", (int)pid);
+    ssize_t n = readlink(exe_link, files[count].path, sizeof files[count].path - 1);
+    if (n > 0) files[count++].path[n] = '\0';
+    return count;
+}
+
+/* The "3.10" in ".../libpython3.10.so.1.0" or ".../python3.10", or "" when there is none. */
+void pb_remote_version_from_path(const char *path, char *out, size_t len)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    const char *p = strstr(base, "python");
+    out[0] = '\0';
+    if (!p) return;
+    p += 6;
+    size_t n = strspn(p, "0123456789.");
+    while (n && p[n - 1] == '.') n--;
+    if (n && n < len) {
+        memcpy(out, p, n);
+        out[n] = '\0';
+    }
 }

@@ -3,6 +3,8 @@
  */
 #include "native.h"
 
+#include "remote.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -10,37 +12,8 @@
 
 #ifdef PB_HAVE_LIBUNWIND
 #include <libunwind-ptrace.h>
-#include <signal.h>
-#include <sys/ptrace.h>
-#include <sys/wait.h>
-#include <time.h>
-
-#ifndef PTRACE_EVENT_STOP
-#define PTRACE_EVENT_STOP 128
-#endif
 
 int pb_native_available(void) { return 1; }
-
-/* Waits up to about 2 s for tid to stop; 0, or -ESRCH / -ETIMEDOUT. */
-static int wait_stopped(pid_t tid)
-{
-    for (int i = 0; i < 10000; i++) {
-        int status;
-        pid_t r = waitpid(tid, &status, __WALL | WNOHANG);
-        if (r == tid) {
-            if (WIFEXITED(status) || WIFSIGNALED(status)) return -ESRCH;
-            if ((status >> 16) == PTRACE_EVENT_STOP) return 0;
-            /* a signal-delivery stop first: let it through, the interrupt stays pending */
-            if (ptrace(PTRACE_CONT, tid, NULL, (void *)(uintptr_t)WSTOPSIG(status)) != 0)
-                return -errno;
-            continue;
-        }
-        if (r < 0 && errno != EINTR) return errno == ECHILD ? -ESRCH : -errno;
-        struct timespec t = {0, 200 * 1000};
-        nanosleep(&t, NULL);
-    }
-    return -ETIMEDOUT;
-}
 
 /* Base name of the file mapped at ip in pid. */
 static void object_at(pid_t pid, uint64_t ip, char *out, size_t len)
@@ -67,12 +40,11 @@ static void object_at(pid_t pid, uint64_t ip, char *out, size_t len)
 
 int pb_native_stack(pid_t pid, pid_t tid, pb_native_frame *frames, int max)
 {
-    if (ptrace(PTRACE_SEIZE, tid, NULL, NULL) != 0) return -errno;
-    int rc = ptrace(PTRACE_INTERRUPT, tid, NULL, NULL) != 0 ? -errno : wait_stopped(tid);
+    int rc = pb_remote_stop(tid);
+    if (rc) return rc;
     unw_addr_space_t as = NULL;
     void *upt = NULL;
     int n = 0;
-    if (rc) goto out;
     as = unw_create_addr_space(&_UPT_accessors, 0);
     upt = as ? _UPT_create(tid) : NULL;
     unw_cursor_t cursor;
@@ -94,7 +66,7 @@ int pb_native_stack(pid_t pid, pid_t tid, pb_native_frame *frames, int max)
 out:
     if (upt) _UPT_destroy(upt);
     if (as) unw_destroy_addr_space(as);
-    ptrace(PTRACE_DETACH, tid, NULL, NULL);
+    pb_remote_release(tid);
     if (rc) return rc;
     /* The thread runs again; the file names come from the maps, which do not change meanwhile
      * for code that is on a stack. */

@@ -462,41 +462,18 @@ static uint64_t gil_holder(const reader *r, uint64_t runtime, uint64_t interp)
 
 /* ------------------------------------------------------------------------ finding Python */
 
-/* The "3.10" in ".../libpython3.10.so.1.0" or ".../python3.10", or "" when there is none. */
-static void version_from_path(const char *path, char *out, size_t len)
-{
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    const char *p = strstr(base, "python");
-    out[0] = '\0';
-    if (!p) return;
-    p += 6;
-    size_t n = strspn(p, "0123456789.");
-    while (n && p[n - 1] == '.') n--;
-    if (n && n < len) {
-        memcpy(out, p, n);
-        out[n] = '\0';
-    }
-}
-
 static int find_runtime(pid_t pid, pb_pystack *s, uint64_t *runtime, uint64_t *py_version,
                         char *why, size_t why_len)
 {
-    static const char *const prefixes[] = {"libpython", "python", NULL};
     static const char *const names[] = {"_PyRuntime", "Py_Version"};
     pb_remote_file *files = calloc(9, sizeof *files);
     int rc, count;
     if (!files) return -ENOMEM;
-    count = pb_remote_mapped_files(pid, prefixes, files, 8);
+    count = pb_remote_python_files(pid, files, 9);
     if (count < 0) {
         rc = count;
         goto fail;
     }
-    /* The executable itself, for an embedding program or a python not named python*. */
-    char exe_link[64];
-    snprintf(exe_link, sizeof exe_link, "/proc/%d/exe", (int)pid);
-    ssize_t n = readlink(exe_link, files[count].path, sizeof files[count].path - 1);
-    if (n > 0) files[count++].path[n] = '\0';
     for (int i = 0; i < count; i++) {
         uint64_t values[2];
         if (pb_remote_symbols(pid, files[i].path, names, 2, values) <= 0 || !values[0])
@@ -535,7 +512,7 @@ int pb_pystack_read(pid_t pid, pb_pystack **out, char *why, size_t why_len)
     unsigned major = (py_version >> 24) & 255, minor = (py_version >> 16) & 255;
     if (py_version == 0) { /* Py_Version exists since 3.11: before, the file name tells */
         char v[16];
-        version_from_path(s->library, v, sizeof v);
+        pb_remote_version_from_path(s->library, v, sizeof v);
         if (strcmp(v, "3.9") == 0 || strcmp(v, "3.10") == 0) {
             snprintf(s->python_version, sizeof s->python_version, "%s", v);
             r.l = strcmp(v, "3.9") == 0 ? &layout_39 : &layout_310;

@@ -47,4 +47,27 @@ typedef struct pb_remote_file {
 int pb_remote_mapped_files(pid_t pid, const char *const *prefixes, pb_remote_file *files,
                            int max);
 
+/* The files that may hold the interpreter of pid: mapped files named libpython* or python*,
+ * then the executable (/proc/<pid>/exe), at most max. Same returns as
+ * pb_remote_mapped_files. */
+int pb_remote_python_files(pid_t pid, pb_remote_file *files, int max);
+
+/* Writes the "3.10" of ".../libpython3.10.so.1.0" or ".../python3.10" into out ("" when the
+ * name holds no version): how the version of a Python without Py_Version (< 3.11) is told. */
+void pb_remote_version_from_path(const char *path, char *out, size_t len);
+
+/* ---- stopping a thread (ptrace; same permission as above) ----
+ * pb_remote_stop: PTRACE_SEIZE + PTRACE_INTERRUPT of thread tid, waiting for its event stop
+ * (signals that arrive first are delivered). Returns 0 (stopped; undo with pb_remote_release,
+ * the thread resumes where it was), -EPERM, -ESRCH, -ETIMEDOUT, or -EAGAIN when the process is
+ * stopped by job control (it is then left as it was).
+ * pb_remote_interrupt: the same for a thread already seized.
+ * pb_remote_wait_stop: waits up to timeout_ms for the next stop of tid: 0 with *status,
+ * -ESRCH when it exited, -ETIMEDOUT. pb_remote_is_event_stop: a PTRACE_EVENT_STOP status. */
+int pb_remote_stop(pid_t tid);
+int pb_remote_interrupt(pid_t tid);
+void pb_remote_release(pid_t tid);
+int pb_remote_wait_stop(pid_t tid, int *status, long timeout_ms);
+int pb_remote_is_event_stop(int status);
+
 #endif
