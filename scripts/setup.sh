@@ -24,6 +24,8 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 VPY=.venv/bin/python
+# meson-python runs the `meson` it finds on PATH; without build isolation that is the one in .venv
+export PATH="$(pwd)/.venv/bin:$PATH"
 if ! $VPY -c "import torch" 2>/dev/null; then
     echo "setup: installing torch==2.13.0 (CPU) into .venv"
     $VPY -m pip install -q torch==2.13.0
