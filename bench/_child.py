@@ -1,46 +1,62 @@
-"""One measurement for bench/overhead.py: trains (or runs) one model in one mode, prints JSON.
+"""One process of bench/overhead.py: one model under one mode, run step by step when told.
 
-    python3 bench/_child.py --mode MODE --model many|resnet|transformer|noop
+    python3 bench/_child.py --mode MODE --model many|resnet|transformer|noop [--warmup N]
+
+Protocol (stdin/stdout, one line each): after building the model and running --warmup steps
+the child prints "READY"; then for each "RUN n" it runs n steps, timing each one, and prints
+"DONE"; on "END" it prints one JSON line with every timed step and exits. overhead.py keeps
+one child per mode alive and hands out turns, so all modes run interleaved in time and drift in
+the machine's speed falls on all of them alike.
 
 Modes (what is attached to the training process):
-  plain           nothing
-  probing         `import probing` first: the agent with its default recording, exactly what
-                  `probing run` / PROBING=1 do
-  probing-fwd     the same with PROBING_BACKWARD=0 (forward and optimizer rows only)
-  pyhooks         no-op Python global forward pre/post hooks (the floor of any profiler built on
-                  torch's global hooks)
-  torchprof       torch.profiler recording every step (CPU activities), seed 000's "continuous"
-  torchprof-sched torch.profiler with schedule(wait=1, warmup=1, active=3), cycling, prof.step()
-                  every step
-  anchor          Probing (`pip install probing`, the Rust tool) with its torch tracing at full
-                  rate (mode=random, rate=1.0: every module, every step). Must run with the
-                  interpreter of the virtual environment Probing is installed in.
+  plain            nothing
+  plain-2          nothing, a second process: the difference between two identical processes
+                   is the noise floor of the comparison
+  probing          `import probing` first: the agent with its default recording, exactly what
+                   `probing run` / PROBING=1 do (every module, forward and backward, in detail
+                   windows whose spacing keeps their cost under budget; python.steps every step)
+  probing-all      the same with PROBING_DETAIL_EVERY=1: every module, every step (the coverage
+                   Probing's tracing has at rate 1.0)
+  probing-summary  PROBING_DETAIL_EVERY=10^9 PROBING_DETAIL_STEPS=1: no detail after step 0,
+                   the cost between detail windows
+  pyhooks          no-op Python global forward pre/post hooks (the floor of any profiler built
+                   on torch's global hooks)
+  torchprof        torch.profiler recording every step (CPU activities), seed 000's "continuous"
+  torchprof-sched  torch.profiler with schedule(wait=1, warmup=1, active=3), prof.step() every
+                   step
+  anchor           Probing (`pip install probing`, the Rust tool) with its torch tracing at full
+                   rate (mode=random, rate=1.0: every module, every step). Must run with the
+                   interpreter of the virtual environment Probing is installed in.
 py-spy is not a mode here: overhead.py runs `plain` under `py-spy record --rate 100`.
 
 Timing: time.perf_counter_ns around each whole training step (forward, loss, backward,
-optimizer step, zero_grad), after --warmup steps. The noop model times one forward of 1,000
-no-op modules under no_grad (per-call cost); it does one optimizer step on a dummy parameter
-first, because Probing installs its hooks at the first optimizer step.
+optimizer step, zero_grad). The noop model times one forward of 1,000 no-op modules under
+no_grad (per-call cost); it does one optimizer step on a dummy parameter first, because
+Probing installs its hooks at the first optimizer step.
 """
 import argparse
 import contextlib
 import json
 import os
-import statistics
+import shutil
+import subprocess
 import sys
 import time
 
-MODES = ["plain", "probing", "probing-fwd", "pyhooks", "torchprof", "torchprof-sched", "anchor"]
+MODES = ["plain", "plain-2", "probing", "probing-all", "probing-summary", "pyhooks", "torchprof",
+         "torchprof-sched", "anchor"]
 p = argparse.ArgumentParser()
 p.add_argument("--mode", required=True, choices=MODES)
 p.add_argument("--model", required=True, choices=["many", "resnet", "transformer", "noop"])
 p.add_argument("--warmup", type=int, default=10)
-p.add_argument("--steps", type=int, default=40)
 args = p.parse_args()
 
-if args.mode in ("probing", "probing-fwd"):
-    if args.mode == "probing-fwd":
-        os.environ["PROBING_BACKWARD"] = "0"  # forward and optimizer rows only
+if args.mode.startswith("probing"):
+    if args.mode == "probing-all":
+        os.environ["PROBING_DETAIL_EVERY"] = "1"
+    elif args.mode == "probing-summary":
+        os.environ["PROBING_DETAIL_EVERY"] = str(10 ** 9)
+        os.environ["PROBING_DETAIL_STEPS"] = "1"
     import probing  # noqa: F401  starts the agent; hooks go in when torch is imported
 elif args.mode == "anchor":
     import probing  # Probing (the anchor), from its own virtual environment
@@ -104,32 +120,42 @@ def profiler():
     return contextlib.nullcontext()
 
 
+def probing_view():
+    """What probing's agent says about this run: python.steps (wall, detail) and /api/info's
+    detail policy, through the probing CLI on PATH (None when not found)."""
+    exe = shutil.which("probing")
+    if not exe:
+        return None
+    pid = str(os.getpid())
+    q = subprocess.run([exe, pid, "query", "SELECT step, wall, detail FROM python.steps ORDER BY step",
+                        "-f", "json"], capture_output=True, text=True, timeout=120)
+    info = subprocess.run([exe, pid, "info", "-f", "json"], capture_output=True, text=True, timeout=120)
+    try:
+        steps = json.loads(q.stdout)
+        detail = json.loads(info.stdout).get("detail")
+    except ValueError:
+        return {"error": (q.stderr + info.stderr)[-500:]}
+    return {"steps": steps, "detail": detail}
+
+
 model, x, y = build()
 n_modules = sum(1 for _ in model.modules())
 times = []
 with profiler() as prof:
-    def step_done():
-        if args.mode == "torchprof-sched":
-            prof.step()
-
     if args.model == "noop":
         dummy = nn.Parameter(torch.zeros(1))
-        opt = torch.optim.SGD([dummy], lr=0.0)
+        dummy_opt = torch.optim.SGD([dummy], lr=0.0)
         dummy.sum().backward()
-        opt.step()  # Probing (anchor) installs its module hooks at the first optimizer step
-        with torch.no_grad():
-            for i in range(args.warmup + args.steps):
-                t0 = time.perf_counter_ns()
+        dummy_opt.step()  # Probing (anchor) installs its module hooks at the first optimizer step
+
+        def step():
+            with torch.no_grad():
                 model(x)
-                t1 = time.perf_counter_ns()
-                step_done()
-                if i >= args.warmup:
-                    times.append(t1 - t0)
     else:
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
         loss_fn = nn.CrossEntropyLoss()
-        for i in range(args.warmup + args.steps):
-            t0 = time.perf_counter_ns()
+
+        def step():
             out = model(x)
             if out.dim() == 3:
                 loss = loss_fn(out.reshape(-1, out.shape[-1]), y.reshape(-1))
@@ -138,13 +164,29 @@ with profiler() as prof:
             loss.backward()
             opt.step()
             opt.zero_grad()
-            t1 = time.perf_counter_ns()
-            step_done()
-            if i >= args.warmup:
-                times.append(t1 - t0)
 
-print(json.dumps({
-    "mode": args.mode, "model": args.model, "modules": n_modules,
-    "median_ns": statistics.median(times), "mean_ns": statistics.fmean(times),
-    "min_ns": min(times), "max_ns": max(times), "steps": len(times),
-}))
+    def timed_step():
+        t0 = time.perf_counter_ns()
+        step()
+        t1 = time.perf_counter_ns()
+        if args.mode == "torchprof-sched":
+            prof.step()
+        return t1 - t0
+
+    for _ in range(args.warmup):
+        timed_step()
+    print("READY", flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd:
+            continue
+        if cmd[0] == "RUN":
+            for _ in range(int(cmd[1])):
+                times.append(timed_step())
+            print("DONE", flush=True)
+        elif cmd[0] == "END":
+            break
+
+view = probing_view() if args.mode.startswith("probing") and not os.environ.get("BENCH_NO_VIEW") else None
+print("RESULT " + json.dumps({"mode": args.mode, "model": args.model, "modules": n_modules,
+                              "warmup": args.warmup, "times_ns": times, "probing": view}), flush=True)

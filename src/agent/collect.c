@@ -89,8 +89,8 @@ static const pb_column steps_cols[] = {
     COL("step", PB_COL_I64, pb_steps_row, step, "training step"),
     COL("wall", PB_COL_NS_SEC, pb_steps_row, wall_ns, "seconds from the start of the step to its end"),
     COL("data_wait", PB_COL_NS_SEC, pb_steps_row, data_wait_ns, "seconds blocked in DataLoader next() during the step"),
-    COL("forward", PB_COL_NS_SEC, pb_steps_row, forward_ns, "seconds of forward: sum of the step's forward self times in torch_trace"),
-    COL("backward", PB_COL_NS_SEC, pb_steps_row, backward_ns, "seconds of backward: sum of the step's backward self times in torch_trace"),
+    COL("forward", PB_COL_NS_SEC, pb_steps_row, forward_ns, "seconds in root module calls (the model, the loss module): on detail steps the sum of the step's forward self times in torch_trace"),
+    COL("backward", PB_COL_NS_SEC, pb_steps_row, backward_ns, "seconds of backward passes: from the first probed autograd node (a module's output) to the engine's final callbacks, forwards recomputed inside left out"),
     COL("optimizer", PB_COL_NS_SEC, pb_steps_row, optimizer_ns, "seconds in optimizer.step()"),
     COL("collectives", PB_COL_NS_SEC, pb_steps_row, collectives_ns, "seconds in collective operations issued during the step"),
     COL("grad_sync", PB_COL_NS_SEC, pb_steps_row, grad_sync_ns, "seconds in autograd's final callbacks after the backward pass: DistributedDataParallel waiting for its gradient all-reduces (about 0 without DDP)"),
@@ -98,6 +98,7 @@ static const pb_column steps_cols[] = {
     COL("samples", PB_COL_I64, pb_steps_row, samples, "sum of the batch_size of the step's batches; 0 when unknown"),
     COL("syncs", PB_COL_I32, pb_steps_row, syncs, "host-device synchronisations in the step: torch.cuda.synchronize(), and .item()/.tolist()/.cpu() on CUDA tensors (0 on CPU)"),
     COL("rank", PB_COL_U16, pb_steps_row, rank, "distributed rank (RANK), 0 when not distributed"),
+    COL("detail", PB_COL_U8, pb_steps_row, detail, "1 when the step's module executions are in torch_trace (a detail step); 0 for a summary step (PROBING_DETAIL_EVERY)"),
 };
 
 static const char *const phase_names[] = {"step", "after_data", "after_forward", "after_loss",
@@ -705,7 +706,7 @@ void pb_collect_optimizer_done(PyObject *optimizer)
     if (!in_scaler_step) push_amp(pb_torch_current_step(), NAN, 0, 0);
 }
 
-void pb_collect_step_end(int64_t step, int64_t wall_ns)
+void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail)
 {
     pb_steps_row s;
     memset(&s, 0, sizeof s);
@@ -722,6 +723,7 @@ void pb_collect_step_end(int64_t step, int64_t wall_ns)
     s.samples = samples;
     s.syncs = syncs;
     s.rank = pb_torch_rank();
+    s.detail = (uint8_t)(detail != 0);
     push(&pb_table_steps, &s);
 
     pb_memory_row m;

@@ -14,9 +14,9 @@
  * How they see the training loop, without a change to user code:
  *   - C wrappers (pb_wrap_attr in torch_hooks.h) of DataLoader's iterator __next__,
  *     torch.amp.GradScaler.step, torch.optim.Optimizer.zero_grad and torch.cuda.synchronize;
- *   - calls from torch_hooks.c at the points it already observes: every torch_trace row
- *     (stage time), a root forward starting and ending, the backward pass ending, an optimizer
- *     step ending and the step boundary.
+ *   - calls from torch_hooks.c at the points it already observes: stage times (each root
+ *     module call, each backward pass, each optimizer step), a root forward starting and
+ *     ending, the backward pass ending, an optimizer step ending and the step boundary.
  * Everything runs with the GIL held; per-step state is plain C accumulators.
  */
 #ifndef PB_AGENT_COLLECT_H
@@ -60,6 +60,7 @@ typedef struct pb_steps_row {
     int64_t samples;
     int32_t syncs;
     uint16_t rank;
+    uint8_t detail; /* the step's module executions are in torch_trace */
 } pb_steps_row;
 
 typedef struct pb_memory_row {
@@ -150,7 +151,8 @@ void pb_collect_grad_sync(int64_t ns);
 void pb_collect_optimizer_done(PyObject *optimizer);
 
 /* Step `step` ends after wall_ns: writes its python.steps and python.memory rows and resets
- * the accumulators. Called before the step number advances. */
-void pb_collect_step_end(int64_t step, int64_t wall_ns);
+ * the accumulators. detail: the step was a detail step (detail.h). Called before the step
+ * number advances. */
+void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail);
 
 #endif

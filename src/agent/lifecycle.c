@@ -100,6 +100,29 @@ static int info_json(void *ctx, pb_buf *out)
     }
     pb_jsonw_key(&w, "step");
     pb_jsonw_int(&w, pb_torch_current_step());
+    pb_torch_detail_info d;
+    pb_torch_detail(&d);
+    pb_jsonw_key(&w, "detail");
+    if (d.installed) {
+        pb_jsonw_obj_begin(&w);
+        pb_jsonw_key(&w, "every");
+        if (d.automatic) pb_jsonw_str(&w, "auto");
+        else pb_jsonw_int(&w, d.period);
+        pb_jsonw_key(&w, "period");
+        pb_jsonw_int(&w, d.period);
+        pb_jsonw_key(&w, "window");
+        pb_jsonw_int(&w, d.window);
+        pb_jsonw_key(&w, "budget_pct");
+        pb_jsonw_double(&w, d.budget_pct);
+        pb_jsonw_key(&w, "cost");
+        if (d.cost < 0) pb_jsonw_null(&w);
+        else pb_jsonw_double(&w, d.cost);
+        pb_jsonw_key(&w, "now");
+        pb_jsonw_bool(&w, d.now);
+        pb_jsonw_obj_end(&w);
+    } else {
+        pb_jsonw_null(&w);
+    }
     pb_jsonw_key(&w, "version");
     pb_jsonw_str(&w, PB_VERSION);
     return pb_jsonw_obj_end(&w);

@@ -15,6 +15,12 @@
  * 'step' row. Until the first optimizer step is seen, the start of a new forward of the first
  * root module ends the step, so inference loops get one step per forward.
  *
+ * Detail and summary steps (detail.h): rows are pushed only on detail steps. On the others a
+ * module call costs a frame push and pop (no name lookup, no clock read below the root, no
+ * grad_fn lookups), and the step's forward, backward and optimizer times still reach
+ * python.steps: forward from the root module calls, backward from one probe per root output
+ * (the backward pass: its first probed node to the engine's final callback).
+ *
  * Backward: see the section "backward: probes on autograd nodes" below.
  */
 #include "torch_hooks.h"
@@ -24,6 +30,7 @@
 #include "clock.h"
 #include "collect.h"
 #include "config.h"
+#include "detail.h"
 #include "intern.h"
 #include "log.h"
 #include "memsample.h"
@@ -60,6 +67,22 @@ static uint16_t rank;
 static int record_backward = 1; /* PROBING_BACKWARD */
 static int64_t opt_start_ns;
 static uint32_t opt_seq;
+static pb_detail detail_policy;
+static int detail;          /* the current step records rows (detail.h) */
+static int detail_measured; /* no capture ran in the current step: it counts for the policy */
+/* copies of the policy for other threads (pb_torch_detail) */
+static _Atomic int64_t shown_period, shown_window, shown_cost_ppm = -1;
+static _Atomic int shown_automatic, shown_now;
+
+static void show_detail(void)
+{
+    atomic_store_explicit(&shown_period, detail_policy.period, memory_order_relaxed);
+    atomic_store_explicit(&shown_window, detail_policy.window, memory_order_relaxed);
+    atomic_store_explicit(&shown_cost_ppm, detail_policy.cost < 0 ? -1 : (int64_t)(detail_policy.cost * 1e6),
+                          memory_order_relaxed);
+    atomic_store_explicit(&shown_automatic, detail_policy.automatic, memory_order_relaxed);
+    atomic_store_explicit(&shown_now, detail, memory_order_relaxed);
+}
 
 /* ---- per-thread frame stacks ---- */
 
@@ -71,6 +94,7 @@ typedef struct frame {
     int64_t child_ns;     /* inclusive time of nested executions, subtracted for self time */
     uint32_t name, type, seq;
     uint8_t layer_capture; /* first execution of a Linear/convolution: python.layers row at the end */
+    uint8_t detail;        /* recorded in detail (the root's mode, inherited by nested calls) */
 } frame;
 
 typedef struct tstate {
@@ -290,23 +314,31 @@ static inline void push_row(int64_t start_ns, int64_t end_ns, int64_t self_ns, u
     r.rank = rank;
     r.stage = stage;
     pb_ring_push(pb_table_torch_trace.ring, &r);
-    pb_collect_stage_time(stage, self_ns);
 }
 
-static int nactive;
-static void node_map_clear(void);
+static int pass_active, bwd_paused;
+static void pass_abandon(void);
 
 static void end_step(int64_t now)
 {
-    pb_collect_step_end(atomic_load_explicit(&step, memory_order_relaxed), now - step_start_ns);
+    int64_t done = atomic_load_explicit(&step, memory_order_relaxed), wall = now - step_start_ns;
+    pb_collect_step_end(done, wall, detail);
+    pb_detail_step_done(&detail_policy, done, wall, detail, detail_measured && !pb_capture_ranges);
     atomic_fetch_add_explicit(&step, 1, memory_order_relaxed);
     step_start_ns = now;
     seq = 0;
     primary_ran = 0;
     pb_memsample_reset_peak();
-    if (!nactive) node_map_clear(); /* graphs built and never run backward are let go */
+    /* No backward pass is running at a step boundary (the optimizer steps after backward
+     * returned; a recomputing forward inside backward does not end steps once an optimizer was
+     * seen), so one still marked active raised or never reached the engine's final callbacks:
+     * its spans are dropped. Graphs built and never run backward are let go either way. */
+    if (!bwd_paused) pass_abandon();
     if (atomic_load_explicit(&pb_capture_wanted, memory_order_relaxed))
         pb_capture_boundary(atomic_load_explicit(&step, memory_order_relaxed));
+    detail = pb_detail_on(&detail_policy, atomic_load_explicit(&step, memory_order_relaxed)) || pb_capture_ranges;
+    detail_measured = !pb_capture_ranges;
+    show_detail();
 }
 
 /* First grad_fn among a hook argument's tensors (a tensor, or a tuple/list/dict of them).
@@ -365,10 +397,12 @@ static PyObject *first_grad_fn(PyObject *o, int depth)
  * to the innermost active span (deepest; the latest started among equals). Backward intervals do
  * not nest cleanly (two branches that consume one tensor both end when its gradient is complete),
  * which is why a stack would not do. Time spent in forward executions inside backward
- * (activation-checkpoint recomputation) goes to those forward rows. When the first span of a
- * backward pass starts, backward_done is queued with the autograd engine: it closes spans whose
- * end is the end of the pass (modules whose input has no grad_fn) and drops spans whose end never
- * came.
+ * (activation-checkpoint recomputation) goes to those forward rows. When the first probe of a
+ * backward pass runs, backward_done is queued with the autograd engine: it closes spans whose
+ * end is the end of the pass (modules whose input has no grad_fn), drops spans whose end never
+ * came, and adds the pass (first probe to final callback, recomputing forwards left out) to the
+ * step's backward time. On summary steps the only probes are those on the root modules'
+ * outputs: they time the pass and hold no spans.
  */
 
 typedef struct probe probe;
@@ -428,9 +462,12 @@ static int list_add(bspan ***list, int *n, int *cap, bspan *s)
 static bspan *active[MAX_ACTIVE]; /* each holds a ref */
 static int nactive;
 static int64_t last_event_ns;
-static int bwd_paused;            /* forward executions running inside backward */
+/* pass_active: a probe ran and backward_done is queued; bwd_paused: a forward runs inside it
+ * (declared above end_step) */
+static int64_t pass_start_ns, pass_paused_ns, pause_start_ns;
 static PyObject *backward_done_fn, *backward_synced_fn;
 static int64_t backward_done_ns;  /* when backward_done ran; 0 when no backward_synced is due */
+static void node_map_clear(void);
 
 static void sweep(int64_t now)
 {
@@ -445,14 +482,36 @@ static void sweep(int64_t now)
     last_event_ns = now;
 }
 
+/* The first probe of a backward pass ran: queue backward_done with the engine. */
+static void pass_begin(int64_t now)
+{
+    if (!queue_callback) return; /* without it no pass can be closed: spans of input modules stay open */
+    PyObject *r = PyObject_CallOneArg(queue_callback, backward_done_fn);
+    if (!r) {
+        PyErr_Clear();
+        return;
+    }
+    Py_DECREF(r);
+    pass_active = 1;
+    pass_start_ns = now;
+    pass_paused_ns = 0;
+}
+
+/* Drops the spans of a pass whose final callback never ran, and the probed nodes. */
+static void pass_abandon(void)
+{
+    for (int i = 0; i < nactive; i++) {
+        active[i]->started = 0;
+        span_unref(active[i]);
+    }
+    nactive = 0;
+    pass_active = 0;
+    node_map_clear();
+}
+
 static void span_start(bspan *s, int64_t now)
 {
     if (s->started) return;
-    if (nactive == 0 && queue_callback) {
-        PyObject *r = PyObject_CallOneArg(queue_callback, backward_done_fn);
-        if (r) Py_DECREF(r);
-        else PyErr_Clear();
-    }
     if (nactive >= MAX_ACTIVE) return; /* pathological graph: this execution gets no row */
     s->start_ns = now;
     s->self_ns = 0;
@@ -483,6 +542,7 @@ static PyObject *probe_vectorcall(PyObject *self, PyObject *const *args, size_t 
     probe *p = (probe *)self;
     if (!atomic_load_explicit(&enabled, memory_order_relaxed)) Py_RETURN_NONE;
     int64_t now = pb_now_ns();
+    if (!pass_active) pass_begin(now);
     sweep(now);
     for (int i = 0; i < p->nends; i++) span_end(p->ends[i], now);
     for (int i = 0; i < p->nstarts; i++) {
@@ -533,6 +593,11 @@ static PyObject *backward_done(PyObject *self, PyObject *unused)
         span_unref(s);
     }
     node_map_clear();
+    if (pass_active) {
+        int64_t pass_ns = now - pass_start_ns - pass_paused_ns;
+        pb_collect_stage_time(PB_STAGE_BACKWARD, pass_ns > 0 ? pass_ns : 0);
+        pass_active = 0;
+    }
     if (atomic_load_explicit(&enabled, memory_order_relaxed)) pb_collect_phase(PB_PHASE_AFTER_BACKWARD);
     /* Callbacks queued while the engine runs its final callbacks run after the ones already
      * queued: DistributedDataParallel's, which waits for the gradient all-reduces. The time until
@@ -729,23 +794,33 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
     }
     if (ts->depth == 0) {
         if (pb_capture_ranges) pb_capture_root_call();
-        if (nactive) { /* a forward inside backward (checkpoint recompute): its time is forward's */
-            sweep(pb_now_ns());
-            bwd_paused++;
+        if (pass_active) { /* a forward inside backward (checkpoint recompute): its time is forward's */
+            int64_t now = pb_now_ns();
+            sweep(now);
+            bwd_paused = 1;
+            pause_start_ns = now;
         }
         if (!primary_root) primary_root = mod;
         else if (!training_latched && mod == primary_root && primary_ran) end_step(pb_now_ns());
         if (mod == primary_root) pb_collect_forward_begin();
     }
+    frame *f = &ts->stack[ts->depth];
+    f->module = mod;
+    f->in_grad_fn = NULL;
+    f->range = NULL;
+    f->layer_capture = 0;
+    f->detail = (uint8_t)(ts->depth ? ts->stack[ts->depth - 1].detail : detail);
+    ts->depth++;
+    if (!f->detail) { /* summary: only the root's time is needed */
+        if (ts->depth == 1) f->start_ns = pb_now_ns();
+        return;
+    }
     mod_entry fallback, *e = map_find(mod);
     if (!e) e = discover(mod, ts, &fallback);
-    frame *f = &ts->stack[ts->depth++];
-    f->module = mod;
     f->name = e->name;
     f->type = e->type;
     f->seq = seq++;
     f->child_ns = 0;
-    f->in_grad_fn = NULL;
     f->layer_capture = e->layer_pending;
     e->layer_pending = 0;
     if (record_backward && grad_enabled())
@@ -762,6 +837,17 @@ static inline void end_capture_range(frame *f)
         f->range = NULL;
         pb_capture_range_exit(handle);
     }
+}
+
+/* A root module call of a summary step returned `output`: a probe on its grad_fn times the
+ * backward pass that will run through it. [GIL held] */
+static void probe_root_output(PyObject *output)
+{
+    if (!record_backward || output == Py_None || !grad_enabled()) return;
+    PyObject *gf = first_grad_fn(output, 0);
+    if (!gf) return;
+    if (!probe_for(gf)) PyErr_Clear();
+    Py_DECREF(gf);
 }
 
 /* A module execution ended at `now` with `output`, or with an exception (output NULL: no row).
@@ -785,37 +871,46 @@ static void leave(PyObject *mod, PyObject *output, int64_t now)
         Py_CLEAR(skipped->in_grad_fn);
     }
     frame *f = &ts->stack[--ts->depth];
-    end_capture_range(f);
     uint16_t depth = (uint16_t)ts->depth;
-    int64_t total = now - f->start_ns;
-    if (output) {
-        push_row(f->start_ns, now, total - f->child_ns, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
-        if (record_backward && output != Py_None && (f->in_grad_fn || grad_enabled())) {
-            PyObject *out_gf = first_grad_fn(output, 0);
-            if (out_gf) {
-                register_backward(f, out_gf, depth);
-                Py_DECREF(out_gf);
+    int64_t total = now - f->start_ns; /* meaningful for detail frames and roots */
+    if (f->detail) {
+        end_capture_range(f);
+        if (output) {
+            push_row(f->start_ns, now, total - f->child_ns, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
+            if (record_backward && output != Py_None && (f->in_grad_fn || grad_enabled())) {
+                PyObject *out_gf = first_grad_fn(output, 0);
+                if (out_gf) {
+                    register_backward(f, out_gf, depth);
+                    Py_DECREF(out_gf);
+                }
             }
         }
-    }
-    if (depth > 0) ts->stack[depth - 1].child_ns += total;
-    else if (bwd_paused) {
-        bwd_paused--;
-        last_event_ns = pb_now_ns();
-    }
-    Py_CLEAR(f->in_grad_fn);
-    if (f->layer_capture) { /* last use of f: reading the layer may run Python that enters modules */
-        uint32_t name = f->name, type = f->type;
-        f->layer_capture = 0;
-        if (output) {
-            pb_collect_layer(mod, name, type, output);
-        } else { /* raised: try again at its next execution */
-            mod_entry *e = map_find(mod);
-            if (e) e->layer_pending = 1;
+        if (depth > 0) ts->stack[depth - 1].child_ns += total;
+        Py_CLEAR(f->in_grad_fn);
+        if (f->layer_capture) { /* last use of f: reading the layer may run Python that enters modules */
+            uint32_t name = f->name, type = f->type;
+            f->layer_capture = 0;
+            if (output) {
+                pb_collect_layer(mod, name, type, output);
+            } else { /* raised: try again at its next execution */
+                mod_entry *e = map_find(mod);
+                if (e) e->layer_pending = 1;
+            }
         }
+    } else if (depth == 0 && output) {
+        probe_root_output(output);
     }
-    if (depth == 0 && output) pb_collect_phase(mod == primary_root ? PB_PHASE_AFTER_FORWARD : PB_PHASE_AFTER_LOSS);
-    if (depth == 0 && mod == primary_root) primary_ran = 1;
+    if (depth > 0) return;
+    /* a root call: its whole time is forward time (self times of its tree sum to it) */
+    if (output) pb_collect_stage_time(PB_STAGE_FORWARD, total);
+    if (bwd_paused) {
+        int64_t t = pb_now_ns();
+        bwd_paused = 0;
+        pass_paused_ns += t - pause_start_ns;
+        last_event_ns = t;
+    }
+    if (output) pb_collect_phase(mod == primary_root ? PB_PHASE_AFTER_FORWARD : PB_PHASE_AFTER_LOSS);
+    if (mod == primary_root) primary_ran = 1;
 }
 
 /* forward pre-hook(module, args) — PROBING_HOOK_MODE=hooks */
@@ -1069,10 +1164,14 @@ static PyObject *opt_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
 {
     int64_t now = pb_now_ns();
     if (!atomic_load_explicit(&enabled, memory_order_relaxed) || nargs < 1) Py_RETURN_NONE;
-    tstate *ts = get_tstate();
-    uint32_t name = pb_intern_cstr(class_name(args[0]));
-    if (opt_start_ns)
-        push_row(opt_start_ns, now, now - opt_start_ns, opt_seq, name, name, 0, PB_STAGE_STEP, ts ? ts->tid : 0);
+    if (opt_start_ns) {
+        pb_collect_stage_time(PB_STAGE_STEP, now - opt_start_ns);
+        if (detail) {
+            tstate *ts = get_tstate();
+            uint32_t name = pb_intern_cstr(class_name(args[0]));
+            push_row(opt_start_ns, now, now - opt_start_ns, opt_seq, name, name, 0, PB_STAGE_STEP, ts ? ts->tid : 0);
+        }
+    }
     opt_start_ns = 0;
     training_latched = 1;
     pb_collect_optimizer_done(args[0]);
@@ -1195,6 +1294,13 @@ int pb_torch_hooks_install(void)
     PyErr_Clear();
 
     record_backward = pb_config_int("PROBING_BACKWARD", 1) != 0;
+    if (pb_detail_init(&detail_policy, pb_config_str("PROBING_DETAIL_EVERY"), pb_config_int("PROBING_DETAIL_STEPS", 8),
+                       pb_config_double("PROBING_DETAIL_BUDGET", 0.5)))
+        pb_log_warn("ignoring PROBING_DETAIL_EVERY=%s: not 'auto' or a number of steps; using auto",
+                    pb_config_str("PROBING_DETAIL_EVERY"));
+    detail = pb_detail_on(&detail_policy, atomic_load_explicit(&step, memory_order_relaxed));
+    detail_measured = 1;
+    show_detail();
     const char *r = getenv("RANK");
     rank = r ? (uint16_t)atoi(r) : 0;
     if (!step_start_ns) step_start_ns = pb_now_ns();
@@ -1258,11 +1364,9 @@ void pb_torch_hooks_remove(void)
         Py_CLEAR(handles[i]);
     }
     map_clear();
-    for (int i = 0; i < nactive; i++) span_unref(active[i]);
-    nactive = 0;
+    pass_abandon();
     bwd_paused = 0;
     backward_done_ns = 0;
-    node_map_clear();
     Py_CLEAR(queue_callback);
     installed = 0;
     primary_root = NULL;
@@ -1277,3 +1381,17 @@ int pb_torch_hooks_active(void) { return installed && atomic_load(&enabled); }
 const char *pb_torch_version(void) { return atomic_load(&torch_version_set) ? torch_version : NULL; }
 
 int64_t pb_torch_current_step(void) { return atomic_load_explicit(&step, memory_order_relaxed); }
+
+void pb_torch_detail(pb_torch_detail_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->installed = pb_torch_hooks_active();
+    if (!out->installed) return;
+    out->automatic = atomic_load_explicit(&shown_automatic, memory_order_relaxed);
+    out->now = atomic_load_explicit(&shown_now, memory_order_relaxed);
+    out->period = atomic_load_explicit(&shown_period, memory_order_relaxed);
+    out->window = atomic_load_explicit(&shown_window, memory_order_relaxed);
+    out->budget_pct = pb_config_double("PROBING_DETAIL_BUDGET", 0.5);
+    int64_t ppm = atomic_load_explicit(&shown_cost_ppm, memory_order_relaxed);
+    out->cost = ppm < 0 ? -1 : (double)ppm / 1e6;
+}

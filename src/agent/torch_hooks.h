@@ -34,6 +34,19 @@ const char *pb_torch_version(void);
 /* The current step number. [any thread, racy read] */
 int64_t pb_torch_current_step(void);
 
+/* The detail-window policy as of the last step boundary (detail.h), for /api/info. */
+typedef struct pb_torch_detail_info {
+    int installed;   /* torch hooks were installed (else the rest is zero) */
+    int automatic;   /* period chosen from the measured cost */
+    int now;         /* the current step is a detail step */
+    int64_t period, window;
+    double budget_pct;
+    double cost;     /* measured cost of a detail step (fraction of a summary step); < 0 none yet */
+} pb_torch_detail_info;
+
+/* [any thread] */
+void pb_torch_detail(pb_torch_detail_info *out);
+
 /* The four hook callables, as a new tuple. torch.compile (dynamo) must treat them as no-ops
  * rather than graph-break on them: the package adds them to
  * torch._dynamo.config.ignore_logging_functions when dynamo is imported. [GIL held] */

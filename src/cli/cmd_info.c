@@ -19,7 +19,7 @@ static const struct {
     {"pid", "pid"},         {"cmdline", "command"}, {"python", "python"},
     {"torch", "torch"},     {"started_unix", "started"}, {"uptime_s", "uptime"},
     {"endpoint", "endpoint"}, {"tcp", "tcp"},       {"rank", "rank"},
-    {"version", "probing"},
+    {"detail", "detail"},   {"version", "probing"},
 };
 
 static int is_known(const char *key)
@@ -51,6 +51,23 @@ static void put_value(pb_buf *b, const char *key, json_t *v)
     } else if (strcmp(key, "uptime_s") == 0 && json_is_number(v)) {
         pb_format_duration(json_number_value(v), text, sizeof text);
         pb_buf_puts(b, text);
+    } else if (strcmp(key, "detail") == 0 && json_is_object(v)) {
+        /* the detail-window policy (docs/tables.md) */
+        json_t *every = json_object_get(v, "every"), *cost = json_object_get(v, "cost");
+        snprintf(text, sizeof text, "%lld steps every %lld (%s",
+                 (long long)json_integer_value(json_object_get(v, "window")),
+                 (long long)json_integer_value(json_object_get(v, "period")),
+                 json_is_string(every) ? "auto" : "fixed");
+        pb_buf_puts(b, text);
+        if (json_is_string(every)) {
+            if (json_is_number(cost))
+                snprintf(text, sizeof text, ": a detail step costs %+.1f%%, budget %.2g%%", json_number_value(cost) * 100,
+                         json_number_value(json_object_get(v, "budget_pct")));
+            else
+                snprintf(text, sizeof text, ": cost not measured yet");
+            pb_buf_puts(b, text);
+        }
+        pb_buf_puts(b, json_is_true(json_object_get(v, "now")) ? "); this step: detail" : "); this step: summary");
     } else if (json_is_string(v)) {
         pb_format_sanitize(b, json_string_value(v), json_string_length(v));
     } else {

@@ -190,7 +190,7 @@ static void check_alignment(pb__report *r, const amp_use *u)
         return;
     }
     char sql[SQL_MAX];
-    long long first = pb__report_steady_first(r);
+    long long first = r->mod_lo;
     pb__report_sqlf(
         sql,
         "SELECT l.module, l.type, l.in_features, l.out_features, l.rows, l.compute_dtype,\n"
@@ -201,7 +201,7 @@ static void check_alignment(pb__report *r, const amp_use *u)
         "      WHERE step BETWEEN %lld AND %lld GROUP BY module) t ON t.module = l.module\n"
         "WHERE l.device LIKE 'cuda%%' AND l.compute_dtype IN ('float16', 'bfloat16')\n"
         "ORDER BY t.self_s DESC",
-        first, r->hi, first, r->hi);
+        first, r->mod_hi, first, r->mod_hi);
     json_t *rows = pb__report_run(r, sql), *row;
     size_t i, checked = 0, misaligned = 0;
     double total = 0, bad_s = 0;

@@ -23,6 +23,7 @@ typedef struct pb__step_row {
     double wall, forward, backward, optimizer, data, collectives, memory_mb;
     double samples, syncs;
     int has_data, has_collectives, has_memory;
+    int detail; /* python.steps.detail: the step's module executions are in torch_trace */
 } pb__step_row;
 
 typedef struct pb__report {
@@ -35,12 +36,26 @@ typedef struct pb__report {
     /* rows of each optional table: -1 missing, else the count */
     long long n_steps, n_loader, n_memory, n_amp, n_nccl, n_gpu, n_breakdown, n_layers;
     double mean_wall;
+    /* Detail windows (python.steps.detail, src/agent/detail.h): per-module rows exist only for
+     * detail steps, which probing's own recording slows down. */
+    int have_detail;        /* python.steps has the detail column */
+    int skip_detail;        /* time the job on summary steps only (enough of them in the window) */
+    size_t detail_steady;   /* steady detail steps in the window */
+    long long mod_lo, mod_hi; /* the steps whose torch_trace rows the module rules read */
+    long long last_detail_lo, last_detail_hi; /* the last run of detail steps loaded; -1 none */
 } pb__report;
 
 /* First step after the warm-up (the steady window is [that, r->hi]); r->lo when none. */
 static inline long long pb__report_steady_first(const pb__report *r)
 {
     return r->count > r->warmup ? r->steps[r->warmup].step : r->lo;
+}
+
+/* Whether window step i times the job: a steady step, and not one of probing's detail steps
+ * when the window has enough summary steps to go by. */
+static inline int pb__report_timing_step(const pb__report *r, size_t i)
+{
+    return i >= r->warmup && i < r->count && !(r->skip_detail && r->steps[i].detail);
 }
 
 /* snprintf into a SQL_MAX buffer. */

@@ -120,6 +120,12 @@ static void print_baseline(FILE *out, json_t *doc)
             (long long)num(b, "first_step"), (long long)num(b, "last_step"),
             (long long)num(b, "steady_steps"), (long long)num(b, "warmup_steps"),
             json_string_value(json_object_get(b, "step_source")));
+    if (json_is_true(json_object_get(b, "detail_steps_left_out")))
+        fprintf(out,
+                "  %lld detail step(s) (every module recorded, python.steps.detail = 1) timed apart: "
+                "median %.3f ms vs %.3f ms; the figures below are the other steps\n",
+                (long long)num(b, "detail_steps"), num(b, "detail_median_s") * 1e3,
+                num(b, "summary_median_s") * 1e3);
     if (json_is_object(st))
         fprintf(out,
                 "  step time (ms): mean %.3f  std %.3f  median %.3f  p95 %.3f  p99 %.3f  "
@@ -293,6 +299,10 @@ int pb_report_render(FILE *out, json_t *doc)
         if (json_is_string(json_object_get(comp, "unaccounted_means")))
             fprintf(out, "  unaccounted = %s\n",
                     json_string_value(json_object_get(comp, "unaccounted_means")));
+        if (json_is_string(json_object_get(comp, "module_steps_note")))
+            fprintf(out, "  modules: steps %lld..%lld; %s\n", (long long)num(comp, "module_first_step"),
+                    (long long)num(comp, "module_last_step"),
+                    json_string_value(json_object_get(comp, "module_steps_note")));
         print_modules(out, "top modules by self time", json_object_get(comp, "top_by_self"),
                       json_string_value(json_object_get(comp, "top_by_self_sql")));
         print_modules(out, "top modules by total time", json_object_get(comp, "top_by_total"),

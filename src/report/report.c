@@ -224,18 +224,25 @@ double pb__report_percentile(const double *v, size_t n, double p)
     return v[i] + (pos - (double)i) * (v[i + 1] - v[i]);
 }
 
-/* Median of the walls of steps[from, to). */
-static double median_wall(const pb__step_row *s, size_t from, size_t to)
+/* Median of the walls of steps[from, to); kind: -1 every step, 0 summary steps, 1 detail
+ * steps. NaN when there is none. */
+static double median_wall_of(const pb__step_row *s, size_t from, size_t to, int kind)
 {
-    size_t n = to - from;
-    if (n == 0) return NAN;
-    double *v = malloc(n * sizeof *v);
+    if (to <= from) return NAN;
+    double *v = malloc((to - from) * sizeof *v);
     if (!v) return NAN;
-    for (size_t i = 0; i < n; i++) v[i] = s[from + i].wall;
+    size_t n = 0;
+    for (size_t i = from; i < to; i++)
+        if (kind < 0 || s[i].detail == kind) v[n++] = s[i].wall;
     qsort(v, n, sizeof *v, pb__report_cmp_double);
     double m = pb__report_percentile(v, n, 50);
     free(v);
     return m;
+}
+
+static double median_wall(const pb__step_row *s, size_t from, size_t to)
+{
+    return median_wall_of(s, from, to, -1);
 }
 
 /* Finds the index of step in r->steps, or -1. */
@@ -252,10 +259,10 @@ static long find_step(const pb__report *r, long long step)
     return lo < r->count && r->steps[lo].step == step ? (long)lo : -1;
 }
 
-static const char *steady_filter(pb__report *r, char *buf)
+/* The steps whose python.torch_trace rows the module rules read (r->mod_lo..mod_hi). */
+static const char *module_filter(pb__report *r, char *buf)
 {
-    long long first = r->count ? r->steps[r->warmup].step : 0;
-    snprintf(buf, 128, "step BETWEEN %lld AND %lld", first, r->hi);
+    snprintf(buf, 128, "step BETWEEN %lld AND %lld", r->mod_lo, r->mod_hi);
     return buf;
 }
 
@@ -276,13 +283,33 @@ static const char STEPS_TABLE_SQL[] =
     "SELECT step, wall, data_wait, forward, backward, optimizer, collectives, samples, syncs\n"
     "FROM python.steps ORDER BY step";
 
+/* The same with python.steps.detail (agents since detail windows; older ones and their
+ * recordings lack the column). */
+static const char STEPS_DETAIL_SQL[] =
+    "SELECT step, wall, data_wait, forward, backward, optimizer, collectives, samples, syncs, detail\n"
+    "FROM python.steps ORDER BY step";
+
+/* The SQL the per-step figures come from. */
+static const char *steps_sql(const pb__report *r)
+{
+    if (!r->from_steps_table) return TRACE_STEPS_SQL;
+    return r->have_detail ? STEPS_DETAIL_SQL : STEPS_TABLE_SQL;
+}
+
 /* Loads every complete step, keeps the last `last` (0: all). Returns 0, or -1 when
  * python.torch_trace cannot be read (*error set). */
 static int load_steps(pb__report *r, int last, char **error)
 {
     json_t *rows = NULL;
     char *err = NULL;
-    const char *sql = r->from_steps_table ? STEPS_TABLE_SQL : TRACE_STEPS_SQL;
+    if (r->from_steps_table) {
+        char *why = NULL;
+        json_t *probe = pb__report_try(r, "SELECT detail FROM python.steps LIMIT 1", &why);
+        r->have_detail = probe != NULL;
+        json_decref(probe);
+        free(why);
+    }
+    const char *sql = steps_sql(r);
     if (r->src->query(r->src->ctx, sql, &rows, &err) || !json_is_array(rows)) {
         *error = pb__report_textf("cannot read %s: %s",
                                   r->from_steps_table ? "python.steps" : "python.torch_trace",
@@ -322,6 +349,7 @@ static int load_steps(pb__report *r, int last, char **error)
             s.collectives = pb__report_num(row, "collectives", &s.has_collectives);
             s.samples = pb__report_num(row, "samples", NULL);
             s.syncs = pb__report_num(row, "syncs", NULL);
+            s.detail = r->have_detail && pb__report_num(row, "detail", NULL) != 0;
         } else if (r->have_optimizer) {
             s.wall = pb__report_num(row, "optimizer_end", &ok); /* no step row: not complete */
             s.memory_mb = pb__report_num(row, "memory_mb", &s.has_memory);
@@ -333,6 +361,15 @@ static int load_steps(pb__report *r, int last, char **error)
         r->steps[k++] = s;
     }
     json_decref(rows);
+    /* The last run of detail steps, for the module rules when the window holds none. */
+    r->last_detail_lo = r->last_detail_hi = -1;
+    for (size_t j = k; j-- > 0;) {
+        if (!r->steps[j].detail) continue;
+        r->last_detail_hi = r->steps[j].step;
+        while (j > 0 && r->steps[j - 1].detail && r->steps[j - 1].step == r->steps[j].step - 1) j--;
+        r->last_detail_lo = r->steps[j].step;
+        break;
+    }
     if (last > 0 && k > (size_t)last) {
         memmove(r->steps, r->steps + (k - (size_t)last), (size_t)last * sizeof *r->steps);
         k = (size_t)last;
@@ -367,13 +404,41 @@ static void merge_per_step(pb__report *r, const char *sql, int field)
 
 /* ------------------------------------------------------------------ phase 1: baseline */
 
+/* Leading steps much slower than the later ones. A detail step is compared with the later
+ * detail steps (probing's recording makes them slower than summary steps, which is not
+ * warm-up), or with all later steps when fewer than three are detail steps. */
 static void detect_warmup(pb__report *r)
 {
     size_t k = 0;
-    while (r->count >= 3 && k < r->count / 2 &&
-           r->steps[k].wall > WARMUP_FACTOR * median_wall(r->steps, k + 1, r->count))
+    while (r->count >= 3 && k < r->count / 2) {
+        size_t same = 0;
+        for (size_t i = k + 1; i < r->count; i++) same += r->steps[i].detail == r->steps[k].detail;
+        double ref = same >= 3 ? median_wall_of(r->steps, k + 1, r->count, r->steps[k].detail)
+                               : median_wall(r->steps, k + 1, r->count);
+        if (!(r->steps[k].wall > WARMUP_FACTOR * ref)) break;
         k++;
+    }
     r->warmup = k;
+}
+
+/* After the warm-up is known: whether to time the job on summary steps only, and which steps
+ * the module rules read. */
+static void detail_window(pb__report *r)
+{
+    size_t summary = 0, detail = 0;
+    for (size_t i = r->warmup; i < r->count; i++) {
+        if (r->steps[i].detail) detail++;
+        else summary++;
+    }
+    r->detail_steady = detail;
+    r->skip_detail = r->have_detail && detail > 0 && summary >= 3;
+    r->mod_lo = pb__report_steady_first(r);
+    r->mod_hi = r->hi;
+    if (r->have_detail && detail == 0 && r->last_detail_lo >= 0) {
+        /* the window holds no detail step: the modules of the last detail window */
+        r->mod_lo = r->last_detail_lo;
+        r->mod_hi = r->last_detail_hi;
+    }
 }
 
 static double batch_size(pb__report *r, const char **source)
@@ -411,7 +476,8 @@ static double batch_size(pb__report *r, const char **source)
 static void phase_baseline(pb__report *r)
 {
     json_t *b = json_object();
-    size_t n = r->count - r->warmup;
+    size_t n = 0, timed = 0;
+    for (size_t i = r->warmup; i < r->count; i++) timed += pb__report_timing_step(r, i);
     json_object_set_new(b, "step_source",
                         json_string(r->from_steps_table ? "python.steps"
                                     : r->have_optimizer
@@ -422,14 +488,24 @@ static void phase_baseline(pb__report *r)
     json_object_set_new(b, "first_step", json_integer(r->lo));
     json_object_set_new(b, "last_step", json_integer(r->hi));
     json_object_set_new(b, "warmup_steps", json_integer((json_int_t)r->warmup));
-    json_object_set_new(b, "steady_steps", json_integer((json_int_t)n));
+    json_object_set_new(b, "steady_steps", json_integer((json_int_t)(r->count - r->warmup)));
+    json_object_set_new(b, "detail_steps", r->have_detail ? json_integer((json_int_t)r->detail_steady) : json_null());
+    json_object_set_new(b, "detail_steps_left_out", json_boolean(r->skip_detail));
+    if (r->skip_detail) {
+        /* what probing's per-module recording cost on the steps it made in detail */
+        double d = median_wall_of(r->steps, r->warmup, r->count, 1),
+               m = median_wall_of(r->steps, r->warmup, r->count, 0);
+        json_object_set_new(b, "detail_median_s", pb__report_real(d));
+        json_object_set_new(b, "summary_median_s", pb__report_real(m));
+    }
     json_object_set_new(b, "sql",
-                        json_string(r->from_steps_table ? STEPS_TABLE_SQL : TRACE_STEPS_SQL));
-    double *v = malloc((n ? n : 1) * sizeof *v), sum = 0, sq = 0;
-    if (v && n) {
-        for (size_t i = 0; i < n; i++) {
-            v[i] = r->steps[r->warmup + i].wall;
-            sum += v[i];
+                        json_string(steps_sql(r)));
+    double *v = malloc((timed ? timed : 1) * sizeof *v), sum = 0, sq = 0;
+    if (v && timed) {
+        for (size_t i = r->warmup; i < r->count; i++) {
+            if (!pb__report_timing_step(r, i)) continue;
+            v[n] = r->steps[i].wall;
+            sum += v[n++];
         }
         qsort(v, n, sizeof *v, pb__report_cmp_double);
         double mean = sum / (double)n;
@@ -471,17 +547,18 @@ static void phase_baseline(pb__report *r)
                     "first step took %.1fx the steady median; %zu warm-up step%s left out "
                     "of the statistics",
                     r->steps[0].wall / median, r->warmup, r->warmup == 1 ? "" : "s"),
-                nums, r->from_steps_table ? STEPS_TABLE_SQL : TRACE_STEPS_SQL,
+                nums, steps_sql(r),
                 "Expected: the first iterations include one-time costs (lazy init, "
                 "allocator warm-up, JIT/cudnn autotuning). Always warm up before timing "
                 "(seed 002: minimum 3 iterations, recommend 5-10).");
         }
         double median = pb__report_percentile(v, n, 50);
         if (n >= 3 && v[n - 1] > OUTLIER_FACTOR * median) {
-            size_t slow = 0, worst = r->warmup;
+            size_t slow = 0, worst = r->count;
             for (size_t i = r->warmup; i < r->count; i++) {
+                if (!pb__report_timing_step(r, i)) continue;
                 if (r->steps[i].wall > OUTLIER_FACTOR * median) slow++;
-                if (r->steps[i].wall > r->steps[worst].wall) worst = i;
+                if (worst == r->count || r->steps[i].wall > r->steps[worst].wall) worst = i;
             }
             json_t *nums = json_object();
             json_object_set_new(nums, "slow_steps", json_integer((json_int_t)slow));
@@ -489,11 +566,14 @@ static void phase_baseline(pb__report *r)
             json_object_set_new(nums, "worst_s", pb__report_real(r->steps[worst].wall));
             json_object_set_new(nums, "median_s", pb__report_real(median));
             char sql[SQL_MAX];
-            pb__report_sqlf(
-                sql,
-                "SELECT module, stage, duration, total_duration FROM python.torch_trace "
-                "WHERE step = %lld ORDER BY duration DESC LIMIT 10",
-                r->steps[worst].step);
+            if (r->steps[worst].detail || !r->have_detail)
+                pb__report_sqlf(
+                    sql,
+                    "SELECT module, stage, duration, total_duration FROM python.torch_trace "
+                    "WHERE step = %lld ORDER BY duration DESC LIMIT 10",
+                    r->steps[worst].step);
+            else /* a summary step: no module rows, but its parts */
+                pb__report_sqlf(sql, "SELECT * FROM python.steps WHERE step = %lld", r->steps[worst].step);
             pb__report_finding(
                 r, "outlier_steps", "baseline", "info",
                 pb__report_textf(
@@ -539,7 +619,7 @@ static shares mean_shares(pb__report *r)
     double limit = OUTLIER_FACTOR * median_wall(r->steps, r->warmup, r->count);
     for (size_t i = r->warmup; i < r->count; i++) {
         const pb__step_row *s = &r->steps[i];
-        if (s->wall > limit) continue;
+        if (!pb__report_timing_step(r, i) || s->wall > limit) continue;
         n++;
         m.wall += s->wall;
         m.forward += s->forward;
@@ -572,7 +652,7 @@ static json_t *top_modules(pb__report *r, const char *order_by, char *sql_out)
                     " AS self_share\n"
                     "FROM python.torch_trace WHERE %s\n"
                     "GROUP BY module, stage ORDER BY %s DESC LIMIT 5",
-                    steady_filter(r, filter), steady_filter(r, filter), order_by);
+                    module_filter(r, filter), module_filter(r, filter), order_by);
     return pb__report_run(r, sql_out);
 }
 
@@ -587,7 +667,7 @@ static int host_overhead(pb__report *r, double *calls_per_step, double *median_s
         "        ORDER BY duration LIMIT 1 OFFSET (SELECT COUNT(*) / 2 FROM python.torch_trace"
         " WHERE stage = 'forward' AND %s)) AS median_forward_self_s\n"
         "FROM python.torch_trace WHERE stage = 'forward' AND %s",
-        steady_filter(r, filter), steady_filter(r, filter), steady_filter(r, filter));
+        module_filter(r, filter), module_filter(r, filter), module_filter(r, filter));
     json_t *rows = pb__report_run(r, sql);
     int ok1 = 0, ok2 = 0;
     if (rows && json_array_size(rows) == 1) {
@@ -604,7 +684,7 @@ static void phases_bottleneck_component(pb__report *r)
     shares m = mean_shares(r);
     json_t *comp = json_object(), *bn = json_object();
     char sql[SQL_MAX], filter[128];
-    const char *step_sql = r->from_steps_table ? STEPS_TABLE_SQL : TRACE_STEPS_SQL;
+    const char *step_sql = steps_sql(r);
     double wall = m.wall > 0 ? m.wall : 1;
     json_t *sh = json_object();
     json_object_set_new(sh, "forward", pb__report_real(m.forward / wall));
@@ -629,6 +709,13 @@ static void phases_bottleneck_component(pb__report *r)
     json_object_set_new(comp, "top_by_self_sql", json_string(sql_self));
     json_object_set_new(comp, "top_by_total", top_total ? top_total : json_array());
     json_object_set_new(comp, "top_by_total_sql", json_string(sql_total));
+    json_object_set_new(comp, "module_first_step", json_integer(r->mod_lo));
+    json_object_set_new(comp, "module_last_step", json_integer(r->mod_hi));
+    json_object_set_new(comp, "module_steps_note",
+                        r->have_detail && r->detail_steady == 0 && r->last_detail_lo >= 0
+                            ? json_string("the window holds no detail step: modules of the last detail window")
+                        : r->have_detail ? json_string("module rows exist for detail steps only (python.steps.detail)")
+                                         : json_null());
     json_object_set_new(r->doc, "component", comp);
 
     double compute = m.forward + m.backward + m.optimizer;
@@ -817,7 +904,7 @@ static void phases_bottleneck_component(pb__report *r)
         pb__report_sqlf(sql,
                         "SELECT step, stage, duration, total_duration FROM python.torch_trace "
                         "WHERE module = '%s' AND %s ORDER BY step",
-                        top_name, steady_filter(r, filter));
+                        top_name, module_filter(r, filter));
         /* Module names are Python identifiers and dots; never quote-breaking. */
         if (!strchr(top_name, '\''))
             pb__report_suggest(r, "follow the module with the largest self time step by step",
@@ -1129,7 +1216,7 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
                                             "empty (has the model run a forward pass?)"
                                           : "no complete step recorded yet (no optimizer step has "
                                             "ended and no forward has finished)"),
-            NULL, r.from_steps_table ? STEPS_TABLE_SQL : TRACE_STEPS_SQL,
+            NULL, steps_sql(&r),
             "Run the report again once the job has done a few steps.");
     } else {
         char sql[SQL_MAX];
@@ -1161,6 +1248,7 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
             r.warmup = 0;
         else
             detect_warmup(&r);
+        detail_window(&r);
         phase_baseline(&r);
         phases_bottleneck_component(&r);
         if (r.count == 1)

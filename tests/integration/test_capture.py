@@ -98,6 +98,14 @@ def test_capture_names_the_aten_ops_of_each_module(cli, training, tmp_path):
     counts = cli.query(training.target(), f"SELECT count(*) AS n, sum(calls) AS c {where}")[0]
     assert counts["n"] < counts["c"] / 2
 
+    # The captured steps are detail steps (module rows to join with), whatever the detail
+    # windows would have made them.
+    flags = cli.query(training.target(), f"SELECT step, detail FROM python.steps WHERE step BETWEEN "
+                      f"{first} AND {last} ORDER BY step")
+    assert [(r["step"], r["detail"]) for r in flags] == [(s, 1) for s in steps_seen]
+    assert cli.scalar(training.target(), f"SELECT count(DISTINCT step) FROM python.torch_trace "
+                      f"WHERE step BETWEEN {first} AND {last}") == 3
+
     # The Chrome trace holds the same ops and the module ranges.
     doc = json.loads(trace_path.read_text())
     names = {e.get("name") for e in doc["traceEvents"]}

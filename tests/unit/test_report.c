@@ -986,6 +986,77 @@ static void test_load_imbalance(void)
         if (peer_db[i]) sqlite3_close(peer_db[i]);
 }
 
+
+/* Detail windows (python.steps.detail): module rows exist only on detail steps, which probing's
+ * recording slows by 60 % here (more than warm-up detection's 1.5x); steps 0-7 and 64-71 are detail steps, step 0 is warm-up. */
+static void detail_steps(int n, int module_rows)
+{
+    fresh(1);
+    exec("CREATE TABLE python.steps (step INTEGER, wall REAL, data_wait REAL, forward REAL,"
+         " backward REAL, optimizer REAL, collectives REAL, other REAL, samples INTEGER,"
+         " syncs INTEGER, rank INTEGER, grad_sync REAL, detail INTEGER)");
+    for (int s = 0; s < n; s++) {
+        int d = s % 64 < 8;
+        double k = (s == 0 ? 4.0 : 1.0) * (d ? 1.6 : 1.0);
+        char sql[512];
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO python.steps VALUES (%d, %f, 0.0001, %f, %f, 0.0005, 0, 0.0006, 64,"
+                 " 0, 0, 0, %d)",
+                 s, 0.0102 * k, 0.004 * k, 0.005 * k, d);
+        exec(sql);
+        if (d && module_rows) add_step(s, 0.004 * k, 0.005 * k, 0.0005, 0.0102 * k, 300);
+    }
+}
+
+static void test_detail_windows(void)
+{
+    detail_steps(100, 1);
+    json_t *doc = build(0, NULL);
+    json_t *b = json_object_get(doc, "baseline");
+    CHECK(json_integer_value(json_object_get(b, "warmup_steps")) == 1,
+          "detail windows: only step 0 is warm-up (detail steps are compared with detail steps)");
+    CHECK(json_is_true(json_object_get(b, "detail_steps_left_out")) &&
+              json_integer_value(json_object_get(b, "detail_steps")) == 15,
+          "detail windows: the 15 steady detail steps are left out of the timing");
+    CHECK(stat(doc, "max_s") < 0.0103 && stat(doc, "p99_s") < 0.0103,
+          "detail windows: p99 and max are the job's, not probing's detail steps (max %g)", stat(doc, "max_s"));
+    CHECK(json_number_value(json_object_get(b, "detail_median_s")) > 0.014,
+          "detail windows: the detail steps' median is shown beside");
+    CHECK(finding(doc, "outlier_steps") == NULL, "detail windows: detail steps are not outliers");
+    CHECK_STR(primary(doc), "(none)", "detail windows: nothing wrong with this job");
+    json_t *top = json_object_get(json_object_get(doc, "component"), "top_by_self");
+    CHECK(json_array_size(top) > 0, "detail windows: the module ranking comes from the detail steps");
+    json_decref(doc);
+
+    /* --last 20 (steps 80..99) holds no detail step: the modules of the last window (64-71) */
+    doc = build(20, NULL);
+    top = json_object_get(json_object_get(doc, "component"), "top_by_self");
+    const char *sql = json_string_value(json_object_get(json_object_get(doc, "component"), "top_by_self_sql"));
+    CHECK(json_array_size(top) > 0 && sql && strstr(sql, "step BETWEEN 64 AND 71"),
+          "--last 20 without detail steps: modules from the last detail window, steps 64-71");
+    json_decref(doc);
+
+    /* every step in detail (PROBING_DETAIL_EVERY=1): all of them time the job */
+    fresh(1);
+    exec("CREATE TABLE python.steps (step INTEGER, wall REAL, data_wait REAL, forward REAL,"
+         " backward REAL, optimizer REAL, collectives REAL, other REAL, samples INTEGER,"
+         " syncs INTEGER, rank INTEGER, grad_sync REAL, detail INTEGER)");
+    for (int s = 0; s < 20; s++) {
+        char sql2[512];
+        snprintf(sql2, sizeof sql2,
+                 "INSERT INTO python.steps VALUES (%d, 0.0102, 0.0001, 0.004, 0.005, 0.0005, 0, 0.0006,"
+                 " 64, 0, 0, 0, 1)", s);
+        exec(sql2);
+        add_step(s, 0.004, 0.005, 0.0005, 0.0102, 300);
+    }
+    doc = build(0, NULL);
+    b = json_object_get(doc, "baseline");
+    CHECK(!json_is_true(json_object_get(b, "detail_steps_left_out")) &&
+              json_integer_value(json_object_get(b, "steady_steps")) == 20,
+          "every step in detail: all 20 steps time the job");
+    json_decref(doc);
+}
+
 int main(void)
 {
     test_missing_trace();
@@ -1001,6 +1072,7 @@ int main(void)
     test_host_overhead();
     test_last();
     test_steps_table();
+    test_detail_windows();
     test_collectives_amp();
     test_memory_cpu_adam();
     test_memory_missing();

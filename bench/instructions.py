@@ -1,0 +1,172 @@
+"""Instructions per training step, counted by valgrind's callgrind: plain, probing between
+detail windows (probing-summary), probing with every step in detail (probing-all), and what
+the default recording adds once its detail windows are counted at their share.
+
+    make bench            (or: python3 bench/instructions.py [--models many,transformer,resnet])
+
+Why: wall time on this 2-core VM moves by +-1.5 % between two identical processes (the noise
+floor row of the overhead table), which is as large as the targets. Instruction counts are
+deterministic: the same binary, inputs and environment give the same count, whatever else the
+machine does. They are not time (a cache miss costs more than an add), so they complement the
+wall-time table rather than replace it.
+
+Method: each (model, mode) runs under `valgrind --tool=callgrind --instr-atstart=no`
+(bench/_child.py, one intra-op thread, OpenBLAS threads off so no spinning thread adds noise):
+3 warm-up steps uninstrumented, instrumentation on, 2 more steps, counters zeroed
+(callgrind_control), --steps steps, and the training thread's counter read; / --steps. The
+agent's own threads (samplers every 5 ms and 1 s, the server) are not in these figures: their
+work is per second, not per step, and valgrind's slowdown would inflate it ~50x; the wall-time
+table holds their cost. The default recording's figure is
+composed: (1 - d) x summary + d x all, where d is the share of detail steps at the period the
+agent chose for that model in the last overhead run (bench/out/overhead.json, written by
+bench/overhead.py), or window / period from --period when given.
+
+Results go to bench/RESULTS.md between the BEGIN/END instructions markers.
+"""
+import argparse
+import concurrent.futures
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHILD = os.path.join(HERE, "_child.py")
+RESULTS = os.path.join(HERE, "RESULTS.md")
+OVERHEAD_JSON = os.path.join(HERE, "out", "overhead.json")
+MODES = ["plain", "probing-summary", "probing-all"]
+WINDOW = 8
+
+
+def count(model, mode, steps):
+    """Instructions of `steps` training steps of (model, mode) on the training thread."""
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("PROBING"):
+            del env[k]
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", BENCH_NO_VIEW="1")
+    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null",
+           sys.executable, CHILD, "--mode", mode, "--model", model, "--warmup", "3"]
+    p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL, text=True, bufsize=1)
+
+    def expect(word):
+        for line in p.stdout:
+            if line.startswith(word):
+                return
+        raise SystemExit(f"callgrind run failed: {' '.join(cmd)}")
+
+    def control(*opts):
+        r = subprocess.run(["callgrind_control", *opts, str(p.pid)], capture_output=True, text=True,
+                           timeout=300)
+        if r.returncode != 0:
+            raise SystemExit(f"callgrind_control {' '.join(opts)} failed: {r.stderr}")
+        return r.stdout
+
+    def step(n):
+        p.stdin.write(f"RUN {n}\n")
+        p.stdin.flush()
+        expect("DONE")
+
+    try:
+        expect("READY")
+        control("--instr=on")
+        step(2)  # steps whose code valgrind translates for the first time are not counted
+        control("--zero")
+        step(steps)
+        out = control("-e", "Ir")
+        p.stdin.write("END\n")
+        p.stdin.flush()
+        p.wait(timeout=600)
+    finally:
+        p.kill()
+    # Thread 1 is the training thread (on the CPU autograd runs backward on the calling
+    # thread). The agent's sampler and server threads are left out: they run per second, not
+    # per step, and under valgrind a step takes ~50x longer, which would multiply their share.
+    main = re.search(r"^\s*Th\s+1\s+([\d,]+)", out, re.M)
+    if not main:
+        raise SystemExit(f"no counts from callgrind_control:\n{out}")
+    return int(main.group(1).replace(",", ""))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="many,transformer,resnet")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--period", type=int, default=0, help="detail period to compose the default with")
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args()
+    if not shutil.which("valgrind"):
+        raise SystemExit("valgrind is not installed (apt-get install valgrind)")
+    models = args.models.split(",")
+    periods = {}
+    if os.path.exists(OVERHEAD_JSON):
+        with open(OVERHEAD_JSON) as f:
+            periods = json.load(f).get("periods", {})
+    jobs = [(m, mode) for m in models for mode in MODES]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
+        totals = dict(zip(jobs, ex.map(lambda j: count(*j, args.steps), jobs)))
+    lines = ["| model | plain instr/step | probing-summary | probing-all (every step in detail) | "
+             "period (source) | default: detail share | default recording |",
+             "|---|---|---|---|---|---|---|"]
+    for m in models:
+        per = {mode: totals[(m, mode)] / args.steps for mode in MODES}
+        base = per["plain"]
+        s = per["probing-summary"] / base - 1
+        a = per["probing-all"] / base - 1
+        period, source = args.period, "--period"
+        if not period and m in periods:
+            period, source = int(periods[m]), "overhead run"
+        if period:
+            d = min(1.0, WINDOW / period)
+            default = f"{((1 - d) * s + d * a) * 100:+.2f}%"
+            share = f"{d * 100:.2f}%"
+            psrc = f"{period} ({source})"
+        else:
+            default = share = psrc = "-"
+        lines.append(f"| {m} | {base / 1e6:.2f} M | {s * 100:+.2f}% | {a * 100:+.2f}% | {psrc} | {share} | "
+                     f"**{default}** |")
+    table = "\n".join(lines)
+    print(table)
+    try:
+        import torch
+        torch_version = torch.__version__
+    except Exception:
+        torch_version = "?"
+    vg = subprocess.run(["valgrind", "--version"], capture_output=True, text=True).stdout.strip()
+    section = "\n".join([
+        "<!-- BEGIN instructions -->",
+        f"## Instructions per step (callgrind) — {datetime.date.today().isoformat()}",
+        "",
+        f"Machine: {platform.machine()}; Python {platform.python_version()}, torch {torch_version}, {vg}. "
+        f"Method: `python bench/instructions.py` (`make bench`): each (model, mode) under callgrind, "
+        f"counters zeroed after 5 steps, then {args.steps} steps counted on the training thread. "
+        "The default recording is composed as (1 - d) x summary + d x all with d = "
+        f"{WINDOW} / period, the period the agent chose in the overhead run. Deterministic, unlike wall "
+        "time, but not time: not what a cache miss or a wait costs, and not the agent's own threads "
+        "(their work is per second; the wall-time table holds it).",
+        "",
+        table,
+        "",
+        "<!-- END instructions -->",
+    ])
+    if args.no_write:
+        return
+    old = open(RESULTS).read() if os.path.exists(RESULTS) else "# Benchmark results\n\n"
+    if "<!-- BEGIN instructions -->" in old:
+        head, rest = old.split("<!-- BEGIN instructions -->", 1)
+        tail = rest.split("<!-- END instructions -->", 1)[1] if "<!-- END instructions -->" in rest else ""
+        new = head + section + tail
+    else:
+        new = old.rstrip("\n") + "\n\n" + section + "\n"
+    with open(RESULTS, "w") as f:
+        f.write(new)
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
