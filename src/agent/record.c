@@ -56,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -371,9 +372,10 @@ static void close_file(void)
 
 /* Creates file (replace: after removing what is there; else it must not exist), writes the
  * schema and info, and starts the recorder thread from the oldest row each ring holds. Returns
- * 0; a negative errno when the path cannot be created (-EEXIST: it exists and replace is 0),
- * with nothing changed; PB_ESQL or PB_EINTERNAL (no thread) with the file removed. why gets
- * the reason in words. [control_lock held, no recorder thread running] */
+ * 0; a negative errno when the path cannot be created (-EEXIST: it exists and replace is 0;
+ * -EISDIR: it is a directory), with nothing changed; PB_ESQL or PB_EINTERNAL (no thread) with
+ * the file removed. why gets the reason in words. [control_lock held, no recorder thread
+ * running] */
 static int start_locked(const char *file, int replace, const pb_buf *info, char *why,
                         size_t whylen)
 {
@@ -383,6 +385,13 @@ static int start_locked(const char *file, int replace, const pb_buf *info, char 
     if (strlen(file) >= sizeof path) {
         snprintf(why, whylen, "%s", strerror(ENAMETOOLONG));
         return -ENAMETOOLONG;
+    }
+    /* A directory is not a file to replace: without this check the user is told to pass
+     * --force, and then that the directory cannot be removed. */
+    struct stat st;
+    if (lstat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(why, whylen, "%s", strerror(EISDIR));
+        return -EISDIR;
     }
     /* Created here, exclusively, so that an existing file is never opened as a recording and
      * a path that cannot be created changes nothing; SQLite then opens the empty file. */
@@ -564,6 +573,10 @@ int pb_record_request_start(const char *file, int force, int leaving, const pb_b
             status = status_answer(out);
         else if (rc == -EEXIST)
             status = pb__route_error(out, 409, "%s exists; pass --force to replace it", file);
+        else if (rc == -EISDIR)
+            status = pb__route_error(out, 400, "cannot record to %s: it is a directory; name a "
+                                     "file in it: probing %ld record -o %s/run.db", file,
+                                     (long)getpid(), file);
         else if (rc == -ENOENT)
             status = pb__route_error(out, 400, "cannot record to %s: %s (its directory must "
                                      "exist: create it or choose another path)", file, why);

@@ -257,6 +257,11 @@ def test_a_path_that_cannot_be_created_changes_nothing(cli, idle, tmp_path):
     assert refused(cli, idle, "-o", bad, "--force") == (
         f"probing: cannot record to {bad}: cannot replace it: Not a directory (choose a path "
         f"that process {idle.pid} can write)\n")
+    for force in ([], ["--force"]):  # a directory is not offered for --force, nor removed
+        assert refused(cli, idle, "-o", tmp_path, *force) == (
+            f"probing: cannot record to {tmp_path}: it is a directory; name a file in it: "
+            f"probing {idle.pid} record -o {tmp_path}/run.db\n"), force
+        assert tmp_path.is_dir()
     r = cli(idle.target(), "record")
     assert "is not recording" in r.stdout and "no-such-dir" not in r.stdout
 
