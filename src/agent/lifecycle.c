@@ -18,6 +18,7 @@
 #include "memsample.h"
 #include "record.h"
 #include "paths.h"
+#include "routes.h"
 #include "server.h"
 #include "sysmon.h"
 #include "tables.h"
@@ -173,6 +174,28 @@ static void detach_requested_cb(void *ctx)
     }
 }
 
+/* The /api/record routes (pb_record_fn); record.c keeps the recorder. [server thread] */
+static int record_serve(void *ctx, pb_record_verb verb, const pb_record_request *req, pb_buf *out)
+{
+    (void)ctx;
+    switch (verb) {
+    case PB_RECORD_START: {
+        pb_buf info = PB_BUF_INIT;
+        int rc = info_json(NULL, &info), status;
+        if (rc)
+            status = pb__route_error(out, 500, "cannot describe the process: %s", pb_strerror(rc));
+        else
+            status = pb_record_request_start(req->path, req->force,
+                                             atomic_load(&detach_requested), &info, out);
+        pb_buf_free(&info);
+        return status;
+    }
+    case PB_RECORD_STATUS: return pb_record_status(out);
+    case PB_RECORD_STOP: return pb_record_request_stop(out);
+    }
+    return 500;
+}
+
 static void atfork_child(void)
 {
     /* Only flags and close(): the child has one thread and every lock may be held. */
@@ -247,6 +270,7 @@ int pb_agent_start(void)
     opts.info = info_json;
     opts.detach = detach_requested_cb;
     opts.capture = pb_capture_serve;
+    opts.record = record_serve;
     opts.ctx = NULL;
     opts.limits.max_result_bytes = (size_t)pb_config_int("PROBING_MAX_RESULT_MB", 64) << 20;
     opts.limits.timeout_s = pb_config_double("PROBING_QUERY_TIMEOUT", 30);

@@ -7,11 +7,17 @@
  * CLI attaches the file under the names python, system and probe, so the same SQL runs on a
  * recording and on a live process (docs/recordings.md).
  *
- * A background thread wakes every TICK_MS and flushes when PROBING_RECORD_FLUSH_MS has passed
- * or when a ring has filled a quarter of its capacity since the last flush, so rows are copied
- * before the ring overwrites them. A flush reads rows [last flushed, head) with pb_ring_read
- * (lock-free, never blocks a writer, no GIL) and inserts them in one transaction. Rows that were
- * overwritten before a flush reached them are counted in tables.rows_dropped.
+ * Two ways in, one recorder: PROBING_RECORD at agent start (`probing run -o`), or POST
+ * /api/record from a server thread (`probing <pid> record -o`). Either way the recording begins
+ * at the oldest row each ring still holds, so a recording started on a live agent reaches back
+ * as far as the rings do; rows overwritten before that count in tables.rows_dropped.
+ *
+ * A background thread wakes every TICK_MS and flushes at once, then when
+ * PROBING_RECORD_FLUSH_MS has passed or when a ring has filled a quarter of its capacity since
+ * the last flush, so rows are copied before the ring overwrites them. A flush reads rows [last
+ * flushed, head) with pb_ring_read (lock-free, never blocks a writer, no GIL) and inserts them
+ * in one transaction. Rows that were overwritten before a flush reached them are counted in
+ * tables.rows_dropped.
  *
  * Journal: the default rollback journal (DELETE) with synchronous=OFF. Each flush is one
  * transaction; after the process dies (SIGKILL, crash) at worst the transaction in progress is
@@ -21,20 +27,28 @@
  * WAL was not chosen: a reader of a WAL file needs write access to its -shm file, and a copy
  * of the .db alone would miss what is still in the -wal.
  *
- * Errors (disk full, unwritable path): one warning on stderr, the recorder stops; training
- * goes on untouched.
+ * Locking: control_lock orders start, stop and status (server threads, agent start and stop,
+ * atexit); flush_lock orders flushes (the recorder thread, the last flush). The recorder thread
+ * never takes control_lock, so a stop joins it while holding control_lock. The counters a status
+ * reports are atomics, so a status never waits for a flush. Nothing here takes the GIL.
+ *
+ * Errors (disk full, unwritable path): one warning on stderr, the recorder stops writing (the
+ * status says why); training goes on untouched.
  */
 #include "record.h"
 
 #include "clock.h"
 #include "config.h"
+#include "error.h"
 #include "intern.h"
 #include "jsonw.h"
 #include "log.h"
 #include "registry.h"
+#include "routes.h"
 #include "vt.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -42,33 +56,51 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define TICK_MS 50
 #define BUSY_TIMEOUT_MS 10000 /* a CLI reading the file holds a shared lock for a query */
 
-static sqlite3 *conn;
+static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t error_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* control_lock; the recorder thread reads path and flush_every_ns, set before it starts */
+static int running;           /* a recorder thread exists (it may have failed since) */
+static int closed;            /* the agent is stopping: no new recording */
+static pid_t agent_pid;       /* the process the agent started in (not a fork()ed child) */
 static pthread_t thread;
-static int running;
-static pid_t owner_pid;
+static char path[4096];       /* of the current or last recording; "" when none */
+static double started_unix;
+static int64_t flush_every_ns;
+static int on_sigterm_installed;
+static int atexit_registered;
+
+/* flush_lock (and control_lock while no recorder thread runs) */
+static sqlite3 *conn;
+static sqlite3_stmt *insert[PB_REGISTRY_MAX];
+static uint64_t flushed_to[PB_REGISTRY_MAX]; /* next ring index to copy, per table */
+
+/* what a status reports, read without a lock */
+static _Atomic uint64_t written[PB_REGISTRY_MAX];
+static _Atomic uint64_t lost[PB_REGISTRY_MAX]; /* rows overwritten before a flush */
+static _Atomic uint64_t flushes;
+static atomic_int failed;
+static char error_text[512]; /* error_lock */
+
 static atomic_int stop_requested;
 static atomic_int sigterm_seen;
-static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t flushed_to[PB_REGISTRY_MAX];   /* next ring index to copy, per table */
-static uint64_t lost[PB_REGISTRY_MAX];         /* rows overwritten before a flush */
-static uint64_t written[PB_REGISTRY_MAX];
-static sqlite3_stmt *insert[PB_REGISTRY_MAX];
-static char path[4096];
-static int64_t flush_every_ns;
-static int failed;
 
 static void fail_once(const char *what)
 {
-    if (failed) return;
-    failed = 1;
-    pb_log_warn("recording to %s stopped: %s: %s; training goes on", path, what,
-                conn ? sqlite3_errmsg(conn) : "cannot open");
+    if (atomic_exchange(&failed, 1)) return;
+    pthread_mutex_lock(&error_lock);
+    snprintf(error_text, sizeof error_text, "%s: %s", what,
+             conn ? sqlite3_errmsg(conn) : "cannot open");
+    pthread_mutex_unlock(&error_lock);
+    pb_log_warn("recording to %s stopped: %s; training goes on", path, error_text);
 }
 
 static int exec(const char *sql)
@@ -115,8 +147,9 @@ static int bind_column(sqlite3_stmt *st, int i, const pb_column *col, const unsi
     return SQLITE_MISUSE;
 }
 
-/* Rewrites the `tables` catalogue. Inside the flush transaction. */
-static int write_catalogue(void)
+/* Rewrites the `tables` catalogue with rows[t] rows in the file and dropped[t] rows lost.
+ * Inside a transaction. */
+static int write_catalogue(const uint64_t *rows, const uint64_t *dropped)
 {
     sqlite3_stmt *st = NULL;
     pb_buf cols = PB_BUF_INIT;
@@ -136,9 +169,9 @@ static int write_catalogue(void)
         sqlite3_bind_text(st, 2, tab->name, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, tab->doc, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 4, cols.data, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 5, (sqlite3_int64)written[t]);
+        sqlite3_bind_int64(st, 5, (sqlite3_int64)rows[t]);
         sqlite3_bind_int64(st, 6, (sqlite3_int64)pb_ring_capacity(tab->ring));
-        sqlite3_bind_int64(st, 7, (sqlite3_int64)lost[t]);
+        sqlite3_bind_int64(st, 7, (sqlite3_int64)dropped[t]);
         if (tab->empty_reason) sqlite3_bind_text(st, 8, tab->empty_reason, -1, SQLITE_STATIC);
         else sqlite3_bind_null(st, 8);
         rc = sqlite3_step(st);
@@ -151,32 +184,37 @@ static int write_catalogue(void)
 }
 
 /* Copies the rows added since the last flush. Returns an SQLite code. [recorder thread, or
- * the exiting thread once the recorder is stopped] */
+ * the stopping thread once the recorder thread is joined] */
 static int flush(void)
 {
     unsigned char rowbuf[1024];
+    uint64_t rows[PB_REGISTRY_MAX], dropped[PB_REGISTRY_MAX];
     int rc = SQLITE_OK;
     pthread_mutex_lock(&flush_lock);
-    if (failed || !conn) goto done;
+    if (atomic_load(&failed) || !conn) goto done;
     /* Heads are read newest table first: collectors register per-step summaries (python.steps)
      * after the tables their rows sum up, so a step row in this flush finds all its module rows
      * in it too. */
     uint64_t heads[PB_REGISTRY_MAX];
     for (int t = pb_registry_count() - 1; t >= 0; t--) heads[t] = pb_ring_head(pb_registry_get(t)->ring);
+    for (int t = 0; t < pb_registry_count(); t++) {
+        rows[t] = atomic_load(&written[t]);
+        dropped[t] = atomic_load(&lost[t]);
+    }
     rc = exec("BEGIN");
     for (int t = 0; rc == SQLITE_OK && t < pb_registry_count(); t++) {
         const pb_table *tab = pb_registry_get(t);
         uint64_t head = heads[t], first = pb_ring_first(tab->ring);
         if (tab->row_size > sizeof rowbuf) continue;
         if (flushed_to[t] < first) {
-            lost[t] += first - flushed_to[t];
+            dropped[t] += first - flushed_to[t];
             flushed_to[t] = first;
         }
         for (uint64_t i = flushed_to[t]; rc == SQLITE_OK && i < head; i++) {
             if (!pb_ring_read(tab->ring, i, rowbuf)) {
                 /* not yet published: stop here and take it next time, unless it is gone */
                 if (i < pb_ring_first(tab->ring)) {
-                    lost[t]++;
+                    dropped[t]++;
                     flushed_to[t] = i + 1;
                     continue;
                 }
@@ -189,16 +227,22 @@ static int flush(void)
             sqlite3_reset(insert[t]);
             if (rc == SQLITE_OK) {
                 flushed_to[t] = i + 1;
-                written[t]++;
+                rows[t]++;
             }
         }
     }
-    if (rc == SQLITE_OK) rc = write_catalogue();
+    if (rc == SQLITE_OK) rc = write_catalogue(rows, dropped);
     if (rc == SQLITE_OK) rc = exec("COMMIT");
     if (rc != SQLITE_OK) {
         fail_once("cannot write");
         exec("ROLLBACK");
+        goto done;
     }
+    for (int t = 0; t < pb_registry_count(); t++) {
+        atomic_store(&written[t], rows[t]);
+        atomic_store(&lost[t], dropped[t]);
+    }
+    atomic_fetch_add(&flushes, 1);
 done:
     pthread_mutex_unlock(&flush_lock);
     return rc;
@@ -219,7 +263,7 @@ static void *recorder_main(void *arg)
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals go to the program's threads */
-    int64_t last = pb_now_ns();
+    int64_t last = pb_now_ns() - flush_every_ns; /* the first tick flushes what the rings hold */
     while (!atomic_load(&stop_requested)) {
         struct timespec tick = {0, TICK_MS * 1000000L};
         nanosleep(&tick, NULL);
@@ -245,13 +289,34 @@ static void on_sigterm(int sig)
     atomic_store(&sigterm_seen, 1);
 }
 
-static void at_exit(void)
+/* Installs on_sigterm when SIGTERM has the default action; a program's own handler is left
+ * alone. */
+static void install_on_sigterm(void)
 {
-    if (getpid() != owner_pid) return; /* a fork()ed child (DataLoader worker) */
-    pb_record_stop();
+    struct sigaction old;
+    if (sigaction(SIGTERM, NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
+        (old.sa_flags & SA_SIGINFO))
+        return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigterm;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    on_sigterm_installed = sigaction(SIGTERM, &sa, NULL) == 0;
 }
 
-static int create_schema(const pb_buf *info)
+/* Puts the default action back if on_sigterm is still the handler: with no recorder thread to
+ * act on it, it would swallow SIGTERM. */
+static void remove_on_sigterm(void)
+{
+    struct sigaction now;
+    if (on_sigterm_installed && sigaction(SIGTERM, NULL, &now) == 0 &&
+        now.sa_handler == on_sigterm && !(now.sa_flags & SA_SIGINFO))
+        signal(SIGTERM, SIG_DFL);
+    on_sigterm_installed = 0;
+}
+
+static int create_schema(const pb_buf *info, const uint64_t *rows, const uint64_t *dropped)
 {
     pb_buf sql = PB_BUF_INIT;
     int rc = exec("PRAGMA journal_mode=DELETE; PRAGMA synchronous=OFF; BEGIN;"
@@ -290,68 +355,13 @@ static int create_schema(const pb_buf *info)
         }
         sqlite3_finalize(st);
     }
-    if (rc == SQLITE_OK) rc = write_catalogue();
+    if (rc == SQLITE_OK) rc = write_catalogue(rows, dropped);
     if (rc == SQLITE_OK) rc = exec("COMMIT");
     return rc;
 }
 
-void pb_record_start(const pb_buf *info)
+static void close_file(void)
 {
-    static int atexit_registered;
-    const char *p = pb_config_str("PROBING_RECORD");
-    if (!p || !*p || running) return;
-    const char *owner = pb_config_str("PROBING_RECORD_PID");
-    if (owner && *owner && atol(owner) != (long)getpid())
-        snprintf(path, sizeof path, "%s.%ld", p, (long)getpid()); /* a child of `run -o` */
-    else
-        snprintf(path, sizeof path, "%s", p);
-    failed = 0;
-    int64_t ms = pb_config_int("PROBING_RECORD_FLUSH_MS", 1000);
-    flush_every_ns = (ms < 10 ? 10 : ms) * 1000000LL;
-    memset(flushed_to, 0, sizeof flushed_to);
-    memset(lost, 0, sizeof lost);
-    memset(written, 0, sizeof written);
-    for (int t = 0; t < pb_registry_count(); t++) /* rows of an earlier start are not ours */
-        flushed_to[t] = pb_ring_head(pb_registry_get(t)->ring);
-    if (unlink(path) != 0 && errno != ENOENT) {
-        pb_log_warn("recording to %s is off: cannot replace it: %s; training goes on", path,
-                    strerror(errno));
-        return;
-    }
-    char journal[4200];
-    snprintf(journal, sizeof journal, "%s-journal", path);
-    unlink(journal);
-    if (sqlite3_open_v2(path, &conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                        SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK ||
-        sqlite3_busy_timeout(conn, BUSY_TIMEOUT_MS) != SQLITE_OK ||
-        create_schema(info) != SQLITE_OK) {
-        pb_log_warn("recording to %s is off: %s; training goes on", path,
-                    conn ? sqlite3_errmsg(conn) : "cannot open");
-        goto fail;
-    }
-    atomic_store(&stop_requested, 0);
-    if (pthread_create(&thread, NULL, recorder_main, NULL) != 0) {
-        pb_log_warn("recording to %s is off: cannot start its thread; training goes on", path);
-        goto fail;
-    }
-    running = 1;
-    owner_pid = getpid();
-    if (!atexit_registered) {
-        atexit(at_exit);
-        atexit_registered = 1;
-    }
-    struct sigaction old;
-    if (sigaction(SIGTERM, NULL, &old) == 0 && old.sa_handler == SIG_DFL &&
-        !(old.sa_flags & SA_SIGINFO)) {
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_sigterm;
-        sigemptyset(&sa.sa_mask);
-        sa.sa_flags = SA_RESTART;
-        sigaction(SIGTERM, &sa, NULL);
-    }
-    return;
-fail:
     for (int t = 0; t < PB_REGISTRY_MAX; t++) {
         sqlite3_finalize(insert[t]);
         insert[t] = NULL;
@@ -360,19 +370,246 @@ fail:
     conn = NULL;
 }
 
-void pb_record_stop(void)
+/* Creates file (replace: after removing what is there; else it must not exist), writes the
+ * schema and info, and starts the recorder thread from the oldest row each ring holds. Returns
+ * 0; a negative errno when the path cannot be created (-EEXIST: it exists and replace is 0;
+ * -EISDIR: it is a directory), with nothing changed; PB_ESQL or PB_EINTERNAL (no thread) with
+ * the file removed. why gets the reason in words. [control_lock held, no recorder thread
+ * running] */
+static int start_locked(const char *file, int replace, const pb_buf *info, char *why,
+                        size_t whylen)
 {
-    if (!running || getpid() != owner_pid) return;
+    uint64_t zeros[PB_REGISTRY_MAX] = {0}, firsts[PB_REGISTRY_MAX];
+    char journal[sizeof path + 16];
+    int rc;
+    if (strlen(file) >= sizeof path) {
+        snprintf(why, whylen, "%s", strerror(ENAMETOOLONG));
+        return -ENAMETOOLONG;
+    }
+    /* A directory is not a file to replace: without this check the user is told to pass
+     * --force, and then that the directory cannot be removed. */
+    struct stat st;
+    if (lstat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(why, whylen, "%s", strerror(EISDIR));
+        return -EISDIR;
+    }
+    /* Created here, exclusively, so that an existing file is never opened as a recording and
+     * a path that cannot be created changes nothing; SQLite then opens the empty file. */
+    if (replace && unlink(file) != 0 && errno != ENOENT) {
+        rc = -errno;
+        snprintf(why, whylen, "cannot replace it: %s", strerror(-rc));
+        return rc;
+    }
+    int fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = -errno;
+        snprintf(why, whylen, "%s", strerror(-rc));
+        return rc;
+    }
+    close(fd);
+    snprintf(journal, sizeof journal, "%s-journal", file);
+    unlink(journal); /* a journal left beside an older file would be rolled into the new one */
+    for (int t = 0; t < pb_registry_count(); t++)
+        firsts[t] = pb_ring_first(pb_registry_get(t)->ring);
+    if (sqlite3_open_v2(file, &conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+            SQLITE_OK ||
+        sqlite3_busy_timeout(conn, BUSY_TIMEOUT_MS) != SQLITE_OK ||
+        create_schema(info, zeros, firsts) != SQLITE_OK) {
+        snprintf(why, whylen, "%s", conn ? sqlite3_errmsg(conn) : "cannot open");
+        rc = PB_ESQL;
+        goto fail;
+    }
+    snprintf(path, sizeof path, "%s", file);
+    int64_t ms = pb_config_int("PROBING_RECORD_FLUSH_MS", 1000);
+    flush_every_ns = (ms < 10 ? 10 : ms) * 1000000LL;
+    for (int t = 0; t < PB_REGISTRY_MAX; t++) {
+        flushed_to[t] = t < pb_registry_count() ? firsts[t] : 0;
+        atomic_store(&written[t], 0);
+        atomic_store(&lost[t], flushed_to[t]);
+    }
+    atomic_store(&flushes, 0);
+    atomic_store(&failed, 0);
+    pthread_mutex_lock(&error_lock);
+    error_text[0] = '\0';
+    pthread_mutex_unlock(&error_lock);
+    atomic_store(&stop_requested, 0);
+    atomic_store(&sigterm_seen, 0);
+    if (pthread_create(&thread, NULL, recorder_main, NULL) != 0) {
+        snprintf(why, whylen, "cannot start its thread");
+        path[0] = '\0';
+        rc = PB_EINTERNAL;
+        goto fail;
+    }
+    running = 1;
+    started_unix = (double)pb_wall_ns() / 1e9;
+    if (!atexit_registered) /* the C fallback of the agent's Python atexit handler */
+        atexit_registered = atexit(pb_record_stop) == 0;
+    install_on_sigterm();
+    return 0;
+fail:
+    close_file();
+    unlink(file);
+    unlink(journal);
+    return rc;
+}
+
+/* Stops the recorder thread, makes the last flush and closes the file. A SIGTERM that arrived
+ * meanwhile, which on_sigterm held back for the flush, is sent again. [control_lock held] */
+static void stop_locked(void)
+{
+    if (!running) return;
     running = 0;
     atomic_store(&stop_requested, 1);
     if (!pthread_equal(pthread_self(), thread)) pthread_join(thread, NULL);
     flush();
+    remove_on_sigterm();
     pthread_mutex_lock(&flush_lock);
-    for (int t = 0; t < PB_REGISTRY_MAX; t++) {
-        sqlite3_finalize(insert[t]);
-        insert[t] = NULL;
-    }
-    sqlite3_close(conn);
-    conn = NULL;
+    close_file();
     pthread_mutex_unlock(&flush_lock);
+    if (atomic_load(&sigterm_seen)) {
+        signal(SIGTERM, SIG_DFL);
+        kill(getpid(), SIGTERM);
+    }
+}
+
+void pb_record_start(const pb_buf *info)
+{
+    pthread_mutex_lock(&control_lock);
+    agent_pid = getpid();
+    closed = 0;
+    if (!running) path[0] = '\0'; /* the last recording's counts were of the previous tables */
+    const char *p = pb_config_str("PROBING_RECORD");
+    if (p && *p && !running) {
+        char file[sizeof path + 32], why[512];
+        const char *owner = pb_config_str("PROBING_RECORD_PID");
+        if (owner && *owner && atol(owner) != (long)getpid())
+            snprintf(file, sizeof file, "%s.%ld", p, (long)getpid()); /* a child of `run -o` */
+        else
+            snprintf(file, sizeof file, "%s", p);
+        if (start_locked(file, 1, info, why, sizeof why))
+            pb_log_warn("recording to %s is off: %s; training goes on", file, why);
+    }
+    pthread_mutex_unlock(&control_lock);
+}
+
+void pb_record_stop(void)
+{
+    if (getpid() != agent_pid) return; /* a fork()ed child (DataLoader worker) */
+    pthread_mutex_lock(&control_lock);
+    closed = 1;
+    stop_locked();
+    pthread_mutex_unlock(&control_lock);
+}
+
+/* ---- the /api/record routes ---- */
+
+/* The status object. [control_lock held] */
+static int write_status(pb_buf *out)
+{
+    pb_jsonw w;
+    int recording = running && !atomic_load(&failed);
+    pb_buf_reset(out);
+    pb_jsonw_init(&w, out);
+    pb_jsonw_obj_begin(&w);
+    pb_jsonw_key(&w, "recording");
+    pb_jsonw_bool(&w, recording);
+    pb_jsonw_key(&w, "path");
+    if (path[0]) pb_jsonw_str(&w, path);
+    else pb_jsonw_null(&w);
+    pb_jsonw_key(&w, "started_unix");
+    if (path[0]) pb_jsonw_double(&w, started_unix);
+    else pb_jsonw_null(&w);
+    pb_jsonw_key(&w, "flush_every_ms");
+    if (path[0]) pb_jsonw_int(&w, flush_every_ns / 1000000);
+    else pb_jsonw_null(&w);
+    pb_jsonw_key(&w, "on_sigterm");
+    pb_jsonw_bool(&w, recording && on_sigterm_installed);
+    pb_jsonw_key(&w, "flushes");
+    pb_jsonw_int(&w, path[0] ? (int64_t)atomic_load(&flushes) : 0);
+    for (int which = 0; which < 2; which++) {
+        pb_jsonw_key(&w, which ? "rows_dropped" : "rows");
+        pb_jsonw_obj_begin(&w);
+        for (int t = 0; path[0] && t < pb_registry_count(); t++) {
+            const pb_table *tab = pb_registry_get(t);
+            char name[256];
+            snprintf(name, sizeof name, "%s.%s", tab->schema, tab->name);
+            pb_jsonw_key(&w, name);
+            pb_jsonw_int(&w, (int64_t)atomic_load(which ? &lost[t] : &written[t]));
+        }
+        pb_jsonw_obj_end(&w);
+    }
+    pb_jsonw_key(&w, "error");
+    pthread_mutex_lock(&error_lock);
+    if (path[0] && error_text[0]) pb_jsonw_str(&w, error_text);
+    else pb_jsonw_null(&w);
+    pthread_mutex_unlock(&error_lock);
+    return pb_jsonw_obj_end(&w);
+}
+
+static int status_answer(pb_buf *out)
+{
+    if (write_status(out)) return pb__route_error(out, 500, "out of memory");
+    return 200;
+}
+
+int pb_record_request_start(const char *file, int force, int leaving, const pb_buf *info,
+                            pb_buf *out)
+{
+    char why[512];
+    int status;
+    pthread_mutex_lock(&control_lock);
+    if (leaving || closed || getpid() != agent_pid) {
+        status = pb__route_error(out, 503, "the agent is leaving this process (detach or exit); "
+                                 "nothing can be recorded now");
+    } else if (pb_registry_count() == 0) {
+        status = pb__route_error(out, 503, "nothing to record: the agent has no tables");
+    } else if (running && !atomic_load(&failed)) {
+        status = pb__route_error(out, 409, "already recording to %s; stop it first: probing %ld "
+                                 "record --stop", path, (long)getpid());
+    } else {
+        stop_locked(); /* a recorder that failed to write: its file is closed first */
+        int rc = start_locked(file, force, info, why, sizeof why);
+        if (rc == 0)
+            status = status_answer(out);
+        else if (rc == -EEXIST)
+            status = pb__route_error(out, 409, "%s exists; pass --force to replace it", file);
+        else if (rc == -EISDIR)
+            status = pb__route_error(out, 400, "cannot record to %s: it is a directory; name a "
+                                     "file in it: probing %ld record -o %s/run.db", file,
+                                     (long)getpid(), file);
+        else if (rc == -ENOENT)
+            status = pb__route_error(out, 400, "cannot record to %s: %s (its directory must "
+                                     "exist: create it or choose another path)", file, why);
+        else if (rc < 0 && rc > -4096)
+            status = pb__route_error(out, 400, "cannot record to %s: %s (choose a path that "
+                                     "process %ld can write)", file, why, (long)getpid());
+        else
+            status = pb__route_error(out, 500, "cannot record to %s: %s", file, why);
+    }
+    pthread_mutex_unlock(&control_lock);
+    return status;
+}
+
+int pb_record_request_stop(pb_buf *out)
+{
+    int status;
+    pthread_mutex_lock(&control_lock);
+    if (!running) {
+        status = pb__route_error(out, 409, "not recording%s%s; start a recording with: probing "
+                                 "%ld record -o FILE.db", path[0] ? ": the last recording "
+                                 "went to " : "", path, (long)getpid());
+    } else {
+        stop_locked();
+        status = status_answer(out);
+    }
+    pthread_mutex_unlock(&control_lock);
+    return status;
+}
+
+int pb_record_status(pb_buf *out)
+{
+    pthread_mutex_lock(&control_lock);
+    int status = status_answer(out);
+    pthread_mutex_unlock(&control_lock);
+    return status;
 }

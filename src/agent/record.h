@@ -1,21 +1,47 @@
 /*
- * record.h - recordings: the agent's whole record kept in a SQLite file (PROBING_RECORD=path,
- * which `probing run -o path` sets), readable after the process is gone (docs/recordings.md).
+ * record.h - recordings: the agent's whole record kept in a SQLite file, readable after the
+ * process is gone (docs/recordings.md). Started at agent start when PROBING_RECORD is set
+ * (`probing run -o path`), or on a live agent through POST /api/record (`probing <pid> record
+ * -o path`); one recording at a time, stopped by POST /api/record/stop, agent stop or exit.
  */
 #ifndef PB_AGENT_RECORD_H
 #define PB_AGENT_RECORD_H
 
 #include "buf.h"
 
-/* Starts the recorder when PROBING_RECORD is set: creates/truncates the file, writes the schema
- * and info_json (the /api/info body, borrowed for this call only) and starts the flush thread.
- * On any failure prints one warning and records nothing; training goes on. Also registers an
- * atexit flush and, when SIGTERM has the default action, a SIGTERM handler that flushes and
- * then terminates the process as SIGTERM would. [GIL held, registry complete] */
+/* Agent start: opens the recorder for requests and, when PROBING_RECORD is set, starts
+ * recording into it (the file is replaced), with info_json (the /api/info body, borrowed for
+ * this call only) as the file's info row. On any failure prints one warning and records
+ * nothing; training goes on. [GIL held, registry complete] */
 void pb_record_start(const pb_buf *info_json);
 
-/* Stops the flush thread after a last flush. Safe to call when not started. [any thread;
- * call without the GIL: it joins a thread that never takes it] */
+/* Agent stop (and the C atexit fallback): stops a recording after a last flush and refuses new
+ * ones until the next pb_record_start(). Safe to call when nothing records. [any thread; call
+ * without the GIL: it joins a thread that never takes it] */
 void pb_record_stop(void);
+
+/* ---- the /api/record routes; each fills out and returns the HTTP status [server thread] ---- */
+
+/* Starts recording into path (absolute; routes.c checks it), with info_json (borrowed) as the
+ * file's info row. The file must not exist unless force is set (then it is replaced). The
+ * recording begins at the oldest row each ring still holds; rows already overwritten are
+ * counted in the file's tables.rows_dropped. The rows are copied by the recorder thread, so this
+ * returns at once: 200 with the status (pb_record_status). 409 when the file exists (without
+ * force) or a recording runs; 400 when the path cannot be created (nothing changes then; with
+ * force, the old file is only removed when its directory lets a new one be made); 503 when
+ * leaving (the agent was asked to detach) or after pb_record_stop(), or without tables; 500
+ * when SQLite or the thread cannot start. */
+int pb_record_request_start(const char *path, int force, int leaving, const pb_buf *info_json,
+                            pb_buf *out);
+
+/* Stops the recording after a last flush and closes the file: 200 with the final status; 409
+ * when nothing records. Joins the recorder thread (which never takes the GIL). */
+int pb_record_request_stop(pb_buf *out);
+
+/* 200 with {"recording", "path", "started_unix", "flush_every_ms", "on_sigterm", "flushes",
+ * "rows": {"schema.table": n}, "rows_dropped": {...}, "error"}: the current recording, or the
+ * last one of this agent (recording false), or nulls and empty objects when none was made.
+ * Never waits for a flush. */
+int pb_record_status(pb_buf *out);
 
 #endif

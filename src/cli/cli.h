@@ -44,6 +44,7 @@ typedef struct pb_cli_args {
     int native;             /* --native given (backtrace) */
     int steps;              /* --steps N (capture); 0 when not given */
     int memory, shapes, stack; /* capture: --memory, --shapes, --stack given */
+    int stop, force;        /* record: --stop, --force given */
     char **exec_argv;       /* run: the command after "--" (NULL-terminated, borrowed) */
     int exec_argc;
 } pb_cli_args;
@@ -73,5 +74,6 @@ int cmd_backtrace(const pb_cli_args *a);
 int cmd_detach(const pb_cli_args *a);
 int cmd_inject(const pb_cli_args *a);
 int cmd_capture(const pb_cli_args *a);
+int cmd_record(const pb_cli_args *a);
 
 #endif

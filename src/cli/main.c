@@ -25,7 +25,7 @@
 
 enum {
     OPT_FORMAT = 1, OPT_TIMEOUT = 2, OPT_OUTPUT = 4, OPT_JSON = 8, OPT_LAST = 16,
-    OPT_STAGE = 32, OPT_FOLDED = 64, OPT_NATIVE = 128, OPT_CAPTURE = 256
+    OPT_STAGE = 32, OPT_FOLDED = 64, OPT_NATIVE = 128, OPT_CAPTURE = 256, OPT_RECORD = 512
 };
 
 typedef struct command {
@@ -138,6 +138,19 @@ static const command commands[] = {
      "  -o FILE      also write the profiler's Chrome trace (Perfetto, chrome://tracing);\n"
      "               '-o -' writes it to stdout and the summary to stderr\n"
      "  --timeout S  give up after S seconds (default 120) and cancel the capture; exit 2\n"},
+    {"record", cmd_record, OPT_OUTPUT | OPT_RECORD, 1, 0,
+     "probing <target> record [-o FILE.db [--force] | --stop]",
+     "keep the record of a running process in a SQLite file, as 'run -o' does",
+     "The agent in the process records into FILE.db as under 'probing run -o': first the rows\n"
+     "its rings still hold, then every new row, flushed every second (its\n"
+     "PROBING_RECORD_FLUSH_MS), at exit and on SIGTERM; what was flushed survives SIGKILL or a\n"
+     "crash. The command returns at once; the recording goes on until --stop or the end of the\n"
+     "process. Read the file with 'probing FILE.db query|report|timeline' (docs/recordings.md).\n"
+     "Without options: whether the process records, where to, and the rows written so far.\n"
+     "  -o FILE.db  start recording into FILE.db (relative to this directory); it must not exist\n"
+     "  --force     replace FILE.db when it exists\n"
+     "  --stop      make the last flush, close the file and print the rows written per table\n"
+     "Not over TCP (host:port targets): the agent would write a file a network client names.\n"},
 };
 
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
@@ -383,6 +396,10 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
             a->shapes = 1;
         } else if ((c->options & OPT_CAPTURE) && strcmp(arg, "--stack") == 0) {
             a->stack = 1;
+        } else if ((c->options & OPT_RECORD) && strcmp(arg, "--stop") == 0) {
+            a->stop = 1;
+        } else if ((c->options & OPT_RECORD) && strcmp(arg, "--force") == 0) {
+            a->force = 1;
         } else {
             return unknown_option(arg, c->name);
         }

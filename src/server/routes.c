@@ -3,7 +3,8 @@
  *
  * Each route_<name> gets the whole request body and writes the whole JSON response into a
  * pb_buf; it returns the HTTP status. Request bodies are parsed with jansson; responses are
- * streamed with jsonw (queries) or produced by the agent's callbacks (eval, info).
+ * streamed with jsonw (queries) or produced by the agent's callbacks (eval, info, capture,
+ * record).
  */
 #include "routes.h"
 
@@ -33,6 +34,9 @@ static int route_capture_start(pb_server *s, const request *req, pb_buf *out);
 static int route_capture_status(pb_server *s, const request *req, pb_buf *out);
 static int route_capture_cancel(pb_server *s, const request *req, pb_buf *out);
 static int route_capture_trace(pb_server *s, const request *req, pb_buf *out);
+static int route_record_start(pb_server *s, const request *req, pb_buf *out);
+static int route_record_status(pb_server *s, const request *req, pb_buf *out);
+static int route_record_stop(pb_server *s, const request *req, pb_buf *out);
 
 static const struct route {
     const char *method;
@@ -49,6 +53,9 @@ static const struct route {
     {"GET", "/api/capture", route_capture_status, "GET, POST"},
     {"POST", "/api/capture/cancel", route_capture_cancel, NULL},
     {"GET", "/api/capture/trace", route_capture_trace, NULL},
+    {"POST", "/api/record", route_record_start, "GET, POST"},
+    {"GET", "/api/record", route_record_status, "GET, POST"},
+    {"POST", "/api/record/stop", route_record_stop, NULL},
 };
 
 #define NROUTES (sizeof routes / sizeof routes[0])
@@ -91,7 +98,8 @@ int pb__route_request(pb_server *s, const char *method, const char *path, const 
     return pb__route_error(out, 404,
                            "no such endpoint: %s %s (endpoints: GET /api/info, POST /api/query, "
                            "GET /api/tables, POST /api/eval, POST /api/detach, GET|POST "
-                           "/api/capture, POST /api/capture/cancel, GET /api/capture/trace)",
+                           "/api/capture, POST /api/capture/cancel, GET /api/capture/trace, "
+                           "GET|POST /api/record, POST /api/record/stop)",
                            method, path);
 }
 
@@ -291,4 +299,78 @@ static int route_capture_trace(pb_server *s, const request *req, pb_buf *out)
     const pb_server_opts *o = pb__server_opts(s);
     if (!o->capture) return pb__route_error(out, 503, "capture is not available in this process");
     return o->capture(o->ctx, PB_CAPTURE_TRACE, NULL, out);
+}
+
+/* ---- record: the agent records; here only the request is checked ---- */
+
+/* Writes a 400 naming the first field of body not in allowed (NULL-terminated) and returns -1;
+ * 0 when there is none. takes: what the route takes, in words. */
+static int only_fields(json_t *body, const char *const *allowed, const char *route,
+                       const char *takes, pb_buf *out)
+{
+    const char *key;
+    json_t *value;
+    json_object_foreach(body, key, value) {
+        int known = 0;
+        for (int i = 0; allowed[i] && !known; i++) known = strcmp(key, allowed[i]) == 0;
+        if (!known) {
+            pb__route_error(out, 400, "unknown field \"%s\": %s takes %s", key, route, takes);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int route_record_start(pb_server *s, const request *req, pb_buf *out)
+{
+    static const char *const fields[] = {"path", "force", NULL};
+    const pb_server_opts *o = pb__server_opts(s);
+    if (!o->record) return pb__route_error(out, 503, "record is not available in this process");
+    json_t *body = parse_optional_object(req, out);
+    if (!body) return 400;
+    int status = 400;
+    pb_record_request r = {0};
+    if (only_fields(body, fields, "POST /api/record", "\"path\" and \"force\"", out)) goto done;
+    json_t *path = json_object_get(body, "path");
+    if (!json_is_string(path)) {
+        pb__route_error(out, 400, "missing string field \"path\"");
+        goto done;
+    }
+    r.path = json_string_value(path);
+    if (json_string_length(path) > PB_RECORD_PATH_MAX) {
+        pb__route_error(out, 400, "field \"path\" is %zu bytes long; the limit is %d",
+                        json_string_length(path), PB_RECORD_PATH_MAX);
+        goto done;
+    }
+    if (r.path[0] != '/') {
+        pb__route_error(out, 400, "field \"path\" must be an absolute path, not \"%s\": the "
+                        "agent's working directory is not the client's", r.path);
+        goto done;
+    }
+    if (bool_field(body, "force", &r.force, out)) goto done;
+    status = o->record(o->ctx, PB_RECORD_START, &r, out);
+done:
+    json_decref(body);
+    return status;
+}
+
+static int route_record_status(pb_server *s, const request *req, pb_buf *out)
+{
+    const pb_server_opts *o = pb__server_opts(s);
+    if (!o->record) return pb__route_error(out, 503, "record is not available in this process");
+    return o->record(o->ctx, PB_RECORD_STATUS, NULL, out);
+}
+
+static int route_record_stop(pb_server *s, const request *req, pb_buf *out)
+{
+    static const char *const fields[] = {NULL};
+    const pb_server_opts *o = pb__server_opts(s);
+    if (!o->record) return pb__route_error(out, 503, "record is not available in this process");
+    json_t *body = parse_optional_object(req, out);
+    if (!body) return 400;
+    int status = 400;
+    if (!only_fields(body, fields, "POST /api/record/stop", "no fields", out))
+        status = o->record(o->ctx, PB_RECORD_STOP, NULL, out);
+    json_decref(body);
+    return status;
 }

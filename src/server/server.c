@@ -291,6 +291,13 @@ static int check_request_start(listener *l, struct MHD_Connection *conn, const c
                                  "PROBING_TCP_EVAL=1 to allow it");
             return 1;
         }
+        if (strcmp(url, "/api/record") == 0 || strncmp(url, "/api/record/", 12) == 0) {
+            *ret = respond_error(conn, 403,
+                                 "record is refused over TCP: the agent would write a file on its "
+                                 "own machine that a network client names; run probing on that "
+                                 "machine");
+            return 1;
+        }
     }
     if (l->is_unix) {
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);

@@ -13,7 +13,7 @@
  * "Authorization: Bearer <token>" (else 401). The token is the user's (opts.token or
  * PROBING_TOKEN) or 32 random bytes in hex written to <socket dir>/<pid>.token (mode 0600,
  * removed on stop). /api/eval is refused on TCP (403) unless opts.tcp_eval or
- * PROBING_TCP_EVAL=1. See docs/security.md.
+ * PROBING_TCP_EVAL=1; /api/record* always is. See docs/security.md.
  *
  * All server threads run with every signal blocked, so SIGINT/SIGPIPE keep going to the traced
  * program's own threads.
@@ -74,6 +74,24 @@ typedef enum pb_capture_verb {
 typedef int (*pb_capture_fn)(void *ctx, pb_capture_verb verb, const pb_capture_request *req,
                              pb_buf *out);
 
+/* Recording control (docs/recordings.md): POST /api/record starts a recording into a file the
+ * agent writes, GET /api/record says how it goes, POST /api/record/stop stops it. routes.c checks
+ * the request body (path absolute, at most PB_RECORD_PATH_MAX bytes); the agent decides. Refused
+ * on TCP (403), whatever the token: a network client would name a file on the agent's machine. */
+#define PB_RECORD_PATH_MAX 4095
+
+typedef struct pb_record_request {
+    const char *path; /* START: absolute; borrowed for the call */
+    int force;        /* START: replace an existing file */
+} pb_record_request;
+
+typedef enum pb_record_verb { PB_RECORD_START, PB_RECORD_STATUS, PB_RECORD_STOP } pb_record_verb;
+
+/* Fills out with the response body and returns the HTTP status. req is NULL for STATUS and
+ * STOP. [server thread] */
+typedef int (*pb_record_fn)(void *ctx, pb_record_verb verb, const pb_record_request *req,
+                            pb_buf *out);
+
 typedef struct pb_server_opts {
     const char *unix_path;    /* socket file to create (copied); NULL = no Unix socket */
     const char *tcp_listen;   /* "host:port", "[v6]:port", ":port" (all interfaces), or NULL */
@@ -81,7 +99,8 @@ typedef struct pb_server_opts {
     pb_info_fn info;          /* NULL: /api/info answers 503 */
     pb_detach_fn detach;      /* NULL: /api/detach answers 503 */
     pb_capture_fn capture;    /* NULL: /api/capture* answer 503 */
-    void *ctx;                /* passed to eval, info, detach and capture */
+    pb_record_fn record;      /* NULL: /api/record* answer 503 */
+    void *ctx;                /* passed to eval, info, detach, capture and record */
     pb_query_limits limits;   /* zero fields take PROBING_MAX_RESULT_MB / PROBING_QUERY_TIMEOUT */
     int max_connections;      /* <= 0: 64; the next 8 get 503 "too many connections", later ones are closed */
     size_t max_request_bytes; /* larger request bodies get 413; 0: 4 MB */

@@ -103,6 +103,21 @@ static int fake_capture(void *ctx, pb_capture_verb verb, const pb_capture_reques
 
 static void fake_detach(void *ctx) { detach_calls++; }
 
+/* The record callback keeps what routes.c handed it (the path copied: it is borrowed). */
+static pb_record_verb record_verb;
+static int record_force;
+static char record_path[8192];
+static _Atomic int record_calls;
+
+static int fake_record(void *ctx, pb_record_verb verb, const pb_record_request *req, pb_buf *out)
+{
+    record_calls++;
+    record_verb = verb;
+    record_force = req ? req->force : -1;
+    snprintf(record_path, sizeof record_path, "%s", req ? req->path : "");
+    return pb_buf_puts(out, "{\"recording\":true}") ? 500 : 200;
+}
+
 /* ---- a tiny client ---- */
 
 typedef struct reply {
@@ -239,7 +254,8 @@ static void test_routes(void)
     j = http(sock_path, "/nope", "GET", NULL, 0, &r);
     CHECK(r.status == 404, "unknown path -> 404");
     CHECK_STR(error_of(j), "no such endpoint: GET /nope (endpoints: GET /api/info, POST /api/query, GET /api/tables, "
-              "POST /api/eval, POST /api/detach, GET|POST /api/capture, POST /api/capture/cancel, GET /api/capture/trace)",
+              "POST /api/eval, POST /api/detach, GET|POST /api/capture, POST /api/capture/cancel, GET /api/capture/trace, "
+              "GET|POST /api/record, POST /api/record/stop)",
               "404 message");
     json_decref(j);
 
@@ -358,6 +374,89 @@ static void test_capture_routes(void)
     CHECK(detach_calls == detached + 1, "... and the agent is told once the answer is sent");
 }
 
+/* The record routes check the request (exact messages) and hand it to the agent's callback. */
+static void test_record_routes(void)
+{
+    reply r;
+    json_t *j = post("/api/record", "{\"path\": \"/data/run.db\"}", &r);
+    CHECK(r.status == 200 && record_verb == PB_RECORD_START && strcmp(record_path, "/data/run.db") == 0 &&
+              record_force == 0 && json_is_true(json_object_get(j, "recording")),
+          "POST /api/record {path} -> START with the path, force off; the callback's answer passes through");
+    json_decref(j);
+    j = post("/api/record", "{\"path\": \"/data/run.db\", \"force\": true}", &r);
+    CHECK(r.status == 200 && record_verb == PB_RECORD_START && record_force == 1, "force: true -> force");
+    json_decref(j);
+    j = post("/api/record", "{\"path\": \"/data/run.db\", \"force\": null}", &r);
+    CHECK(r.status == 200 && record_force == 0, "force: null -> off");
+    json_decref(j);
+
+    char *long_path = malloc(PB_RECORD_PATH_MAX + 64);
+    long_path[0] = '/';
+    memset(long_path + 1, 'a', PB_RECORD_PATH_MAX - 1);
+    long_path[PB_RECORD_PATH_MAX] = '\0';
+    char *body = malloc(PB_RECORD_PATH_MAX + 64);
+    snprintf(body, PB_RECORD_PATH_MAX + 64, "{\"path\": \"%s\"}", long_path);
+    j = post("/api/record", body, &r);
+    CHECK(r.status == 200 && strlen(record_path) == PB_RECORD_PATH_MAX, "a path of %d bytes is accepted",
+          PB_RECORD_PATH_MAX);
+    json_decref(j);
+    snprintf(body, PB_RECORD_PATH_MAX + 64, "{\"path\": \"%s/\"}", long_path);
+    static const struct {
+        const char *body, *error;
+    } bad[] = {
+        {"", "missing string field \"path\""},
+        {"{}", "missing string field \"path\""},
+        {"{\"path\": 3}", "missing string field \"path\""},
+        {"{\"path\": null}", "missing string field \"path\""},
+        {"{\"path\": \"run.db\"}",
+         "field \"path\" must be an absolute path, not \"run.db\": the agent's working directory is not the client's"},
+        {"{\"path\": \"\"}",
+         "field \"path\" must be an absolute path, not \"\": the agent's working directory is not the client's"},
+        {"{\"path\": \"/x.db\", \"force\": \"yes\"}", "field \"force\" must be true or false"},
+        {"{\"path\": \"/x.db\", \"force\": 1}", "field \"force\" must be true or false"},
+        {"{\"path\": \"/x.db\", \"overwrite\": true}",
+         "unknown field \"overwrite\": POST /api/record takes \"path\" and \"force\""},
+        {"{\"path\": \"/x\\u0000y\"}", NULL}, /* jansson's own message: NUL in a string */
+        {"{\"path\": ", "request body is not valid JSON: unexpected token near end of file"},
+        {"[\"/x.db\"]", "request body must be a JSON object"},
+        {NULL, "field \"path\" is 4096 bytes long; the limit is 4095"}, /* the long body */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int calls = record_calls;
+        const char *b = bad[i].body ? bad[i].body : body;
+        j = post("/api/record", b, &r);
+        CHECK(r.status == 400 && record_calls == calls, "POST /api/record %.60s -> 400, callback not called", b);
+        if (bad[i].error) CHECK_STR(error_of(j), bad[i].error, "... its message");
+        else CHECK(strstr(error_of(j), "request body is not valid JSON: \\u0000 is not allowed") == error_of(j), "... not valid JSON (%s)", error_of(j));
+        json_decref(j);
+    }
+    free(body);
+    free(long_path);
+
+    j = http(sock_path, "/api/record", "GET", NULL, 0, &r);
+    CHECK(r.status == 200 && record_verb == PB_RECORD_STATUS && record_force == -1, "GET /api/record -> STATUS");
+    json_decref(j);
+    j = http(sock_path, "/api/record", "DELETE", NULL, 0, &r);
+    CHECK(r.status == 405 && strcmp(r.allow, "GET, POST") == 0, "DELETE /api/record -> 405, Allow: GET, POST");
+    CHECK_STR(error_of(j), "method DELETE is not allowed on /api/record; use GET, POST", "405 message");
+    json_decref(j);
+
+    j = http(sock_path, "/api/record/stop", "POST", NULL, 0, &r);
+    CHECK(r.status == 200 && record_verb == PB_RECORD_STOP, "POST /api/record/stop without a body -> STOP");
+    json_decref(j);
+    j = post("/api/record/stop", "{}", &r);
+    CHECK(r.status == 200 && record_verb == PB_RECORD_STOP, "POST /api/record/stop {} -> STOP");
+    json_decref(j);
+    int calls = record_calls;
+    j = post("/api/record/stop", "{\"path\": \"/x.db\"}", &r);
+    CHECK(r.status == 400 && record_calls == calls, "stop with a field -> 400, callback not called");
+    CHECK_STR(error_of(j), "unknown field \"path\": POST /api/record/stop takes no fields", "... its message");
+    json_decref(j);
+    j = http(sock_path, "/api/record/stop", "GET", NULL, 0, &r);
+    CHECK(r.status == 405 && strcmp(r.allow, "POST") == 0, "GET /api/record/stop -> 405, Allow: POST");
+    json_decref(j);
+}
+
 static void *client_thread(void *arg)
 {
     long ok = 0;
@@ -458,6 +557,7 @@ static pb_server_opts test_opts(void)
     o.eval = fake_eval;
     o.info = fake_info;
     o.capture = fake_capture;
+    o.record = fake_record;
     o.detach = fake_detach;
     o.max_request_bytes = 64 * 1024;
     return o;
@@ -527,6 +627,13 @@ static void test_socket_file(pb_server *live)
     json_decref(j);
     pb_buf_free(&r.body);
     pb_server_stop(s2);
+    o.record = NULL;
+    CHECK(pb_server_start(&s2, &o) == 0, "server without record");
+    j = http(noeval, "/api/record", "POST", "{\"path\":\"/x.db\"}", 16, &r);
+    CHECK(r.status == 503, "record unavailable -> 503");
+    CHECK_STR(error_of(j), "record is not available in this process", "503 message");
+    json_decref(j);
+    pb_server_stop(s2);
     (void)live;
 }
 
@@ -584,6 +691,21 @@ static void test_tcp_and_fork(void)
               "403 eval message");
     json_decref(j);
     CHECK(pb_server_token_path(s) == NULL, "a given token is not written to a file");
+    static const char *const record_routes[][2] = {
+        {"POST", "/api/record"}, {"GET", "/api/record"}, {"POST", "/api/record/stop"}};
+    for (size_t i = 0; i < 3; i++) {
+        char record_url[96];
+        int calls = record_calls;
+        snprintf(record_url, sizeof record_url, "http://127.0.0.1:%d%s", port, record_routes[i][1]);
+        j = http(NULL, record_url, record_routes[i][0], "{\"path\":\"/x.db\"}", 16, &r);
+        CHECK(r.status == 403 && record_calls == calls, "%s %s over TCP with the token -> 403, callback not called",
+              record_routes[i][0], record_routes[i][1]);
+        CHECK_STR(error_of(j),
+                  "record is refused over TCP: the agent would write a file on its own machine that a network "
+                  "client names; run probing on that machine",
+                  "... its message");
+        json_decref(j);
+    }
 
     /* a forked child forgets the server; once the parent stops, nothing listens any more */
     int pipefd[2], readyfd[2];
@@ -675,6 +797,7 @@ int main(void)
     if (!s) return check_summary();
     test_routes();
     test_capture_routes();
+    test_record_routes();
     test_concurrency();
     test_peer_uid();
     test_socket_file(s);
