@@ -30,6 +30,7 @@ test: unit integration
 
 bench: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/overhead.py
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/instructions.py
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/query_latency.py
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/recording_size.py
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/inject_latency.py

@@ -425,6 +425,15 @@ def transformer_run(session_launcher):
     return t
 
 
+@pytest.fixture(scope="session")
+def transformer_full_run(session_launcher, env):
+    """transformer.py, 250 steps, every step in detail (PROBING_DETAIL_EVERY=1), holding."""
+    t = session_launcher.traced("transformer.py", "--steps", LONG_STEPS, "--print-every", 10,
+                                env=dict(env, PROBING_DETAIL_EVERY="1"))
+    t.wait_holding()
+    return t
+
+
 def seed_file(name):
     """Text of a seed example, as `$(cat file)` hands it over (trailing newlines removed)."""
     path = SEED_QUERIES / name

@@ -94,14 +94,14 @@ def test_10_gradient_checkpointing(cli, transformer_run, resnet_run):
 def test_11_throughput_runs_ten_real_steps(cli, resnet_run):
     target = resnet_run.target()
     steps_before = int(cli.eval(target, "print(trainer.step)"))
-    rows_before = cli.scalar(target, "SELECT COUNT(*) FROM python.torch_trace WHERE stage='step'")
+    rows_before = cli.scalar(target, "SELECT COUNT(*) FROM python.steps")
     r, _ = run_seed_eval(cli, resnet_run, "eval-11-throughput.py", timeout=300)
     assert r.returncode == 0, r.stderr
     m = re.fullmatch(r"Throughput: (\d+\.\d) samples/sec\n", r.stdout)
     assert m and float(m.group(1)) > 0, r.stdout
     assert int(cli.eval(target, "print(trainer.step)")) == steps_before + 10
     # the steps run by eval are recorded like any other
-    rows_after = cli.scalar(target, "SELECT COUNT(*) FROM python.torch_trace WHERE stage='step'")
+    rows_after = cli.scalar(target, "SELECT COUNT(*) FROM python.steps")
     assert rows_after == rows_before + 10
     assert_still_serving(cli, resnet_run)
 

@@ -75,7 +75,7 @@ def test_record_mid_run_holds_the_steps_before_it_and_answers_like_the_live_proc
 def test_rows_the_rings_had_overwritten_are_counted_as_dropped(cli, launcher, env, tmp_path):
     path = tmp_path / "small-ring.db"
     t = launcher.traced("resnet_inplace.py", "--steps", 40, "--print-every", 0,
-                        env=dict(env, PROBING_RING_ROWS="1024"))
+                        env=dict(env, PROBING_RING_ROWS="1024", PROBING_DETAIL_EVERY="1"))
     t.wait_holding()
     live = python_rows(cli, t.target())
     rows, dropped = live["python.torch_trace"]
@@ -108,9 +108,13 @@ def test_sigkill_during_a_recording_leaves_what_was_flushed(cli, launcher, env, 
     assert len(steps) >= 20 and steps == list(range(len(steps)))
     assert len(steps) <= t.steps_done() + 1
     # Each step in the file has all its module rows: as many as step 1 has.
+    # (module rows are on the detail steps: python.steps.detail says which)
     counts = cli.query(path, "SELECT step, COUNT(*) AS n FROM python.torch_trace "
                              f"WHERE step < {len(steps)} GROUP BY step ORDER BY step")
-    assert [c["step"] for c in counts] == steps
+    detail = [r["step"] for r in cli.query(path, "SELECT step FROM python.steps WHERE detail = 1 "
+                                                 "ORDER BY step")]
+    assert detail[:8] == list(range(8))
+    assert [c["step"] for c in counts] == detail
     assert len({c["n"] for c in counts[1:]}) == 1
 
 

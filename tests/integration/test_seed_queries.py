@@ -1,6 +1,7 @@
 """The seed's query examples (../shared/acceptance/seed-queries/*.sql) run verbatim through the
 real `probing` binary against live, finished-but-holding training runs of 250 steps, and their
-rows mean what the seed says they mean."""
+rows mean what the seed says they mean: with the default detail windows (module rows on detail
+steps only, docs/tables.md) and with every step in detail (PROBING_DETAIL_EVERY=1)."""
 import json
 import math
 
@@ -11,9 +12,20 @@ from conftest import LONG_STEPS, SEED_QUERIES, seed_file
 SQL_FILES = sorted(p.name for p in SEED_QUERIES.glob("*.sql"))
 
 
-@pytest.fixture(params=["resnet", "transformer"])
+@pytest.fixture(params=["resnet", "transformer", "transformer_full"])
 def run(request):
     return request.getfixturevalue(f"{request.param}_run")
+
+
+def detail_steps(cli, run, low, high):
+    """Steps in [low, high] whose module executions are recorded (python.steps.detail)."""
+    return [r["step"] for r in cli.query(run.target(), f"SELECT step FROM python.steps WHERE detail = 1 "
+                                                      f"AND step BETWEEN {low} AND {high} ORDER BY step")]
+
+
+def is_full(run):
+    """Every step in detail (the agent's /api/info says period 1)."""
+    return json.loads(run.cli(run.target(), "info", "-f", "json").stdout)["detail"]["every"] == 1
 
 
 def known_names(run):
@@ -67,12 +79,25 @@ def test_01_overall_profile(cli, run):
         assert math.isclose(r["pct_time"], r["total_time_sec"] * 100 / total, rel_tol=1e-6)
     every = cli.query(run.target(), seed_file("01-overall-profile.sql").replace("LIMIT 15", ""))
     assert math.isclose(sum(r["pct_time"] for r in every), 100.0, rel_tol=1e-6)
-    # The last 10 steps: a module called once per forward ran 10 times.
+    # The last 10 steps of torch_trace: a module called once per forward ran once per step that
+    # has module rows: all 10 with every step in detail, the detail steps among them otherwise
+    # (the last detail window).
+    last = cli.scalar(run.target(), "SELECT MAX(step) FROM python.torch_trace")
+    recorded = cli.scalar(run.target(), f"SELECT COUNT(DISTINCT step) FROM python.torch_trace {window}")
+    steps_row = cli.scalar(run.target(), "SELECT MAX(step) FROM python.steps")
+    expected = detail_steps(cli, run, last - 9, last)
+    if last > steps_row:  # the step in progress has rows and no python.steps row yet
+        expected.append(last)
+    assert recorded == len(expected)
+    if is_full(run):
+        assert recorded == 10
+    else:
+        assert 1 <= recorded <= 8
     optimizer = run.optimizer_name()
     by_key = {(r["module"], r["stage"]): r for r in every}
-    assert by_key[(optimizer, "step")]["executions"] == 10
+    assert by_key[(optimizer, "step")]["executions"] == len([s for s in expected if s <= steps_row])
     root = run.root_name()
-    assert by_key[(root, "forward")]["executions"] == 10
+    assert by_key[(root, "forward")]["executions"] == recorded
 
 
 def test_02_per_step_breakdown(cli, run):
@@ -148,10 +173,18 @@ def test_07_08_step_windows(cli, run, name, column, low, high):
     rows = cli.query(run.target(), seed_file(name))
     assert len(rows) == 1 and set(rows[0]) == {column}
     value = rows[0][column]
-    assert value is not None and value > 0
-    # The window holds all 11 steps, and the average is over exactly their rows.
+    # The average is over exactly the rows of the window's steps that have module rows: all 11
+    # with every step in detail; with the default windows the detail steps among them, and NULL
+    # (no module execution recorded there) when there is none.
     check = cli.query(run.target(), f"SELECT COUNT(DISTINCT step) AS steps, "
                                      f"SUM(duration) / COUNT(*) AS avg FROM python.torch_trace "
                                      f"WHERE step BETWEEN {low} AND {high}")[0]
-    assert check["steps"] == 11
-    assert math.isclose(value, check["avg"], rel_tol=1e-9)
+    detail = detail_steps(cli, run, low, high)
+    assert check["steps"] == len(detail)
+    if is_full(run):
+        assert check["steps"] == 11
+    if detail:
+        assert value is not None and value > 0
+        assert math.isclose(value, check["avg"], rel_tol=1e-9)
+    else:
+        assert value is None

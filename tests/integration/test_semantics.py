@@ -59,13 +59,17 @@ def test_stages_and_steps(cli, run):
     stages = {r["stage"] for r in cli.query(target, "SELECT DISTINCT stage FROM python.torch_trace")}
     assert stages == {"forward", "backward", "step"}
     optimizer = run.optimizer_name()
-    # one 'step' row per step, naming the optimizer; as many as the script's trainer ran
+    # one 'step' row per detail step, naming the optimizer; python.steps has a row for every
+    # step the script's trainer ran
     per_step = cli.query(target, "SELECT step, COUNT(*) AS n, MIN(module) AS m FROM "
                                  "python.torch_trace WHERE stage = 'step' GROUP BY step")
     assert all(r["n"] == 1 and r["m"] == optimizer for r in per_step), per_step[:5]
-    assert len(per_step) == int(cli.eval(target, "print(trainer.step)"))
+    all_steps = cli.query(target, "SELECT step, detail FROM python.steps ORDER BY step")
+    assert len(all_steps) == int(cli.eval(target, "print(trainer.step)"))
+    assert [r["step"] for r in all_steps] == list(range(len(all_steps)))
     steps = [r["step"] for r in per_step]
-    assert steps == list(range(steps[0], steps[0] + len(steps)))
+    assert steps == [r["step"] for r in all_steps if r["detail"]]
+    assert steps[:8] == list(range(8))
     # one root forward per step
     root = run.root_name()
     assert cli.scalar(target, f"SELECT COUNT(*) FROM python.torch_trace WHERE module = '{root}' "
@@ -160,8 +164,8 @@ def test_memory_columns(cli, run):
 # ----------------------------------------------------------------------------- other workloads
 
 
-def test_inference_one_forward_is_one_step(cli, traced):
-    t = traced("inference.py", "--steps", 20)
+def test_inference_one_forward_is_one_step(cli, traced, env):
+    t = traced("inference.py", "--steps", 20, env=dict(env, PROBING_DETAIL_EVERY="1"))
     t.wait_holding()
     rows = cli.query(t.target(), "SELECT step, COUNT(*) AS n FROM python.torch_trace "
                                  "WHERE module = 'Classifier' GROUP BY step ORDER BY step")
@@ -212,8 +216,7 @@ def test_dataloader_workers_do_not_serve(cli, traced, socket_dir):
         assert r.returncode == 1 and "is not traced by probing" in r.stderr, r.stderr
     # an epoch is 64 steps: workers are replaced at each epoch, and training goes on
     t.wait_steps(140, timeout=240)
-    assert cli.scalar(t.target(), "SELECT COUNT(*) >= 140 FROM python.torch_trace "
-                                  "WHERE stage = 'step'") == 1
+    assert cli.scalar(t.target(), "SELECT COUNT(*) >= 140 FROM python.steps WHERE optimizer > 0") == 1
     for w in children_of(t.pid):
         assert not (socket_dir / f"{w}.sock").exists()
     t.kill()
