@@ -133,7 +133,8 @@ def run_query(cli, pid, sql, sockdir):
 
 def bench_rows(cli, n, reps, sockdir, rng):
     ring = 1 << max(0, (n - 1).bit_length())
-    env = dict(os.environ, PROBING_DIR=sockdir, PROBING_RING_ROWS=str(ring))
+    # every forward in detail: the rows are the point here (docs/tables.md, detail steps)
+    env = dict(os.environ, PROBING_DIR=sockdir, PROBING_RING_ROWS=str(ring), PROBING_DETAIL_EVERY="1")
     env.pop("PROBING", None)
     proc = subprocess.Popen([sys.executable, __file__, "--child-fill", str(n)], env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -209,7 +210,7 @@ def main():
                  f"torch {torch.__version__}.")
     lines.append(f"Method: `python bench/query_latency.py --rows {args.rows} --reps {args.reps}`. "
                  "A child fills python.torch_trace with forwards of 1,000 no-op modules under no_grad "
-                 "(1,001 rows per forward; PROBING_RING_ROWS = N rounded up to a power of two), then "
+                 "(1,001 rows per forward; PROBING_RING_ROWS = N rounded up to a power of two; PROBING_DETAIL_EVERY=1), then "
                  "idles; each query is timed as the wall time of one `probing <pid> query SQL -f json` "
                  "process (CLI start, connect, run, JSON out), queries shuffled within each repetition. "
                  "Seed queries 01 and 02 verbatim from the acceptance set. Each root forward counts as "

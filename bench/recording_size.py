@@ -58,35 +58,43 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for label, script, extra in CASES:
             argv = [str(WORKLOADS / script), *extra, "--steps", str(args.steps), "--print-every", "0"]
-            rec = Path(tmp) / "rec.db"
-            subprocess.run([str(PROBING), "run", "-o", str(rec), "--", sys.executable, *argv],
-                           env=env, check=True, capture_output=True)
-            con = sqlite3.connect(rec)
-            counts = {n: con.execute(f'SELECT COUNT(*) FROM "{n}"').fetchone()[0]
-                      for (n,) in con.execute("SELECT name FROM tables")}
-            con.close()
-            rec_size = rec.stat().st_size
+            sizes, counts = {}, {}
+            for mode, extra_env in (("default", {}), ("all", {"PROBING_DETAIL_EVERY": "1"})):
+                rec = Path(tmp) / f"rec-{mode}.db"
+                subprocess.run([str(PROBING), "run", "-o", str(rec), "--", sys.executable, *argv],
+                               env=dict(env, **extra_env), check=True, capture_output=True)
+                con = sqlite3.connect(rec)
+                counts[mode] = {n: con.execute(f'SELECT COUNT(*) FROM "{n}"').fetchone()[0]
+                                for (n,) in con.execute("SELECT name FROM tables")}
+                con.close()
+                sizes[mode] = rec.stat().st_size
+                rec.unlink()
             trace = Path(tmp) / "trace.json"
             subprocess.run([sys.executable, "-c", PROFILE, str(trace), *argv], env=env, check=True,
                            capture_output=True)
             trace_size = trace.stat().st_size
             scale = 1000 / args.steps
-            rows_out.append((label, rec_size * scale, trace_size * scale, counts))
-            print(label, mb(rec_size * scale), mb(trace_size * scale), counts, flush=True)
-            rec.unlink()
+            rows_out.append((label, sizes["default"] * scale, sizes["all"] * scale, trace_size * scale,
+                             counts))
+            print(label, mb(sizes["default"] * scale), mb(sizes["all"] * scale), mb(trace_size * scale),
+                  counts, flush=True)
             trace.unlink()
     lines = ["<!-- BEGIN recording -->", "## Recording size per 1,000 steps", "",
              f"`python bench/recording_size.py --steps {args.steps}` (CPU, torch "
              f"{__import__('torch').__version__}); sizes scaled to 1,000 steps.", "",
-             "| workload | `probing run -o` recording | torch.profiler Chrome trace (CPU, defaults) "
-             "| ratio | rows in the recording |", "|---|---|---|---|---|"]
-    for label, rec_size, trace_size, counts in rows_out:
-        nonzero = ", ".join(f"{k} {v}" for k, v in counts.items() if v)
-        lines.append(f"| {label} | {mb(rec_size)} | {mb(trace_size)} | "
-                     f"{trace_size / rec_size:.0f}x | {nonzero} |")
+             "| workload | `probing run -o` recording (default detail windows) | the same, every step in "
+             "detail (`PROBING_DETAIL_EVERY=1`) | torch.profiler Chrome trace (CPU, defaults) "
+             "| trace / every-step recording | torch_trace rows (default / every step) |",
+             "|---|---|---|---|---|---|"]
+    for label, rec_size, all_size, trace_size, counts in rows_out:
+        rows = f"{counts['default'].get('torch_trace', 0)} / {counts['all'].get('torch_trace', 0)}"
+        lines.append(f"| {label} | {mb(rec_size)} | {mb(all_size)} | {mb(trace_size)} | "
+                     f"{trace_size / all_size:.0f}x | {rows} |")
     lines += ["", "The recording holds probing's own tables (module executions, steps, data "
               "waits, memory, system samples); torch.profiler's trace holds every aten op, which "
-              "probing's recording does not. The trace is the whole script under the profiler.",
+              "probing's recording does not. The trace is the whole script under the profiler. With the "
+              "default detail windows the recording keeps every step's python.steps row and the module "
+              "rows of the detail steps only.",
               "<!-- END recording -->"]
     text = "\n".join(lines) + "\n"
     print(text)

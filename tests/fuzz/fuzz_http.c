@@ -3,8 +3,9 @@
  *
  * LLVMFuzzerInitialize() starts a pb_server (the agent's server: libmicrohttpd, the peer-uid
  * check, the route table, the SQL pool) on a socket in a temporary directory, over the small
- * table of fuzz_table.h, with fake eval/info callbacks (eval echoes the code's length and runs
- * nothing). Each input is written as raw bytes on a fresh connection, the write side is then
+ * table of fuzz_table.h, with fake eval/info/capture/record callbacks (eval echoes the code's
+ * length and runs nothing; capture and record answer a status and start nothing, so the request
+ * checks of routes.c in front of them are what gets fuzzed). Each input is written as raw bytes on a fresh connection, the write side is then
  * shut down and the answer read to the end. Checks: no sanitizer report in the server's
  * threads; the server answers each connection within 15 s of the client's end of input (the
  * server's own idle timeout is 10 s); an answer is an HTTP/1.x status line, and one that says
@@ -40,6 +41,20 @@ static int fake_info(void *ctx, pb_buf *out)
     return pb_buf_printf(out, "{\"pid\":%d,\"version\":\"fuzz\"}", (int)getpid());
 }
 
+static int fake_capture(void *ctx, pb_capture_verb verb, const pb_capture_request *req, pb_buf *out)
+{
+    if (verb == PB_CAPTURE_TRACE) return pb_buf_printf(out, "{\"error\":\"no trace\"}") ? 500 : 404;
+    return pb_buf_printf(out, "{\"capture\":null,\"state\":\"none\",\"steps\":%d}", req ? req->steps : 0) ? 500 : 200;
+}
+
+static int fake_record(void *ctx, pb_record_verb verb, const pb_record_request *req, pb_buf *out)
+{
+    /* the path is only measured: the fuzzer must never make files */
+    return pb_buf_printf(out, "{\"recording\":false,\"path_len\":%zu}", req && req->path ? strlen(req->path) : 0)
+               ? 500
+               : 200;
+}
+
 static void stop_server(void)
 {
     pb_server_stop(server);
@@ -54,6 +69,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (!mkdtemp(dir)) abort();
     snprintf(sock_path, sizeof sock_path, "%s/%d.sock", dir, (int)getpid());
     pb_server_opts o = {.unix_path = sock_path, .eval = fake_eval, .info = fake_info,
+                        .capture = fake_capture, .record = fake_record,
                         .limits = {.max_result_bytes = 1 << 20, .timeout_s = 1.0}};
     int rc = fuzz_table_setup();
     if (!rc) rc = pb_server_start(&server, &o);
