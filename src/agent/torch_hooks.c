@@ -71,7 +71,7 @@ static pb_detail detail_policy;
 static int detail;          /* the current step records rows (detail.h) */
 static int detail_measured; /* no capture ran in the current step: it counts for the policy */
 /* copies of the policy for other threads (pb_torch_detail) */
-static _Atomic int64_t shown_period, shown_window, shown_cost_ppm = -1;
+static _Atomic int64_t shown_period, shown_window, shown_cost_ppm = -1, shown_budget_pct_e6;
 static _Atomic int shown_automatic, shown_now;
 
 static void show_detail(void)
@@ -80,6 +80,7 @@ static void show_detail(void)
     atomic_store_explicit(&shown_window, detail_policy.window, memory_order_relaxed);
     atomic_store_explicit(&shown_cost_ppm, detail_policy.cost < 0 ? -1 : (int64_t)(detail_policy.cost * 1e6),
                           memory_order_relaxed);
+    atomic_store_explicit(&shown_budget_pct_e6, (int64_t)(detail_policy.budget * 1e8), memory_order_relaxed);
     atomic_store_explicit(&shown_automatic, detail_policy.automatic, memory_order_relaxed);
     atomic_store_explicit(&shown_now, detail, memory_order_relaxed);
 }
@@ -1391,7 +1392,7 @@ void pb_torch_detail(pb_torch_detail_info *out)
     out->now = atomic_load_explicit(&shown_now, memory_order_relaxed);
     out->period = atomic_load_explicit(&shown_period, memory_order_relaxed);
     out->window = atomic_load_explicit(&shown_window, memory_order_relaxed);
-    out->budget_pct = pb_config_double("PROBING_DETAIL_BUDGET", 0.5);
+    out->budget_pct = (double)atomic_load_explicit(&shown_budget_pct_e6, memory_order_relaxed) / 1e6;
     int64_t ppm = atomic_load_explicit(&shown_cost_ppm, memory_order_relaxed);
     out->cost = ppm < 0 ? -1 : (double)ppm / 1e6;
 }

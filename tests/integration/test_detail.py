@@ -58,8 +58,12 @@ def test_default_records_modules_on_detail_windows_only(cli, tiny_run):
     # 272 tiny modules: detail costs a large share of the step, so windows are far apart
     assert d["cost"] is not None and d["cost"] > 0.05, d
     assert p >= 256, f"expensive detail must give a long period: {d}"
+    # A window starts where the step number is a multiple of the period in force then; the
+    # period may grow as estimates come in (the largest of the last three), so the windows
+    # before the last estimate sit on a shorter period. With detail costing more than 5 % of a
+    # step, no estimate gives a period under 8 * 0.05 / 0.005 = 80, so 128 at least.
     for first, _ in ws[2:]:
-        assert first % p == 0, f"windows start at multiples of the period {p}: {ws}"
+        assert first % 128 == 0, f"windows start at multiples of a period >= 128: {ws}"
     assert len(detail) < 0.15 * len(rows), "most steps are summary steps"
 
 

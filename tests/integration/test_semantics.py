@@ -102,7 +102,7 @@ def test_order_and_time_within_a_step(cli, run):
         assert r["first"] >= 0 and r["shortest"] >= 0, r
     # within a step, seq follows time: the optimizer step comes last, the root forward first
     root = run.root_name()
-    last = cli.scalar(target, "SELECT MAX(step) - 1 FROM python.torch_trace")
+    last = cli.scalar(target, "SELECT MAX(step) FROM python.steps WHERE detail = 1")  # a whole step
     rows = cli.query(target, f"SELECT seq, module, stage, time_offset FROM python.torch_trace "
                              f"WHERE step = {last} ORDER BY seq")
     assert rows[-1]["stage"] == "step"
@@ -128,7 +128,10 @@ def test_duration_is_self_time(cli, run):
         WHERE step > (SELECT MAX(step) - 5 FROM python.torch_trace) AND stage != 'step'
           AND {not_other}
         GROUP BY step, stage""")
-    assert len(rows) == 10, rows
+    # a forward and a backward group for each recorded step among the last 5 step numbers
+    # (5 with every step in detail; a run may end inside a detail window, leaving fewer)
+    steps = {r["step"] for r in rows}
+    assert 1 <= len(steps) <= 5 and len(rows) == 2 * len(steps), rows
     for r in rows:
         if r["stage"] == "forward":
             # the model's own times add up to its root forward, exactly
