@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _results import write_section
+
 REPO = Path(__file__).resolve().parent.parent
 PROBING = REPO / "build" / "src" / "cli" / "probing"
 WORKLOAD = REPO / "tests" / "workloads" / "transformer.py"
@@ -107,8 +109,7 @@ def main():
         return statistics.median(r[key] for r in results)
 
     import torch
-    lines = ["<!-- BEGIN capture -->",
-             f"## `probing <pid> capture` — {time.strftime('%Y-%m-%d')}", "",
+    lines = [f"## `probing <pid> capture` — {time.strftime('%Y-%m-%d')}", "",
              f"`python bench/capture_cost.py --steps {args.steps} --repeat {args.repeat}` (CPU, "
              f"torch {torch.__version__}, tests/workloads/transformer.py: 60 modules, Adam, one "
              "thread); medians over the captures. Step wall times from python.steps. Load average "
@@ -123,17 +124,11 @@ def main():
              f"{med('trace') / 1e6:.1f} MB |", "",
              "Captured steps pay the profiler and the module ranges; the steps until the rows are "
              "in share the GIL with the processing thread; after that the job is back to its "
-             "speed.", "<!-- END capture -->"]
-    text = "\n".join(lines) + "\n"
+             "speed."]
+    text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        path = REPO / "bench" / "RESULTS.md"
-        old = path.read_text()
-        new = re.sub(r"<!-- BEGIN capture -->.*?<!-- END capture -->\n", lambda m: text, old,
-                     flags=re.S)
-        if new == old and "<!-- BEGIN capture -->" not in old:
-            new = old.rstrip("\n") + "\n\n" + text
-        path.write_text(new)
+        write_section("capture", text)
 
 
 if __name__ == "__main__":

@@ -23,9 +23,10 @@ import sys
 import tempfile
 import time
 
+from _results import write_section
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "RESULTS.md")
 WORKLOAD = os.path.join(ROOT, "tests", "workloads", "detach_train.py")
 
 
@@ -126,15 +127,7 @@ def main():
             f"{fmt([r[2] for r in results])} |\n")
     print(text)
     if not args.no_write:
-        begin, end = "<!-- BEGIN inject -->", "<!-- END inject -->"
-        old = open(RESULTS).read() if os.path.exists(RESULTS) else ""
-        block = f"{begin}\n{text}{end}"
-        if begin in old and end in old:
-            new = old[:old.index(begin)] + block + old[old.index(end) + len(end):]
-        else:
-            new = old.rstrip("\n") + "\n\n" + block + "\n"
-        with open(RESULTS, "w") as f:
-            f.write(new)
+        write_section("inject", text)
 
 
 if __name__ == "__main__":

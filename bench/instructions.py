@@ -34,9 +34,10 @@ import shutil
 import subprocess
 import sys
 
+from _results import write_section
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "_child.py")
-RESULTS = os.path.join(HERE, "RESULTS.md")
 OVERHEAD_JSON = os.path.join(HERE, "out", "overhead.json")
 MODES = ["plain", "probing-summary", "probing-all"]
 WINDOW = 8
@@ -141,7 +142,6 @@ def main():
         torch_version = "?"
     vg = subprocess.run(["valgrind", "--version"], capture_output=True, text=True).stdout.strip()
     section = "\n".join([
-        "<!-- BEGIN instructions -->",
         f"## Instructions per step (callgrind) — {datetime.date.today().isoformat()}",
         "",
         f"Machine: {platform.machine()}; Python {platform.python_version()}, torch {torch_version}, {vg}. "
@@ -153,21 +153,9 @@ def main():
         "(their work is per second; the wall-time table holds it).",
         "",
         table,
-        "",
-        "<!-- END instructions -->",
     ])
-    if args.no_write:
-        return
-    old = open(RESULTS).read() if os.path.exists(RESULTS) else "# Benchmark results\n\n"
-    if "<!-- BEGIN instructions -->" in old:
-        head, rest = old.split("<!-- BEGIN instructions -->", 1)
-        tail = rest.split("<!-- END instructions -->", 1)[1] if "<!-- END instructions -->" in rest else ""
-        new = head + section + tail
-    else:
-        new = old.rstrip("\n") + "\n\n" + section + "\n"
-    with open(RESULTS, "w") as f:
-        f.write(new)
-    print(f"wrote {RESULTS}")
+    if not args.no_write:
+        write_section("instructions", section)
 
 
 if __name__ == "__main__":

@@ -21,9 +21,10 @@ import statistics
 import subprocess
 import sys
 
+from _results import write_section
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "RESULTS.md")
 
 CHILD = r"""
 import json, sys, time
@@ -89,19 +90,10 @@ def main():
     text.append("")
     text.append("At the default PROBING_MEMORY_PHASE_EVERY=50 a row is made on one step in 50 "
                 "(and on the first optimizer step): the cost above divided by 50 per step.")
-    block = "<!-- BEGIN breakdown -->\n" + "\n".join(text) + "\n<!-- END breakdown -->"
+    block = "\n".join(text)
     print(block)
-    if args.no_write:
-        return
-    with open(RESULTS) as f:
-        content = f.read()
-    start, end = content.find("<!-- BEGIN breakdown -->"), content.find("<!-- END breakdown -->")
-    if start >= 0 and end >= 0:
-        content = content[:start] + block + content[end + len("<!-- END breakdown -->"):]
-    else:
-        content = content.rstrip("\n") + "\n\n" + block + "\n"
-    with open(RESULTS, "w") as f:
-        f.write(content)
+    if not args.no_write:
+        write_section("breakdown", block)
 
 
 if __name__ == "__main__":

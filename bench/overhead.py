@@ -38,9 +38,10 @@ import statistics
 import subprocess
 import sys
 
+from _results import write_section, cpu_name
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "_child.py")
-RESULTS = os.path.join(HERE, "RESULTS.md")
 OVERHEAD_JSON = os.path.join(HERE, "out", "overhead.json")
 
 MODELS = {
@@ -266,17 +267,8 @@ def main():
         torch_version = torch.__version__
     except Exception:
         torch_version = "?"
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    cpu = cpu_name()
     section = [
-        "<!-- BEGIN overhead -->",
         f"## Step-time overhead (CPU) — {datetime.date.today().isoformat()}",
         "",
         f"Machine: {cpu}, {os.cpu_count()} cores; Python {platform.python_version()}, torch {torch_version}. "
@@ -318,21 +310,10 @@ def main():
             section.append(f"| {model} | {rep} | {sp['detail_steps']} | {sp['summary_steps']} | {dm} | {sm} | "
                            f"{sp['period']} | {cost} |")
         section.append("")
-    section.append("<!-- END overhead -->")
     text = "\n".join(section)
     print(text)
-    if args.no_write:
-        return
-    old = open(RESULTS).read() if os.path.exists(RESULTS) else "# Benchmark results\n\n"
-    if "<!-- BEGIN overhead -->" in old:
-        head, rest = old.split("<!-- BEGIN overhead -->", 1)
-        tail = rest.split("<!-- END overhead -->", 1)[1] if "<!-- END overhead -->" in rest else ""
-        new = head + text + tail
-    else:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    with open(RESULTS, "w") as f:
-        f.write(new)
-    print(f"wrote {RESULTS}")
+    if not args.no_write:
+        write_section("overhead", text)
 
 
 if __name__ == "__main__":

@@ -34,9 +34,10 @@ import sys
 import tempfile
 import time
 
+from _results import write_section, cpu_name
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "RESULTS.md")
 SEED_DIR = "/work/shared/acceptance/seed-queries"
 SEEDS = {"01 overall profile": "01-overall-profile.sql", "02 per-step breakdown": "02-per-step-breakdown.sql"}
 EXTRA = {"MAX(step)": "SELECT MAX(step) FROM python.torch_trace",
@@ -206,7 +207,7 @@ def main():
     lines.append(f"## Query latency through the CLI — {datetime.date.today().isoformat()}")
     lines.append("")
     lines.append(f"Machine: {platform.processor() or platform.machine()}, "
-                 f"{_cpu_name()}, {os.cpu_count()} cores; Python {platform.python_version()}, "
+                 f"{cpu_name()}, {os.cpu_count()} cores; Python {platform.python_version()}, "
                  f"torch {torch.__version__}.")
     lines.append(f"Method: `python bench/query_latency.py --rows {args.rows} --reps {args.reps}`. "
                  "A child fills python.torch_trace with forwards of 1,000 no-op modules under no_grad "
@@ -247,33 +248,7 @@ def main():
     print()
     print(body)
     if not args.no_write:
-        write_section(body)
-
-
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
-
-
-def write_section(body):
-    begin, end = "<!-- BEGIN query -->", "<!-- END query -->"
-    text = open(RESULTS).read() if os.path.exists(RESULTS) else "# Benchmark results\n"
-    block = f"{begin}\n{body}\n{end}"
-    if begin in text and end in text:
-        a = text.index(begin)
-        b = text.index(end) + len(end)
-        text = text[:a] + block + text[b:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    with open(RESULTS, "w") as f:
-        f.write(text)
-    print(f"wrote {RESULTS}")
+        write_section("query", body)
 
 
 if __name__ == "__main__":

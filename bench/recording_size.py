@@ -17,12 +17,13 @@ between the BEGIN/END recording markers.
 """
 import argparse
 import os
-import re
 import sqlite3
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from _results import write_section
 
 REPO = Path(__file__).resolve().parent.parent
 PROBING = REPO / "build" / "src" / "cli" / "probing"
@@ -79,7 +80,7 @@ def main():
             print(label, mb(sizes["default"] * scale), mb(sizes["all"] * scale), mb(trace_size * scale),
                   counts, flush=True)
             trace.unlink()
-    lines = ["<!-- BEGIN recording -->", "## Recording size per 1,000 steps", "",
+    lines = ["## Recording size per 1,000 steps", "",
              f"`python bench/recording_size.py --steps {args.steps}` (CPU, torch "
              f"{__import__('torch').__version__}); sizes scaled to 1,000 steps.", "",
              "| workload | `probing run -o` recording (default detail windows) | the same, every step in "
@@ -94,18 +95,11 @@ def main():
               "waits, memory, system samples); torch.profiler's trace holds every aten op, which "
               "probing's recording does not. The trace is the whole script under the profiler. With the "
               "default detail windows the recording keeps every step's python.steps row and the module "
-              "rows of the detail steps only.",
-              "<!-- END recording -->"]
-    text = "\n".join(lines) + "\n"
+              "rows of the detail steps only."]
+    text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        path = REPO / "bench" / "RESULTS.md"
-        old = path.read_text()
-        new = re.sub(r"<!-- BEGIN recording -->.*?<!-- END recording -->\n", lambda m: text, old,
-                     flags=re.S)
-        if new == old and "<!-- BEGIN recording -->" not in old:
-            new = old.rstrip("\n") + "\n\n" + text
-        path.write_text(new)
+        write_section("recording", text)
 
 
 if __name__ == "__main__":
