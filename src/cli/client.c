@@ -217,6 +217,20 @@ int pb_client_call(const pb_target *t, const char *method, const char *path, jso
     return PB_EXIT_OK;
 }
 
+json_t *pb_client_call_ok(const pb_target *t, const char *method, const char *path,
+                          json_t *request, long timeout_ms)
+{
+    json_t *root = NULL;
+    long status;
+    if (pb_client_call(t, method, path, request, timeout_ms, &root, &status)) return NULL;
+    if (status != 200) {
+        pb_client_print_error(status, root);
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
 void pb_client_print_error(long status, json_t *root)
 {
     const char *msg = json_string_value(json_object_get(root, "error"));

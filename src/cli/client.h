@@ -37,6 +37,12 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
 int pb_client_call(const pb_target *t, const char *method, const char *path, json_t *request,
                    long timeout_ms, json_t **root, long *status);
 
+/* pb_client_call() for a request whose only good answer is 200 OK: returns its JSON object
+ * (caller owns), or NULL after printing why (the connection's error, or the agent's for any
+ * other status). request is borrowed and may be NULL. */
+json_t *pb_client_call_ok(const pb_target *t, const char *method, const char *path,
+                          json_t *request, long timeout_ms);
+
 /* Prints the error of a non-200 answer: its "error" field, or a generic line naming the status
  * when there is none. root is borrowed. */
 void pb_client_print_error(long status, json_t *root);

@@ -61,33 +61,19 @@ static const char *str_field(json_t *o, const char *key)
 /* GET /api/capture. Returns the status object (caller owns) or NULL after printing why. */
 static json_t *get_status(const pb_target *t)
 {
-    json_t *root = NULL;
-    long status;
-    if (pb_client_call(t, "GET", "/api/capture", NULL, PB_CLI_INFO_TIMEOUT_MS, &root, &status))
-        return NULL;
-    if (status != 200) {
-        pb_client_print_error(status, root);
-        json_decref(root);
-        return NULL;
-    }
-    return root;
+    return pb_client_call_ok(t, "GET", "/api/capture", NULL, PB_CLI_INFO_TIMEOUT_MS);
 }
 
 /* POST /api/capture/cancel for id. Returns the status after it (caller owns) or NULL. */
 static json_t *cancel(const pb_target *t, long long id)
 {
-    json_t *req = json_pack("{s:I}", "capture", (json_int_t)id), *root = NULL;
-    long status;
-    int rc = req ? pb_client_call(t, "POST", "/api/capture/cancel", req, PB_CLI_INFO_TIMEOUT_MS,
-                                  &root, &status)
-                 : 1;
-    json_decref(req);
-    if (rc) return NULL;
-    if (status != 200) {
-        pb_client_print_error(status, root);
-        json_decref(root);
+    json_t *req = json_pack("{s:I}", "capture", (json_int_t)id);
+    if (!req) {
+        pb_cli_error("out of memory");
         return NULL;
     }
+    json_t *root = pb_client_call_ok(t, "POST", "/api/capture/cancel", req, PB_CLI_INFO_TIMEOUT_MS);
+    json_decref(req);
     return root;
 }
 

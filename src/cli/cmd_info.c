@@ -90,16 +90,9 @@ int cmd_info(const pb_cli_args *a)
     pb_format fmt;
     int rc = pb_format_parse(a->format, PB_FORMAT_TABLE | PB_FORMAT_JSON, "info", &fmt);
     if (rc) return rc;
-    json_t *root;
-    long status;
-    rc = pb_client_call(&a->resolved, "GET", "/api/info", NULL, PB_CLI_INFO_TIMEOUT_MS, &root,
-                        &status);
-    if (rc) return rc;
-    if (status != 200) {
-        pb_client_print_error(status, root);
-        json_decref(root);
-        return PB_EXIT_ERROR;
-    }
+    json_t *root =
+        pb_client_call_ok(&a->resolved, "GET", "/api/info", NULL, PB_CLI_INFO_TIMEOUT_MS);
+    if (!root) return PB_EXIT_ERROR;
     if (fmt == PB_FORMAT_JSON) {
         pb_format_json_pretty(stdout, root);
     } else {

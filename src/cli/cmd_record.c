@@ -109,23 +109,6 @@ static long long total_of(json_t *st, const char *key)
     return sum;
 }
 
-/* Sends method path (body: request, borrowed, or NULL) and returns the 200 answer (caller
- * owns), or NULL after printing the error. */
-static json_t *call(const pb_cli_args *a, const char *method, const char *path, json_t *request,
-                    long timeout_ms)
-{
-    json_t *root = NULL;
-    long status;
-    if (pb_client_call(&a->resolved, method, path, request, timeout_ms, &root, &status))
-        return NULL;
-    if (status != 200) {
-        pb_client_print_error(status, root);
-        json_decref(root);
-        return NULL;
-    }
-    return root;
-}
-
 static int start(const pb_cli_args *a)
 {
     char path[PATH_MAX], flushes[128];
@@ -144,7 +127,8 @@ static int start(const pb_cli_args *a)
         pb_cli_error("out of memory");
         return PB_EXIT_ERROR;
     }
-    json_t *st = call(a, "POST", "/api/record", request, PB_CLI_INFO_TIMEOUT_MS);
+    json_t *st =
+        pb_client_call_ok(&a->resolved, "POST", "/api/record", request, PB_CLI_INFO_TIMEOUT_MS);
     json_decref(request);
     if (!st) return PB_EXIT_ERROR;
     describe_flushes(st, flushes, sizeof flushes);
@@ -171,7 +155,8 @@ static int error_status(json_t *st)
 
 static int stop(const pb_cli_args *a)
 {
-    json_t *st = call(a, "POST", "/api/record/stop", NULL, PB_CLI_QUERY_TIMEOUT_MS);
+    json_t *st = pb_client_call_ok(&a->resolved, "POST", "/api/record/stop", NULL,
+                                    PB_CLI_QUERY_TIMEOUT_MS);
     if (!st) return PB_EXIT_ERROR;
     const char *path = json_string_value(json_object_get(st, "path"));
     printf("stopped recording %s to %s: %lld rows in %lld flushes\n", a->target, path,
@@ -184,7 +169,8 @@ static int stop(const pb_cli_args *a)
 
 static int status(const pb_cli_args *a)
 {
-    json_t *st = call(a, "GET", "/api/record", NULL, PB_CLI_INFO_TIMEOUT_MS);
+    json_t *st =
+        pb_client_call_ok(&a->resolved, "GET", "/api/record", NULL, PB_CLI_INFO_TIMEOUT_MS);
     if (!st) return PB_EXIT_ERROR;
     const char *path = json_string_value(json_object_get(st, "path"));
     int recording = json_is_true(json_object_get(st, "recording")), rc = PB_EXIT_OK;
