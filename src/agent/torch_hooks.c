@@ -851,9 +851,10 @@ static void probe_root_output(PyObject *output)
     Py_DECREF(gf);
 }
 
-/* A module execution ended at `now` with `output`, or with an exception (output NULL: no row).
- * [GIL held] */
-static void leave(PyObject *mod, PyObject *output, int64_t now)
+/* A module execution ended with `output`, or with an exception (output NULL: no row). The
+ * clock is read here, first thing once the frame is found, and only for the frames whose time is
+ * kept (detail frames and root calls): a summary step's nested calls read no clock. [GIL held] */
+static void leave(PyObject *mod, PyObject *output)
 {
     tstate *ts = get_tstate();
     if (!ts) return;
@@ -873,7 +874,8 @@ static void leave(PyObject *mod, PyObject *output, int64_t now)
     }
     frame *f = &ts->stack[--ts->depth];
     uint16_t depth = (uint16_t)ts->depth;
-    int64_t total = now - f->start_ns; /* meaningful for detail frames and roots */
+    if (!f->detail && depth > 0) return; /* a summary step's nested call: nothing to record */
+    int64_t now = pb_now_ns(), total = now - f->start_ns;
     if (f->detail) {
         end_capture_range(f);
         if (output) {
@@ -924,9 +926,8 @@ static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 /* forward hook(module, args, output), registered with always_call=True */
 static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    int64_t now = pb_now_ns();
     if (atomic_load_explicit(&enabled, memory_order_relaxed) && nargs >= 1)
-        leave(args[0], nargs >= 3 ? args[2] : Py_None, now);
+        leave(args[0], nargs >= 3 ? args[2] : Py_None);
     Py_RETURN_NONE;
 }
 
@@ -973,13 +974,12 @@ static PyObject *modcall_vectorcall(PyObject *self, PyObject *const *args, size_
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     enter(mod, args + 1, nargs - 1 + nkw);
     PyObject *res = PyObject_Vectorcall(mc->orig, args, nargsf, kwnames);
-    int64_t now = pb_now_ns();
     if (res) {
-        leave(mod, res, now);
+        leave(mod, res);
     } else {
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb); /* our bookkeeping must not see or disturb the user's exception */
-        leave(mod, NULL, now);
+        leave(mod, NULL);
         PyErr_Restore(et, ev, tb);
     }
     return res;
