@@ -31,3 +31,15 @@ def cpu_name():
     except OSError:
         pass
     return "unknown CPU"
+
+
+def machine():
+    """'Machine: <arch>, <CPU>, <n> cores; Python <v>, torch <v>.' for a section's first line."""
+    import platform
+    try:
+        import torch
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = "not installed"
+    return (f"Machine: {platform.machine()}, {cpu_name()}, {os.cpu_count()} cores; Python "
+            f"{platform.python_version()}, torch {torch_version}.")

@@ -14,7 +14,6 @@ between the BEGIN/END inject markers is replaced).
 import argparse
 import datetime
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -23,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from _results import write_section
+from _results import machine, write_section
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -112,10 +111,8 @@ def main():
             print(f"rep {i + 1}: inject {results[-1][0] * 1000:.0f} ms, first row "
                   f"{results[-1][1] * 1000:.0f} ms, first full step {results[-1][2] * 1000:.0f} ms",
                   flush=True)
-    import torch  # noqa: E402  (only for the version line)
     text = (f"## Time from `inject` to the first recorded row — {datetime.date.today()}\n\n"
-            f"Machine: {platform.machine()}, {os.cpu_count()} cores; Python "
-            f"{platform.python_version()}, torch {torch.__version__}. Method: `python "
+            f"{machine()} Method: `python "
             f"bench/inject_latency.py --reps {args.reps}`: tests/workloads/detach_train.py "
             "(small MLP, DataLoader, CPU) started without probing, inject at step "
             "20; times from the start of the `probing <pid> inject` process. The first-row and "

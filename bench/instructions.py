@@ -28,13 +28,12 @@ import concurrent.futures
 import datetime
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
 import sys
 
-from _results import write_section
+from _results import machine, write_section
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "_child.py")
@@ -135,16 +134,11 @@ def main():
                      f"**{default}** |")
     table = "\n".join(lines)
     print(table)
-    try:
-        import torch
-        torch_version = torch.__version__
-    except Exception:
-        torch_version = "?"
     vg = subprocess.run(["valgrind", "--version"], capture_output=True, text=True).stdout.strip()
     section = "\n".join([
         f"## Instructions per step (callgrind) — {datetime.date.today().isoformat()}",
         "",
-        f"Machine: {platform.machine()}; Python {platform.python_version()}, torch {torch_version}, {vg}. "
+        f"{machine()} {vg}. "
         f"Method: `python bench/instructions.py` (`make bench`): each (model, mode) under callgrind, "
         f"counters zeroed after 5 steps, then {args.steps} steps counted on the training thread. "
         "The default recording is composed as (1 - d) x summary + d x all with d = "

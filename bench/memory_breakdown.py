@@ -16,12 +16,11 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 
-from _results import write_section
+from _results import machine, write_section
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -78,8 +77,7 @@ def main():
               f"row; a row costs {rows[-1][4]:.3f} ms ({rows[-1][5]:.2f} us per tensor)",
               flush=True)
     text = [f"## Memory breakdown row cost (CPU) — {datetime.date.today().isoformat()}", "",
-            f"Machine: {platform.machine()}, {os.cpu_count()} cores; Python "
-            f"{platform.python_version()}. Method: `bench/memory_breakdown.py` (median "
+            f"{machine()} Method: `bench/memory_breakdown.py` (median "
             f"`optimizer.step()` time with a breakdown row in every step minus without; "
             f"{args.reps} alternating repetitions, {args.steps - 10} timed steps each).", "",
             "| Linear layers | tensors walked (params, grads, Adam state) | optimizer.step() "

@@ -38,7 +38,7 @@ import statistics
 import subprocess
 import sys
 
-from _results import write_section, cpu_name
+from _results import machine, write_section
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "_child.py")
@@ -262,17 +262,10 @@ def main():
     table = "\n".join(lines)
     print(table)
 
-    try:
-        import torch
-        torch_version = torch.__version__
-    except Exception:
-        torch_version = "?"
-    cpu = cpu_name()
     section = [
         f"## Step-time overhead (CPU) — {datetime.date.today().isoformat()}",
         "",
-        f"Machine: {cpu}, {os.cpu_count()} cores; Python {platform.python_version()}, torch {torch_version}. "
-        "All figures CPU (no GPU was available to this run).",
+        f"{machine()} All figures CPU (no GPU was available to this run).",
         f"Method: `python bench/overhead.py --reps {args.reps}` (`make bench`). Lockstep turns: per repetition "
         "and model one process per mode, warmed up "
         f"({args.warmup} steps), then each process in turn (new random order every round) runs {args.turn} "

@@ -25,7 +25,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import random
 import shutil
 import statistics
@@ -34,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from _results import write_section, cpu_name
+from _results import machine, write_section
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -201,14 +200,11 @@ def main():
     finally:
         shutil.rmtree(sockdir, ignore_errors=True)
 
-    import torch
     names = list(SEEDS) + list(EXTRA)
     lines = []
     lines.append(f"## Query latency through the CLI — {datetime.date.today().isoformat()}")
     lines.append("")
-    lines.append(f"Machine: {platform.processor() or platform.machine()}, "
-                 f"{cpu_name()}, {os.cpu_count()} cores; Python {platform.python_version()}, "
-                 f"torch {torch.__version__}.")
+    lines.append(machine())
     lines.append(f"Method: `python bench/query_latency.py --rows {args.rows} --reps {args.reps}`. "
                  "A child fills python.torch_trace with forwards of 1,000 no-op modules under no_grad "
                  "(1,001 rows per forward; PROBING_RING_ROWS = N rounded up to a power of two; PROBING_DETAIL_EVERY=1), then "
