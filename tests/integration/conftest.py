@@ -492,3 +492,20 @@ def dead_pid():
     while os.path.exists(f"/proc/{pid}"):
         pid -= 1
     return pid
+
+
+def check_killed_recording(cli, path, printed, at_least):
+    """A recording whose process was killed with SIGKILL holds what was flushed before: steps
+    0..n-1 in python.steps (at least `at_least`, at most the `printed` steps the process finished
+    plus the one in progress), and every detail step among them (python.steps.detail) with all
+    its module rows, as many as step 1 has."""
+    steps = [r["step"] for r in cli.query(path, "SELECT step FROM python.steps ORDER BY step")]
+    assert len(steps) >= at_least and steps == list(range(len(steps)))
+    assert len(steps) <= printed + 1
+    counts = cli.query(path, "SELECT step, COUNT(*) AS n FROM python.torch_trace "
+                             f"WHERE step < {len(steps)} GROUP BY step ORDER BY step")
+    detail = [r["step"] for r in cli.query(path, "SELECT step FROM python.steps WHERE detail = 1 "
+                                                 "ORDER BY step")]
+    assert detail[:8] == list(range(8))
+    assert [c["step"] for c in counts] == detail
+    assert len({c["n"] for c in counts[1:]}) == 1

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import PYTHON, WORKLOADS, free_tcp_port, seed_file
+from conftest import PYTHON, WORKLOADS, check_killed_recording, free_tcp_port, seed_file
 
 SEEDS = ["01-overall-profile.sql", "02-per-step-breakdown.sql"]
 TCP_REFUSED = ("record is refused over TCP: the agent would write a file on its own machine "
@@ -104,18 +104,7 @@ def test_sigkill_during_a_recording_leaves_what_was_flushed(cli, launcher, env, 
     t._poll("20 steps in the recording", lambda: len(steps_in(cli, path)) >= 20, 120)
     os.killpg(t.pid, signal.SIGKILL)
     t.proc.wait(timeout=30)
-    steps = steps_in(cli, path)
-    assert len(steps) >= 20 and steps == list(range(len(steps)))
-    assert len(steps) <= t.steps_done() + 1
-    # Each step in the file has all its module rows: as many as step 1 has.
-    # (module rows are on the detail steps: python.steps.detail says which)
-    counts = cli.query(path, "SELECT step, COUNT(*) AS n FROM python.torch_trace "
-                             f"WHERE step < {len(steps)} GROUP BY step ORDER BY step")
-    detail = [r["step"] for r in cli.query(path, "SELECT step FROM python.steps WHERE detail = 1 "
-                                                 "ORDER BY step")]
-    assert detail[:8] == list(range(8))
-    assert [c["step"] for c in counts] == detail
-    assert len({c["n"] for c in counts[1:]}) == 1
+    check_killed_recording(cli, path, t.steps_done(), 20)
 
 
 def test_stop_closes_the_file_and_training_goes_on_unchanged(cli, launcher, tmp_path):

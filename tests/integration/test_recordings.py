@@ -3,13 +3,12 @@ that `probing run.db query|report|timeline|tables` reads after the process is go
 training processes, the real binary, a real file; SIGKILL mid-run; an unwritable path."""
 import json
 import os
-import re
 import signal
 import sqlite3
 
 import pytest
 
-from conftest import PYTHON, WORKLOADS, SEED_QUERIES, seed_file
+from conftest import PYTHON, WORKLOADS, SEED_QUERIES, check_killed_recording, seed_file
 
 STEPS = 12
 
@@ -78,20 +77,7 @@ def test_sigkill_leaves_everything_flushed_so_far(cli, launcher, tmp_path):
     t._poll("10 steps in the recording", lambda: flushed_steps() >= 10, 120)
     os.killpg(t.pid, signal.SIGKILL)
     t.proc.wait(timeout=30)
-    printed = t.steps_done()
-    steps = [r["step"] for r in cli.query(path, "SELECT step FROM python.steps ORDER BY step")]
-    assert len(steps) >= 10 and steps == list(range(len(steps)))
-    assert len(steps) <= printed + 1
-    # Every module row of those steps is there: each step has its forward, backward and
-    # optimizer rows, the same number as step 1.
-    # (module rows are on the detail steps: python.steps.detail says which)
-    counts = cli.query(path, "SELECT step, COUNT(*) AS n FROM python.torch_trace "
-                             f"WHERE step < {len(steps)} GROUP BY step ORDER BY step")
-    detail = [r["step"] for r in cli.query(path, "SELECT step FROM python.steps WHERE detail = 1 "
-                                                 "ORDER BY step")]
-    assert detail[:8] == list(range(8))
-    assert [c["step"] for c in counts] == detail
-    assert len({c["n"] for c in counts[1:]}) == 1
+    check_killed_recording(cli, path, t.steps_done(), 10)
 
 
 def test_sigterm_flushes_before_the_process_ends(cli, launcher, tmp_path):
