@@ -7,7 +7,7 @@
  * tiny modules that is a third of the step. So by default the per-module record is made in
  * windows: `window` consecutive steps (default 8) starting at every step that is a multiple of
  * `period`. Every other step still gets its python.steps row (wall, data wait, forward,
- * backward, optimizer, ...) from one clock read per root module call and one probe per backward
+ * backward, optimizer, ...) from two clock reads per root module call and one probe per backward
  * pass. python.steps.detail says which steps are which.
  *
  * The period (automatic, the default) is a power of two chosen from what detail is measured to
