@@ -3,7 +3,10 @@
 Where things are found:
   probing binary   $PROBING_BIN, else `probing` on PATH, else build/src/cli/probing
   Python package   $PROBING_PYTHONPATH, else already importable (pip-installed), else build/python
-  seed examples    $PROBING_SHARED/acceptance/seed-queries, else ../shared/... beside the repo
+  query cookbook   examples/queries/*.sql and examples/eval/*.py of this repository
+  seed examples    $PROBING_SHARED/acceptance/seed-queries, else ../shared/... beside the repo;
+                   not part of the repository: when absent, the tests that run them verbatim
+                   are skipped (one reason, SEEDS_MISSING), never failed
 
 Every test session gets its own PROBING_DIR (short, under /tmp: a Unix socket path has at most
 107 bytes), so tests never see agents of other sessions and `probing list` is predictable.
@@ -29,8 +32,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 WORKLOADS = REPO / "tests" / "workloads"
-SHARED = Path(os.environ.get("PROBING_SHARED") or Path(__file__).resolve().parents[3] / "shared")
+EXAMPLES = REPO / "examples"
+SHARED = Path(os.environ.get("PROBING_SHARED") or REPO.parent / "shared")
 SEED_QUERIES = SHARED / "acceptance" / "seed-queries"
+SEEDS_MISSING = (f"the seed examples are not in {SEED_QUERIES} (they are not part of the "
+                 "repository; set PROBING_SHARED to the folder that holds acceptance/seed-queries "
+                 "to run them verbatim); the repository's own examples/ are tested instead")
+# Marks a test that runs a seed example verbatim: skipped, with SEEDS_MISSING, without them.
+needs_seeds = pytest.mark.skipif(not SEED_QUERIES.is_dir(), reason=SEEDS_MISSING)
 
 PYTHON = os.environ.get("PROBING_TEST_PYTHON") or sys.executable or "python3"
 
@@ -435,11 +444,23 @@ def transformer_full_run(session_launcher, env):
 
 
 def seed_file(name):
-    """Text of a seed example, as `$(cat file)` hands it over (trailing newlines removed)."""
+    """Text of a seed example, as `$(cat file)` hands it over (trailing newlines removed). Skips
+    the test (SEEDS_MISSING) when the seed folder is absent; fails when the folder is there and
+    the file is not."""
+    if not SEED_QUERIES.is_dir():
+        pytest.skip(SEEDS_MISSING)
     path = SEED_QUERIES / name
     if not path.exists():
-        pytest.fail(f"seed example {path} not found (set PROBING_SHARED to the shared folder)",
-                    pytrace=False)
+        pytest.fail(f"seed example {path} not found in {SEED_QUERIES}", pytrace=False)
+    return path.read_text().rstrip("\n")
+
+
+def example_file(name):
+    """Text of a cookbook example of this repository (examples/queries/NAME.sql or
+    examples/eval/NAME.py), as `$(cat file)` hands it over (trailing newlines removed)."""
+    path = EXAMPLES / ("queries" if name.endswith(".sql") else "eval") / name
+    if not path.exists():
+        pytest.fail(f"example {path} not found", pytrace=False)
     return path.read_text().rstrip("\n")
 
 

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import seed_file
+from conftest import needs_seeds, seed_file
 
 
 def steps_table(cli, t):
@@ -97,6 +97,7 @@ def test_detail_step_sums_agree_with_the_rows(cli, tiny_run):
         assert r["b"] >= 0.8 * r["backward"], f"module rows cover most of the pass: {r}"
 
 
+@needs_seeds
 def test_seed_query_02_reads_the_last_window(cli, tiny_run):
     rows = cli.query(tiny_run.target(), seed_file("02-per-step-breakdown.sql"))
     detail = sorted(r["step"] for r in steps_table(cli, tiny_run) if r["detail"] == 1)

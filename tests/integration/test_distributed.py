@@ -16,7 +16,7 @@ import socket
 
 import pytest
 
-from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, api_get, seed_file
+from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, api_get, example_file, needs_seeds, seed_file
 
 STEPS = 8
 
@@ -118,6 +118,7 @@ def test_every_operation_recorded_once(cli, ddp_job):
         ], rows
 
 
+@needs_seeds
 def test_seed_query_04_lists_all_reduce(cli, ddp_job):
     _, ranks = ddp_job
     for pid in ranks.values():
@@ -127,6 +128,26 @@ def test_seed_query_04_lists_all_reduce(cli, ddp_job):
         assert by_op["all_reduce"]["max_time_ms"] >= by_op["all_reduce"]["avg_time_ms"] > 0
         assert [row["avg_time_ms"] for row in rows] == sorted(
             (row["avg_time_ms"] for row in rows), reverse=True)
+
+
+def test_example_collective_times(cli, ddp_job):
+    """examples/queries/collective-times.sql: one row per operation and origin, the program's
+    calls apart from DDP's gradient buckets, slowest total first."""
+    _, ranks = ddp_job
+    for pid in ranks.values():
+        rows = cli.query(pid, example_file("collective-times.sql"))
+        by_key = {(row["operation_type"], row["origin"]): row for row in rows}
+        assert set(by_key) == {("all_gather_into_tensor", "call"), ("all_reduce", "call"),
+                               ("barrier", "call"), ("broadcast", "call"), ("all_reduce", "ddp")}
+        assert by_key[("all_reduce", "call")]["calls"] == STEPS       # the loss average
+        assert by_key[("all_reduce", "ddp")]["calls"] == STEPS        # one gradient bucket a step
+        assert by_key[("all_reduce", "ddp")]["total_mb"] == pytest.approx(
+            STEPS * MODEL_BYTES / 2**20)
+        for row in rows:
+            assert row["max_ms"] >= row["avg_ms"] > 0
+            assert row["total_ms"] == pytest.approx(row["avg_ms"] * row["calls"])
+        totals = [row["total_ms"] for row in rows]
+        assert totals == sorted(totals, reverse=True)
 
 
 # nn.Linear(32, 64) + nn.Linear(64, 4): (32*64 + 64 + 64*4 + 4) float32 parameters, one bucket

@@ -1,13 +1,14 @@
 """`probing <target> eval "CODE"`: the seed's eval examples run verbatim in the target's
 __main__, and eval's failure modes (exception, timeout) say what happened without hurting the
-training process."""
+training process. The seed examples live outside the repository: without them their tests are
+skipped (conftest.needs_seeds); the repository's examples/eval are tested in test_examples.py."""
 import re
 import shutil
 import time
 
 import pytest
 
-from conftest import seed_file
+from conftest import needs_seeds, seed_file
 
 # Examples that need a GPU must answer quickly on this machine, not hang.
 QUICK_S = 60
@@ -38,6 +39,7 @@ def training(session_launcher):
 # ----------------------------------------------------------------------------- seed examples
 
 
+@needs_seeds
 def test_03_batch_load_time(cli, resnet_run):
     r, _ = run_seed_eval(cli, resnet_run, "eval-03-batch-load-time.py")
     assert r.returncode == 0, r.stderr
@@ -46,6 +48,7 @@ def test_03_batch_load_time(cli, resnet_run):
     assert_still_serving(cli, resnet_run)
 
 
+@needs_seeds
 def test_04_worker_analysis(cli, resnet_run):
     r, _ = run_seed_eval(cli, resnet_run, "eval-04-worker-analysis.py")
     assert r.returncode == 0, r.stderr
@@ -53,6 +56,7 @@ def test_04_worker_analysis(cli, resnet_run):
     assert r.stdout == "Num workers: 2\nPin memory: False\nPrefetch factor: 2\n"
 
 
+@needs_seeds
 def test_06_attention_memory(cli, transformer_run):
     r, _ = run_seed_eval(cli, transformer_run, "eval-06-attention-memory.py")
     assert r.returncode == 0, r.stderr
@@ -64,11 +68,13 @@ def test_06_attention_memory(cli, transformer_run):
     assert r.stdout == f"Estimated attention memory: {expected:.2f} GB\n"
 
 
+@needs_seeds
 def test_07_comment_only_prints_nothing(cli, resnet_run):
     r, _ = run_seed_eval(cli, resnet_run, "eval-07-check-compute-memory-bound.py")
     assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
 
 
+@needs_seeds
 def test_08_torch_compile_assignment(cli, traced):
     run = traced("many_modules.py", "--steps", 3)
     run.wait_holding()
@@ -82,6 +88,7 @@ def test_08_torch_compile_assignment(cli, traced):
     run.finish()
 
 
+@needs_seeds
 def test_10_gradient_checkpointing(cli, transformer_run, resnet_run):
     r, _ = run_seed_eval(cli, transformer_run, "eval-10-gradient-checkpointing.py")
     assert r.returncode == 0, r.stderr
@@ -91,6 +98,7 @@ def test_10_gradient_checkpointing(cli, transformer_run, resnet_run):
     assert (r.returncode, r.stdout) == (0, ""), r.stderr
 
 
+@needs_seeds
 def test_11_throughput_runs_ten_real_steps(cli, resnet_run):
     target = resnet_run.target()
     steps_before = int(cli.eval(target, "print(trainer.step)"))
@@ -107,6 +115,7 @@ def test_11_throughput_runs_ten_real_steps(cli, resnet_run):
 
 
 @pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has nvidia-smi")
+@needs_seeds
 def test_01_gpu_utilization_without_nvidia_smi(cli, resnet_run):
     r, elapsed = run_seed_eval(cli, resnet_run, "eval-01-gpu-utilization.py")
     assert r.returncode == 1
@@ -116,6 +125,7 @@ def test_01_gpu_utilization_without_nvidia_smi(cli, resnet_run):
     assert_still_serving(cli, resnet_run)
 
 
+@needs_seeds
 def test_02_cuda_sync_without_cuda(cli, resnet_run):
     r, _ = run_seed_eval(cli, resnet_run, "eval-02-cuda-sync-time.py")
     assert r.returncode == 1, r.stdout
@@ -123,6 +133,7 @@ def test_02_cuda_sync_without_cuda(cli, resnet_run):
     assert_still_serving(cli, resnet_run)
 
 
+@needs_seeds
 def test_05_allreduce_without_distributed(cli, resnet_run):
     r, _ = run_seed_eval(cli, resnet_run, "eval-05-allreduce-scaling.py")
     # not a distributed run: the example's `if` skips everything
@@ -130,6 +141,7 @@ def test_05_allreduce_without_distributed(cli, resnet_run):
     assert_still_serving(cli, resnet_run)
 
 
+@needs_seeds
 def test_09_amp_enabled_without_cuda(cli, resnet_run):
     r, _ = run_seed_eval(cli, resnet_run, "eval-09-amp-enabled.py")
     if r.returncode == 0:

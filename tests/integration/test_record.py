@@ -11,9 +11,10 @@ import subprocess
 
 import pytest
 
-from conftest import PYTHON, WORKLOADS, check_killed_recording, free_tcp_port, seed_file
+from conftest import PYTHON, WORKLOADS, check_killed_recording, example_file, free_tcp_port
 
-SEEDS = ["01-overall-profile.sql", "02-per-step-breakdown.sql"]
+# cookbook queries (examples/queries) that have rows on any training run
+EXAMPLES = ["overall-profile.sql", "step-breakdown.sql", "slowest-modules.sql", "throughput.sql"]
 TCP_REFUSED = ("record is refused over TCP: the agent would write a file on its own machine "
                "that a network client names; run probing on that machine")
 
@@ -58,12 +59,12 @@ def test_record_mid_run_holds_the_steps_before_it_and_answers_like_the_live_proc
     r = record(cli, t, path)
     assert r.stdout == started_line(t.pid, path)
     t.wait_holding()
-    live = {n: cli.query(t.target(), seed_file(n)) for n in SEEDS}
+    live = {n: cli.query(t.target(), example_file(n)) for n in EXAMPLES}
     live_rows = python_rows(cli, t.target())
     t.finish()
-    for n in SEEDS:
-        assert cli.query(path, seed_file(n)) == live[n], n
-    assert all(live[n] for n in SEEDS)  # the comparison compared something
+    for n in EXAMPLES:
+        assert cli.query(path, example_file(n)) == live[n], n
+    assert all(live[n] for n in EXAMPLES)  # the comparison compared something
     # Every step is there, the ones before the record command included: the rings held them.
     assert steps_in(cli, path) == list(range(steps))
     started_at = cli.scalar(path, "SELECT json_extract(json, '$.step') FROM probe.info")

@@ -7,9 +7,13 @@ import math
 
 import pytest
 
-from conftest import LONG_STEPS, SEED_QUERIES, seed_file
+from conftest import LONG_STEPS, SEED_QUERIES, needs_seeds, seed_file
 
-SQL_FILES = sorted(p.name for p in SEED_QUERIES.glob("*.sql"))
+pytestmark = needs_seeds
+
+SQL_FILES = ["01-overall-profile.sql", "02-per-step-breakdown.sql", "03-memory-bandwidth.sql",
+             "04-nccl-operation-times.sql", "05-attention-modules.sql", "06-slowest-modules.sql",
+             "07-before-window.sql", "08-after-window.sql"]
 
 
 @pytest.fixture(params=["resnet", "transformer", "transformer_full"])
@@ -35,7 +39,8 @@ def known_names(run):
 
 
 def test_seed_files_present():
-    assert len(SQL_FILES) == 8, f"expected the 8 seed queries in {SEED_QUERIES}, got {SQL_FILES}"
+    found = sorted(p.name for p in SEED_QUERIES.glob("*.sql"))
+    assert found == SQL_FILES, f"expected the 8 seed queries in {SEED_QUERIES}, got {found}"
 
 
 @pytest.mark.parametrize("name", SQL_FILES)

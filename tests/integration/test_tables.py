@@ -2,7 +2,7 @@
 what happens when a ring is full (the oldest rows go, the drop count says how many)."""
 import json
 
-from conftest import api_get, seed_file
+from conftest import api_get, example_file
 
 TORCH_TRACE_COLUMNS = ["step", "seq", "module", "type", "stage", "duration", "total_duration",
                        "time_offset", "allocated", "max_allocated", "depth", "thread", "rank"]
@@ -70,7 +70,7 @@ def test_small_ring_drops_oldest_rows(cli, traced, env):
     out = cli(t.target(), "tables").stdout
     assert str(trace["rows_dropped"]) in out
     # queries still work
-    rows = cli.query(t.target(), seed_file("06-slowest-modules.sql"))
+    rows = cli.query(t.target(), example_file("slowest-modules.sql"))
     assert len(rows) == 5
     # the setting is visible in probe.config
     config = json.dumps(cli.query(t.target(), "SELECT * FROM probe.config"))
