@@ -59,7 +59,7 @@ pb_table pb_table_nccl_trace = {
     .ncolumns = (int)(sizeof nccl_cols / sizeof nccl_cols[0]),
     .row_size = sizeof(pb_nccl_row),
     .step_column = -1, /* async collectives complete (and are pushed) after later steps' rows */
-    .empty_reason = "empty until the program calls a torch.distributed collective (DDP's own gradient all-reduces are not seen: see docs/tables.md)",
+    .empty_reason = "empty until the program calls a torch.distributed collective or a DistributedDataParallel model all-reduces its gradients (docs/tables.md)",
 };
 
 int pb_tables_init(void)
