@@ -13,7 +13,10 @@
  *
  * Steps: an optimizer.step() (global optimizer step hooks) ends the step; its own duration is a
  * 'step' row. Until the first optimizer step is seen, the start of a new forward of the first
- * root module ends the step, so inference loops get one step per forward.
+ * root module ends the step, so inference loops get one step per forward. An evaluation loop
+ * after training (forwards of that module under no_grad, more of them since the last optimizer
+ * step than any optimizer step had) goes back to one step per forward, until a forward with
+ * autograd on or an optimizer step: see evaluation_stretch().
  *
  * Detail and summary steps (detail.h): rows are pushed only on detail steps. On the others a
  * module call costs a frame push and pop (no name lookup, no clock read below the root, no
@@ -61,6 +64,11 @@ static _Atomic int64_t step;
 static int64_t step_start_ns;
 static uint32_t seq;
 static int training_latched;       /* an optimizer step has been seen */
+static int evaluating;             /* training_latched was dropped for an evaluation stretch */
+static int64_t nograd_forwards;    /* root forwards of primary_root under no_grad since the last
+                                      optimizer step (counted while training_latched) */
+static int64_t nograd_per_optimizer; /* the most of them any optimizer step has had */
+static int nograd_learned;         /* nograd_per_optimizer was measured over a whole optimizer step */
 static PyObject *primary_root;     /* compared by address only, never dereferenced */
 static int primary_ran;
 static uint16_t rank;
@@ -783,6 +791,48 @@ static inline int grad_enabled(void)
     return on;
 }
 
+/* A forward of the model (primary_root) begins in a training job (an optimizer step was seen):
+ * does an evaluation stretch begin or end here?
+ * Training steps end at optimizer.step(), however many forwards they run (gradient
+ * accumulation, a target computed under no_grad); an evaluation loop after training has no
+ * optimizer step, and one step would take all of its forwards. So: a forward under no_grad (or
+ * inference_mode), after the model already ran in this step, when more no_grad forwards have run
+ * since the last optimizer step than any optimizer step had (measured over the optimizer steps
+ * after the first, whose stretch began with the agent in forward-only mode), starts an
+ * evaluation stretch: steps end at each forward again, as before the first optimizer step (the
+ * caller ends this one). The next forward with autograd on, or an optimizer step, ends the
+ * stretch. One is_grad_enabled() call per forward of the model. [GIL held] */
+static void evaluation_stretch(void)
+{
+    int grad = grad_enabled();
+    if (evaluating) {
+        if (!grad) return;
+        evaluating = 0; /* training again: this forward opens a training step */
+        if (primary_ran) end_step(pb_now_ns());
+        training_latched = 1;
+        return;
+    }
+    if (grad) return;
+    if (nograd_forwards++ > nograd_per_optimizer && nograd_learned && primary_ran) {
+        training_latched = 0;
+        evaluating = 1;
+        nograd_forwards = 0;
+    }
+}
+
+/* An optimizer step (or a step the GradScaler skipped) ends the step. [GIL held] */
+static void optimizer_stepped(void)
+{
+    if (training_latched) { /* no_grad forwards were counted since the last optimizer step */
+        if (nograd_forwards > nograd_per_optimizer) nograd_per_optimizer = nograd_forwards;
+        nograd_learned = 1;
+    }
+    training_latched = 1;
+    evaluating = 0;
+    nograd_forwards = 0;
+    end_step(pb_now_ns());
+}
+
 /* A module execution begins. inputs[0..n) are its arguments (positional, then keyword values).
  * [GIL held] */
 static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
@@ -802,7 +852,8 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
             pause_start_ns = now;
         }
         if (!primary_root) primary_root = mod;
-        else if (!training_latched && mod == primary_root && primary_ran) end_step(pb_now_ns());
+        else if (mod == primary_root && (training_latched || evaluating)) evaluation_stretch();
+        if (!training_latched && mod == primary_root && primary_ran) end_step(pb_now_ns());
         if (mod == primary_root) pb_collect_forward_begin();
     }
     frame *f = &ts->stack[ts->depth];
@@ -1174,17 +1225,12 @@ static PyObject *opt_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
         }
     }
     opt_start_ns = 0;
-    training_latched = 1;
     pb_collect_optimizer_done(args[0]);
-    end_step(pb_now_ns());
+    optimizer_stepped();
     Py_RETURN_NONE;
 }
 
-void pb_torch_end_step(void)
-{
-    training_latched = 1;
-    end_step(pb_now_ns());
-}
+void pb_torch_end_step(void) { optimizer_stepped(); }
 
 int64_t pb_torch_step_start_ns(void) { return step_start_ns; }
 
@@ -1373,6 +1419,9 @@ void pb_torch_hooks_remove(void)
     primary_root = NULL;
     primary_ran = 0;
     training_latched = 0;
+    evaluating = 0;
+    nograd_forwards = nograd_per_optimizer = 0;
+    nograd_learned = 0;
 }
 
 void pb_torch_hooks_disable(void) { atomic_store(&enabled, 0); }
