@@ -276,6 +276,7 @@ int pb_agent_start(void)
     opts.limits.timeout_s = pb_config_double("PROBING_QUERY_TIMEOUT", 30);
     opts.max_connections = 64;
     opts.max_request_bytes = 4u << 20;
+    pb_record_expect(); /* a record request that comes before pb_record_start() below waits */
     if ((rc = pb_server_start(&server, &opts))) {
         pb_log_warn("not starting: cannot listen on %s%s%s: %s%s%s", socket_path, opts.tcp_listen ? " / " : "",
                     opts.tcp_listen ? opts.tcp_listen : "", pb_strerror(rc), off.len ? "; also failed: " : "",

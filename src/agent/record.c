@@ -70,6 +70,9 @@ static pthread_mutex_t error_lock = PTHREAD_MUTEX_INITIALIZER;
 /* control_lock; the recorder thread reads path and flush_every_ns, set before it starts */
 static int running;           /* a recorder thread exists (it may have failed since) */
 static int closed;            /* the agent is stopping: no new recording */
+static int starting;          /* between pb_record_expect and pb_record_start: requests wait */
+static pthread_cond_t started_cond; /* broadcast when starting drops to 0 (CLOCK_MONOTONIC) */
+static pthread_once_t started_cond_once = PTHREAD_ONCE_INIT;
 static pid_t agent_pid;       /* the process the agent started in (not a fork()ed child) */
 static pthread_t thread;
 static char path[4096];       /* of the current or last recording; "" when none */
@@ -472,11 +475,56 @@ static void stop_locked(void)
     }
 }
 
+static void started_cond_init(void)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&started_cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+/* Ends the start-up wait of record requests. [control_lock held] */
+static void started_locked(void)
+{
+    starting = 0;
+    pthread_once(&started_cond_once, started_cond_init);
+    pthread_cond_broadcast(&started_cond);
+}
+
+void pb_record_expect(void)
+{
+    pthread_once(&started_cond_once, started_cond_init);
+    pthread_mutex_lock(&control_lock);
+    agent_pid = getpid();
+    closed = 0;
+    starting = 1;
+    pthread_mutex_unlock(&control_lock);
+}
+
+/* Waits until the agent's start has opened the recorder, at most PB_RECORD_START_WAIT_MS.
+ * Returns 0 when it has. [control_lock held, server thread] */
+static int wait_started_locked(void)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += PB_RECORD_START_WAIT_MS / 1000;
+    until.tv_nsec += (long)(PB_RECORD_START_WAIT_MS % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    while (starting)
+        if (pthread_cond_timedwait(&started_cond, &control_lock, &until) == ETIMEDOUT) break;
+    return starting ? -ETIMEDOUT : 0;
+}
+
 void pb_record_start(const pb_buf *info)
 {
     pthread_mutex_lock(&control_lock);
     agent_pid = getpid();
     closed = 0;
+    started_locked();
     if (!running) path[0] = '\0'; /* the last recording's counts were of the previous tables */
     const char *p = pb_config_str("PROBING_RECORD");
     if (p && *p && !running) {
@@ -497,6 +545,7 @@ void pb_record_stop(void)
     if (getpid() != agent_pid) return; /* a fork()ed child (DataLoader worker) */
     pthread_mutex_lock(&control_lock);
     closed = 1;
+    started_locked(); /* a request still waiting for the start is refused as leaving */
     stop_locked();
     pthread_mutex_unlock(&control_lock);
 }
@@ -558,7 +607,11 @@ int pb_record_request_start(const char *file, int force, int leaving, const pb_b
     char why[512];
     int status;
     pthread_mutex_lock(&control_lock);
-    if (leaving || closed || getpid() != agent_pid) {
+    if (starting && !leaving && wait_started_locked()) {
+        status = pb__route_error(out, 503, "the agent is still starting: its recorder was not "
+                                 "ready after %d s; try again: probing %ld record -o %s",
+                                 PB_RECORD_START_WAIT_MS / 1000, (long)getpid(), file);
+    } else if (leaving || closed || getpid() != agent_pid) {
         status = pb__route_error(out, 503, "the agent is leaving this process (detach or exit); "
                                  "nothing can be recorded now");
     } else if (pb_registry_count() == 0) {

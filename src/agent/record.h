@@ -9,6 +9,14 @@
 
 #include "buf.h"
 
+/* Agent start, before the server listens: from now on until pb_record_start() (or
+ * pb_record_stop()), a record request waits for the recorder (at most PB_RECORD_START_WAIT_MS)
+ * instead of being refused, so `probing <pid> record` works as soon as the socket is there.
+ * [GIL held] */
+void pb_record_expect(void);
+
+#define PB_RECORD_START_WAIT_MS 10000
+
 /* Agent start: opens the recorder for requests and, when PROBING_RECORD is set, starts
  * recording into it (the file is replaced), with info_json (the /api/info body, borrowed for
  * this call only) as the file's info row. On any failure prints one warning and records
@@ -29,8 +37,9 @@ void pb_record_stop(void);
  * returns at once: 200 with the status (pb_record_status). 409 when the file exists (without
  * force) or a recording runs; 400 when the path cannot be created (nothing changes then; with
  * force, the old file is only removed when its directory lets a new one be made); 503 when
- * leaving (the agent was asked to detach) or after pb_record_stop(), or without tables; 500
- * when SQLite or the thread cannot start. */
+ * leaving (the agent was asked to detach) or after pb_record_stop(), or without tables, or when
+ * the agent is still starting after PB_RECORD_START_WAIT_MS (pb_record_expect: it waits until
+ * then); 500 when SQLite or the thread cannot start. */
 int pb_record_request_start(const char *path, int force, int leaving, const pb_buf *info_json,
                             pb_buf *out);
 
