@@ -229,7 +229,9 @@ static void print_help(FILE *out)
     for (size_t i = 0; i < COMMAND_COUNT; i++)
         if (commands[i].run) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fputs("\nA target is a pid (12345), host:port or [::1]:port (an agent started with\n"
-          "PROBING_LISTEN), or the path of an agent socket. It may also be given as -t TARGET\n"
+          "PROBING_LISTEN), the path of an agent socket, or a recording file (run.db, written by\n"
+          "'probing run -o' or 'record -o'; query, tables, info, report, timeline and flamegraph\n"
+          "read it after the process is gone). It may also be given as -t TARGET\n"
           "(--target), before or after the command. A host:port target needs the agent's token:\n"
           "--token T, else $PROBING_TOKEN, else the agent's token file when readable\n"
           "(docs/security.md).\n"
@@ -241,12 +243,29 @@ static void print_help(FILE *out)
           out);
 }
 
+/* The commands that answer from a recording file as from a live agent (recording.c serves their
+ * requests); the others with a target need a live process, backtrace and inject a pid. */
+static const char *const reads_recordings[] = {"query", "tables", "info", "report", "timeline",
+                                               "flamegraph", NULL};
+
 static void print_command_help(const command *c)
 {
+    int recording = 0;
     printf("Usage: %s\n\n%s.\n", c->usage, c->summary);
     if (c->details && *c->details) printf("\n%s", c->details);
-    if (c->needs_target)
-        printf("\nTARGET: a pid, host:port or socket path; may also be given as -t TARGET.\n");
+    if (!c->needs_target) return;
+    for (int i = 0; reads_recordings[i] && !recording; i++)
+        recording = strcmp(c->name, reads_recordings[i]) == 0;
+    if (recording)
+        printf("\nTARGET: a pid, host:port, socket path, or a recording file (run.db, written by\n"
+               "'probing run -o' or 'record -o'); may also be given as -t TARGET.\n");
+    else if (c->run == cmd_backtrace || c->run == cmd_inject)
+        printf("\nTARGET: the pid of a Python process on this machine (a recording file has no\n"
+               "process to %s); may also be given as -t TARGET.\n", c->name);
+    else
+        printf("\nTARGET: a pid, host:port or socket path of a live process (a recording file,\n"
+               "written by 'probing run -o' or 'record -o', has no process to %s); may also be\n"
+               "given as -t TARGET.\n", c->name);
 }
 
 /* Options are arguments starting with '-' that are not "-" and contain no whitespace. */
