@@ -147,6 +147,11 @@ def test_memory_breakdown(cli, resnet_run):
 def test_collective_times_empty_without_distributed(cli, resnet_run):
     # with collectives: test_distributed.py test_example_collective_times
     assert query(cli, resnet_run, "collective-times.sql") == []
+    # and `tables` says why, naming both ways rows come (the program's calls and DDP)
+    assert cli.scalar(resnet_run.target(), "SELECT empty_reason FROM probe.tables WHERE schema = "
+                      "'python' AND name = 'nccl_trace'") == (
+        "empty until the program calls a torch.distributed collective or a "
+        "DistributedDataParallel model all-reduces its gradients (docs/tables.md)")
 
 
 def test_attention_modules(cli, transformer_run, resnet_run):
