@@ -16,6 +16,7 @@ unset PROBING_SHARED PROBING_BIN PROBING_PYTHONPATH
 export PATH="$src/.venv/bin:$PATH"
 run() { "$src/.venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$@" 2>&1 | tee -a "$tmp/log"; }
 run tests/integration/test_examples.py tests/integration/test_seed_queries.py \
+    tests/integration/test_help_targets.py \
     "tests/integration/test_recordings.py::test_recording_answers_cookbook_and_seed_queries_like_the_live_process" \
     "tests/integration/test_detail.py::test_seed_query_02_reads_the_last_window" \
     "tests/integration/test_distributed.py::test_seed_query_04_lists_all_reduce"
