@@ -11,7 +11,7 @@ static const char *const stage_names[] = {"forward", "backward", "step", NULL};
 #define COL(name, kind, type, field, doc) {name, kind, offsetof(type, field), NULL, doc}
 
 static const pb_column torch_cols[] = {
-    COL("step", PB_COL_I64, pb_torch_row, step, "training step (ends at optimizer.step(); without an optimizer, one root forward)"),
+    COL("step", PB_COL_I64, pb_torch_row, step, "training step (ends at optimizer.step(); without one, as in inference or an evaluation loop under no_grad, one root forward)"),
     COL("seq", PB_COL_U32, pb_torch_row, seq, "order in which executions started within the step"),
     COL("module", PB_COL_STR_ID, pb_torch_row, module, "qualified name as named_modules() gives it; the root by its class name; optimizer class for stage 'step'"),
     COL("type", PB_COL_STR_ID, pb_torch_row, type, "class name"),
