@@ -306,3 +306,22 @@ def test_gradient_checkpointing(cli, transformer_run, resnet_run):
         f"layers.{i}: gradient_checkpointing=False\n" for i in range(4))
     assert evaluate(cli, resnet_run, "gradient-checkpointing.py") == (
         "no module of model has a gradient_checkpointing attribute\n")
+
+
+def test_mixed_precision_with_bf16_autocast_and_a_grad_scaler(cli, traced):
+    """data_amp.py --amp: bf16 autocast on CPU, GradScaler('cpu'); step 5's loss is inf, so the
+    scaler skips it."""
+    run = traced("data_amp.py", "--steps", 12, "--amp", "--inf-at", 5, "--print-every", 0)
+    run.wait_holding()
+    rows = query(cli, run, "amp-status.sql")
+    assert len(rows) == 1, rows
+    r = rows[0]
+    assert (r["autocast_enabled"], r["autocast_dtype"], r["autocast_device"]) == (1, "bfloat16",
+                                                                                 "cpu")
+    assert (r["optimizer_steps"], r["skipped_steps"]) == (12, 1)
+    assert 0 < r["min_scale"] < r["max_scale"]  # the skipped step halved the scale
+    scale = cli.eval(run.target(), "print(f'{scaler.get_scale():g}')").strip()
+    params = cli.eval(run.target(), "print(len(list(model.parameters())))").strip()
+    assert evaluate(cli, run, "mixed-precision.py") == (
+        f"scaler: GradScaler enabled=True scale={scale}\nmodel parameters: {params} float32\n")
+    run.finish()
