@@ -43,6 +43,7 @@
 #include "intern.h"
 #include "jsonw.h"
 #include "log.h"
+#include "recpath.h"
 #include "registry.h"
 #include "routes.h"
 #include "vt.h"
@@ -56,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -77,6 +79,7 @@ static double started_unix;
 static int64_t flush_every_ns;
 static int on_sigterm_installed;
 static int atexit_registered;
+static int lock_fd = -1;      /* holds a flock on the recording while it is written */
 
 /* flush_lock (and control_lock while no recorder thread runs) */
 static sqlite3 *conn;
@@ -316,6 +319,26 @@ static void remove_on_sigterm(void)
     on_sigterm_installed = 0;
 }
 
+/* Prepares one INSERT per registered table on conn. */
+static int prepare_inserts(void)
+{
+    pb_buf sql = PB_BUF_INIT;
+    int rc = SQLITE_OK;
+    for (int t = 0; rc == SQLITE_OK && t < pb_registry_count(); t++) {
+        const pb_table *tab = pb_registry_get(t);
+        sql.len = 0;
+        int e = pb_buf_printf(&sql, "INSERT INTO \"%s\" VALUES (", tab->name);
+        for (int c = 0; !e && c < tab->ncolumns; c++) e = pb_buf_puts(&sql, c ? ",?" : "?");
+        if (!e) e = pb_buf_puts(&sql, ")");
+        if (!e) e = pb_buf_putc(&sql, '\0');
+        rc = e ? SQLITE_NOMEM
+               : sqlite3_prepare_v3(conn, sql.data, -1, SQLITE_PREPARE_PERSISTENT, &insert[t],
+                                    NULL);
+    }
+    pb_buf_free(&sql);
+    return rc;
+}
+
 static int create_schema(const pb_buf *info, const uint64_t *rows, const uint64_t *dropped)
 {
     pb_buf sql = PB_BUF_INIT;
@@ -334,15 +357,6 @@ static int create_schema(const pb_buf *info, const uint64_t *rows, const uint64_
         if (!e) e = pb_buf_puts(&sql, ")");
         if (!e) e = pb_buf_putc(&sql, '\0');
         rc = e ? SQLITE_NOMEM : exec(sql.data);
-        sql.len = 0;
-        e = pb_buf_printf(&sql, "INSERT INTO \"%s\" VALUES (", tab->name);
-        for (int c = 0; !e && c < tab->ncolumns; c++) e = pb_buf_puts(&sql, c ? ",?" : "?");
-        if (!e) e = pb_buf_puts(&sql, ")");
-        if (!e) e = pb_buf_putc(&sql, '\0');
-        if (rc == SQLITE_OK)
-            rc = e ? SQLITE_NOMEM
-                   : sqlite3_prepare_v3(conn, sql.data, -1, SQLITE_PREPARE_PERSISTENT, &insert[t],
-                                        NULL);
     }
     pb_buf_free(&sql);
     if (rc == SQLITE_OK) {
@@ -370,51 +384,72 @@ static void close_file(void)
     conn = NULL;
 }
 
-/* Creates file (replace: after removing what is there; else it must not exist), writes the
- * schema and info, and starts the recorder thread from the oldest row each ring holds. Returns
- * 0; a negative errno when the path cannot be created (-EEXIST: it exists and replace is 0;
- * -EISDIR: it is a directory), with nothing changed; PB_ESQL or PB_EINTERNAL (no thread) with
- * the file removed. why gets the reason in words. [control_lock held, no recorder thread
- * running] */
+/* Creates file under the rules of recpath.h (replace: an existing recording may be replaced):
+ * the new recording is written beside it (<dir>/.<name>.<pid>.tmp), locked (flock, held while
+ * it records) and renamed over the path, so a failure leaves what was there intact. Then starts
+ * the recorder thread from the oldest row each ring holds. Returns 0; a negative errno when the
+ * path cannot be used (-EEXIST: a recording exists and replace is 0; -EISDIR, -ELOOP, -ENODEV,
+ * -ENOTSUP, -EBUSY: see pb_recpath_check), with nothing changed; PB_ESQL or PB_EINTERNAL (no
+ * thread). why gets the reason in words. [control_lock held, no recorder thread running] */
 static int start_locked(const char *file, int replace, const pb_buf *info, char *why,
                         size_t whylen)
 {
     uint64_t zeros[PB_REGISTRY_MAX] = {0}, firsts[PB_REGISTRY_MAX];
-    char journal[sizeof path + 16];
-    int rc;
+    char journal[sizeof path + 16], temp[sizeof path + 64];
+    int rc, renamed = 0, old_fd = -1;
     if (strlen(file) >= sizeof path) {
         snprintf(why, whylen, "%s", strerror(ENAMETOOLONG));
         return -ENAMETOOLONG;
     }
-    /* A directory is not a file to replace: without this check the user is told to pass
-     * --force, and then that the directory cannot be removed. */
-    struct stat st;
-    if (lstat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(why, whylen, "%s", strerror(EISDIR));
-        return -EISDIR;
-    }
-    /* Created here, exclusively, so that an existing file is never opened as a recording and
-     * a path that cannot be created changes nothing; SQLite then opens the empty file. */
-    if (replace && unlink(file) != 0 && errno != ENOENT) {
-        rc = -errno;
-        snprintf(why, whylen, "cannot replace it: %s", strerror(-rc));
-        return rc;
-    }
-    int fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    rc = pb_recpath_check(file, replace, why, whylen);
+    if (rc) return rc;
+    const char *slash = strrchr(file, '/');
+    snprintf(temp, sizeof temp, "%.*s.%s.%ld.tmp", slash ? (int)(slash - file + 1) : 0, file,
+             slash ? slash + 1 : file, (long)getpid());
+    snprintf(journal, sizeof journal, "%s-journal", file);
+    lock_fd = open(temp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (lock_fd < 0) {
         rc = -errno;
         snprintf(why, whylen, "%s", strerror(-rc));
         return rc;
     }
-    close(fd);
-    snprintf(journal, sizeof journal, "%s-journal", file);
-    unlink(journal); /* a journal left beside an older file would be rolled into the new one */
+    flock(lock_fd, LOCK_EX | LOCK_NB); /* a new inode: nobody else can hold it */
     for (int t = 0; t < pb_registry_count(); t++)
         firsts[t] = pb_ring_first(pb_registry_get(t)->ring);
-    if (sqlite3_open_v2(file, &conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+    if (sqlite3_open_v2(temp, &conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
             SQLITE_OK ||
         sqlite3_busy_timeout(conn, BUSY_TIMEOUT_MS) != SQLITE_OK ||
         create_schema(info, zeros, firsts) != SQLITE_OK) {
+        snprintf(why, whylen, "%s", conn ? sqlite3_errmsg(conn) : "cannot open");
+        rc = PB_ESQL;
+        goto fail;
+    }
+    close_file(); /* reopened under its final name, which names its journal */
+    /* The file being replaced is locked while the new one takes its name, so a recorder that
+     * started since the check is not replaced under its feet. */
+    old_fd = open(file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (old_fd >= 0 && flock(old_fd, LOCK_EX | LOCK_NB) != 0) {
+        pid_t holder = pb_recpath_lock_holder(old_fd);
+        snprintf(why, whylen, "process %ld is recording into it; stop that recording first "
+                 "(probing %ld record --stop) or choose another path", (long)holder, (long)holder);
+        rc = -EBUSY;
+        goto fail;
+    }
+    unlink(journal); /* a journal left beside an older file would be rolled into the new one */
+    if ((replace ? rename(temp, file) : renameat2(AT_FDCWD, temp, AT_FDCWD, file,
+                                                  RENAME_NOREPLACE)) != 0) {
+        rc = -errno;
+        snprintf(why, whylen, rc == -EEXIST ? "it exists; pass --force to replace it" : "%s",
+                 strerror(-rc));
+        goto fail;
+    }
+    renamed = 1;
+    if (old_fd >= 0) close(old_fd);
+    old_fd = -1;
+    if (sqlite3_open_v2(file, &conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+            SQLITE_OK ||
+        sqlite3_busy_timeout(conn, BUSY_TIMEOUT_MS) != SQLITE_OK ||
+        prepare_inserts() != SQLITE_OK) {
         snprintf(why, whylen, "%s", conn ? sqlite3_errmsg(conn) : "cannot open");
         rc = PB_ESQL;
         goto fail;
@@ -448,8 +483,11 @@ static int start_locked(const char *file, int replace, const pb_buf *info, char 
     return 0;
 fail:
     close_file();
-    unlink(file);
-    unlink(journal);
+    if (old_fd >= 0) close(old_fd);
+    unlink(renamed ? file : temp);
+    if (renamed) unlink(journal);
+    close(lock_fd);
+    lock_fd = -1;
     return rc;
 }
 
@@ -466,10 +504,44 @@ static void stop_locked(void)
     pthread_mutex_lock(&flush_lock);
     close_file();
     pthread_mutex_unlock(&flush_lock);
+    if (lock_fd >= 0) close(lock_fd); /* another recorder may take the path now */
+    lock_fd = -1;
     if (atomic_load(&sigterm_seen)) {
         signal(SIGTERM, SIG_DFL);
         kill(getpid(), SIGTERM);
     }
+}
+
+/* The file this process records into for PROBING_RECORD=template (docs/recordings.md, "One
+ * file per process"): %r, %h, %p expanded; without them, a rank of a multi-process job
+ * (RANK set, and WORLD_SIZE above 1 or not the process `run -o` started) gets
+ * <name>.rank<R>.<ext>, another process that is not the one `run -o` started (a subprocess)
+ * <name>.pid<P>.<ext>. Returns 0, or -EINVAL with why set. */
+static int recording_file(const char *template_path, char *out, size_t outlen, char *why,
+                          size_t whylen)
+{
+    int e = pb_recpath_expand(template_path, getpid(), out, outlen);
+    if (e < 0) {
+        snprintf(why, whylen, e == -EINVAL ? "PROBING_RECORD=%s has an unknown %%-sequence "
+                 "(use %%r rank, %%h host, %%p pid, %%%% a percent sign)"
+                 : "PROBING_RECORD=%s is too long", template_path);
+        return -EINVAL;
+    }
+    if (e == 1) return 0;
+    const char *owner = pb_config_str("PROBING_RECORD_PID");
+    int child = owner && *owner && atol(owner) != (long)getpid();
+    const char *rank = getenv("RANK"), *world = getenv("WORLD_SIZE");
+    char tag[64], *end = NULL;
+    long r = rank && *rank ? strtol(rank, &end, 10) : -1;
+    int ranked = end && !*end && r >= 0 && (child || (world && atol(world) > 1));
+    if (ranked) snprintf(tag, sizeof tag, "rank%ld", r);
+    else if (child) snprintf(tag, sizeof tag, "pid%ld", (long)getpid());
+    else return 0;
+    if (pb_recpath_tag(template_path, tag, out, outlen)) {
+        snprintf(why, whylen, "PROBING_RECORD=%s is too long", template_path);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 void pb_record_start(const pb_buf *info)
@@ -481,13 +553,12 @@ void pb_record_start(const pb_buf *info)
     const char *p = pb_config_str("PROBING_RECORD");
     if (p && *p && !running) {
         char file[sizeof path + 32], why[512];
-        const char *owner = pb_config_str("PROBING_RECORD_PID");
-        if (owner && *owner && atol(owner) != (long)getpid())
-            snprintf(file, sizeof file, "%s.%ld", p, (long)getpid()); /* a child of `run -o` */
-        else
-            snprintf(file, sizeof file, "%s", p);
-        if (start_locked(file, 1, info, why, sizeof why))
-            pb_log_warn("recording to %s is off: %s; training goes on", file, why);
+        if (recording_file(p, file, sizeof file, why, sizeof why) != 0)
+            pb_log_warn("recording is off: %s; training goes on", why);
+        else if (start_locked(file, pb_config_int("PROBING_RECORD_FORCE", 0) != 0, info, why,
+                              sizeof why))
+            pb_log_warn("recording to %s is off: cannot record to %s: %s; training goes on",
+                        file, file, why);
     }
     pthread_mutex_unlock(&control_lock);
 }
@@ -577,6 +648,9 @@ int pb_record_request_start(const char *file, int force, int leaving, const pb_b
             status = pb__route_error(out, 400, "cannot record to %s: it is a directory; name a "
                                      "file in it: probing %ld record -o %s/run.db", file,
                                      (long)getpid(), file);
+        else if (rc == -EBUSY || rc == -ELOOP || rc == -ENODEV || rc == -ENOTSUP)
+            status = pb__route_error(out, rc == -EBUSY ? 409 : 400, "cannot record to %s: %s",
+                                     file, why);
         else if (rc == -ENOENT)
             status = pb__route_error(out, 400, "cannot record to %s: %s (its directory must "
                                      "exist: create it or choose another path)", file, why);

@@ -31,7 +31,8 @@ static pb_config_entry entries[] = {
     {"PROBING_MEMORY_PHASE_EVERY", "50", "python.memory records phase rows (after_data, before_forward, ...) and python.memory_breakdown a row per optimizer on every N-th step (the breakdown also on the first optimizer step); 0 never", NULL},
     {"PROBING_RECORD", "", "path of a SQLite file to keep the whole record in (set by 'probing run -o'; docs/recordings.md)", NULL},
     {"PROBING_RECORD_FLUSH_MS", "1000", "how often the recorder copies new rows to its file (PROBING_RECORD, or 'probing <pid> record -o')", NULL},
-    {"PROBING_RECORD_PID", "", "pid of the process 'probing run -o' started; other processes that inherit PROBING_RECORD record into <path>.<pid>", NULL},
+    {"PROBING_RECORD_PID", "", "pid of the process 'probing run -o' started; other processes that inherit PROBING_RECORD record into <name>.rank<R>.<ext> (torchrun ranks) or <name>.pid<P>.<ext>", NULL},
+    {"PROBING_RECORD_FORCE", "0", "1 lets PROBING_RECORD replace an existing recording (set by 'probing run -o FILE --force')", NULL},
     {"PROBING_DEBUG", "", "1 prints the agent's debug messages to stderr", NULL},
 };
 
