@@ -557,8 +557,7 @@ void pb_record_start(const pb_buf *info)
             pb_log_warn("recording is off: %s; training goes on", why);
         else if (start_locked(file, pb_config_int("PROBING_RECORD_FORCE", 0) != 0, info, why,
                               sizeof why))
-            pb_log_warn("recording to %s is off: cannot record to %s: %s; training goes on",
-                        file, file, why);
+            pb_log_warn("recording to %s is off: %s; training goes on", file, why);
     }
     pthread_mutex_unlock(&control_lock);
 }
