@@ -91,6 +91,7 @@ def init():
         return None
     path = _agent.start()
     if path is not None:
+        _note_uncaught_exceptions()
         from . import _importhook
 
         _importhook.when_imported("torch", _agent.install_torch_hooks)
@@ -99,6 +100,27 @@ def init():
         _importhook.when_imported("torch.nn.parallel.distributed", _agent.install_ddp)
         _importhook.when_imported("torch._dynamo.config", _tell_dynamo)
     return path
+
+
+def _note_uncaught_exceptions():
+    """Wraps sys.excepthook (once) so the exception that ends the program goes into the
+    recording's probe.run row; the previous hook then runs as before (same output)."""
+    previous = sys.excepthook
+    if getattr(previous, "_probing", False):
+        return
+
+    def hook(exc_type, value, tb):
+        try:
+            import traceback
+
+            _agent.note_exception(getattr(exc_type, "__qualname__", str(exc_type)),
+                                  str(value), "".join(traceback.format_exception(exc_type, value, tb)))
+        except BaseException:
+            pass
+        previous(exc_type, value, tb)
+
+    hook._probing = True
+    sys.excepthook = hook
 
 
 def _tell_dynamo():

@@ -80,6 +80,10 @@ static int64_t flush_every_ns;
 static int on_sigterm_installed;
 static int atexit_registered;
 static int lock_fd = -1;      /* holds a flock on the recording while it is written */
+static int exiting;           /* the interpreter (or the C exit) stops the agent */
+static int closed_at_exit;    /* the last recording ran until the exit path closed it */
+static int have_exit_status, exit_status; /* from on_exit() */
+static char *exception_type, *exception_message, *exception_stack; /* pb_record_note_exception */
 
 /* flush_lock (and control_lock while no recorder thread runs) */
 static sqlite3 *conn;
@@ -186,6 +190,71 @@ static int write_catalogue(const uint64_t *rows, const uint64_t *dropped)
     return rc;
 }
 
+/* The step of the newest python.steps row, or -1 when there is none. [any thread] */
+static int64_t last_step(void)
+{
+    const pb_table *steps = pb_registry_find("python", "steps");
+    unsigned char row[1024];
+    if (!steps || steps->row_size > sizeof row || steps->ncolumns < 1 ||
+        steps->columns[0].kind != PB_COL_I64)
+        return -1;
+    uint64_t head = pb_ring_head(steps->ring);
+    if (head == 0 || head <= pb_ring_first(steps->ring) || !pb_ring_read(steps->ring, head - 1, row))
+        return -1;
+    int64_t step;
+    memcpy(&step, row + steps->columns[0].offset, sizeof step);
+    return step;
+}
+
+/* Writes how the recording (and, at exit, the job) ended into the file's `run` row on c:
+ * state, exit status, an uncaught exception, the last step, a note. [flush_lock or
+ * control_lock held, nothing else using c] */
+static int write_end(sqlite3 *c, const char *state, const char *note)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t step = last_step();
+    int rc = sqlite3_prepare_v2(c, "UPDATE run SET state=?, status=?, exception_type=?, "
+                                "message=?, stack=?, last_step=coalesce(?, last_step), ended_unix=?, "
+                                "note=coalesce(?, note)", -1, &st, NULL);
+    if (rc != SQLITE_OK) return rc;
+    sqlite3_bind_text(st, 1, state, -1, SQLITE_STATIC);
+    if (have_exit_status) sqlite3_bind_int(st, 2, exit_status);
+    sqlite3_bind_text(st, 3, exception_type, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, exception_message, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, exception_stack, -1, SQLITE_STATIC);
+    if (step >= 0) sqlite3_bind_int64(st, 6, step);
+    sqlite3_bind_double(st, 7, (double)pb_wall_ns() / 1e9);
+    sqlite3_bind_text(st, 8, note, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(c);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The state a recording closed now ends in. */
+static const char *end_state(void)
+{
+    if (!exiting) return "recording stopped";
+    return exception_type ? "exception" : "exited";
+}
+
+/* A write failed on a full disk: the recording stops with a marker a reader finds offline.
+ * Pages the file already has are rewritten in place without a journal (a journal would need
+ * the space that is missing). [flush_lock held, after the ROLLBACK] */
+static void mark_disk_full(void)
+{
+    char note[128];
+    int64_t step = last_step();
+    if (step >= 0) snprintf(note, sizeof note, "stopped: disk full at step %lld", (long long)step);
+    else snprintf(note, sizeof note, "stopped: disk full before the first step");
+    pthread_mutex_lock(&error_lock);
+    snprintf(error_text, sizeof error_text, "%s", note + strlen("stopped: "));
+    pthread_mutex_unlock(&error_lock);
+    exec("PRAGMA journal_mode=OFF");
+    if (write_end(conn, "recording failed", note) != SQLITE_OK)
+        pb_log_warn("recording to %s: cannot write the disk-full marker either", path);
+    exec("PRAGMA journal_mode=DELETE");
+}
+
 /* Copies the rows added since the last flush. Returns an SQLite code. [recorder thread, or
  * the stopping thread once the recorder thread is joined] */
 static int flush(void)
@@ -237,8 +306,11 @@ static int flush(void)
     if (rc == SQLITE_OK) rc = write_catalogue(rows, dropped);
     if (rc == SQLITE_OK) rc = exec("COMMIT");
     if (rc != SQLITE_OK) {
-        fail_once("cannot write");
+        int full = (rc & 0xff) == SQLITE_FULL || sqlite3_errcode(conn) == SQLITE_FULL;
+        int first_failure = !atomic_load(&failed);
+        fail_once(full ? "disk full" : "cannot write");
         exec("ROLLBACK");
+        if (full && first_failure) mark_disk_full();
         goto done;
     }
     for (int t = 0; t < pb_registry_count(); t++) {
@@ -272,6 +344,9 @@ static void *recorder_main(void *arg)
         nanosleep(&tick, NULL);
         if (atomic_load(&sigterm_seen)) {
             flush();
+            pthread_mutex_lock(&flush_lock);
+            if (conn && !atomic_load(&failed)) write_end(conn, "terminated", "SIGTERM");
+            pthread_mutex_unlock(&flush_lock);
             signal(SIGTERM, SIG_DFL);
             kill(getpid(), SIGTERM);
             break;
@@ -345,7 +420,16 @@ static int create_schema(const pb_buf *info, const uint64_t *rows, const uint64_
     int rc = exec("PRAGMA journal_mode=DELETE; PRAGMA synchronous=OFF; BEGIN;"
                   "CREATE TABLE tables(schema TEXT, name TEXT, doc TEXT, columns TEXT, "
                   "rows INTEGER, capacity INTEGER, rows_dropped INTEGER, empty_reason TEXT);"
-                  "CREATE TABLE info(json TEXT);");
+                  "CREATE TABLE info(json TEXT);"
+                  "CREATE TABLE run(state TEXT, status INTEGER, exception_type TEXT, "
+                  "message TEXT, stack TEXT, last_step INTEGER, started_unix REAL, "
+                  "ended_unix REAL, pid INTEGER, note TEXT);");
+    if (rc == SQLITE_OK) {
+        char insert_run[160];
+        snprintf(insert_run, sizeof insert_run, "INSERT INTO run(state, started_unix, pid) "
+                 "VALUES ('running', %.6f, %ld)", (double)pb_wall_ns() / 1e9, (long)getpid());
+        rc = exec(insert_run);
+    }
     for (int t = 0; rc == SQLITE_OK && t < pb_registry_count(); t++) {
         const pb_table *tab = pb_registry_get(t);
         sql.len = 0;
@@ -382,6 +466,64 @@ static void close_file(void)
     }
     sqlite3_close(conn);
     conn = NULL;
+}
+
+static void stop_locked(void);
+
+/* exit(): the status goes into the `run` row of the recording the exit path closed, or of the
+ * one still running (the Python atexit did not run: exit() from C), which is stopped here.
+ * Waits at most a second for control_lock: the exit is never held up longer. [the exiting
+ * thread] */
+static void on_process_exit(int status, void *unused)
+{
+    (void)unused;
+    if (getpid() != agent_pid) return; /* a fork()ed child */
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 1;
+    if (pthread_mutex_timedlock(&control_lock, &deadline) != 0) return;
+    have_exit_status = 1;
+    exit_status = status;
+    exiting = 1;
+    if (running) {
+        closed = 1;
+        stop_locked();
+    } else if (closed_at_exit && path[0]) {
+        sqlite3 *c = NULL;
+        if (sqlite3_open_v2(path, &c, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) ==
+                SQLITE_OK) {
+            sqlite3_busy_timeout(c, 1000);
+            /* after a full disk: no journal, the row's page is rewritten in place */
+            sqlite3_exec(c, atomic_load(&failed) ? "PRAGMA journal_mode=OFF" :
+                         "PRAGMA synchronous=OFF", NULL, NULL, NULL);
+            write_end(c, atomic_load(&failed) ? "recording failed" : end_state(), NULL);
+        }
+        sqlite3_close(c);
+    }
+    pthread_mutex_unlock(&control_lock);
+}
+
+void pb_record_exiting(void)
+{
+    pthread_mutex_lock(&control_lock);
+    exiting = 1;
+    pthread_mutex_unlock(&control_lock);
+}
+
+/* Copies text into *slot (NULL: cleared). */
+static void keep_text(char **slot, const char *text)
+{
+    free(*slot);
+    *slot = text ? strdup(text) : NULL;
+}
+
+void pb_record_note_exception(const char *type, const char *message, const char *stack)
+{
+    pthread_mutex_lock(&control_lock);
+    keep_text(&exception_type, type);
+    keep_text(&exception_message, message);
+    keep_text(&exception_stack, stack);
+    pthread_mutex_unlock(&control_lock);
 }
 
 /* Creates file under the rules of recpath.h (replace: an existing recording may be replaced):
@@ -477,8 +619,8 @@ static int start_locked(const char *file, int replace, const pb_buf *info, char 
     }
     running = 1;
     started_unix = (double)pb_wall_ns() / 1e9;
-    if (!atexit_registered) /* the C fallback of the agent's Python atexit handler */
-        atexit_registered = atexit(pb_record_stop) == 0;
+    if (!atexit_registered) /* the exit status, and the C fallback of the Python atexit */
+        atexit_registered = on_exit(on_process_exit, NULL) == 0;
     install_on_sigterm();
     return 0;
 fail:
@@ -502,6 +644,13 @@ static void stop_locked(void)
     flush();
     remove_on_sigterm();
     pthread_mutex_lock(&flush_lock);
+    if (conn && !atomic_load(&failed)) {
+        const char *state = atomic_load(&sigterm_seen) ? "terminated" : end_state();
+        if (write_end(conn, state, NULL) != SQLITE_OK)
+            pb_log_warn("recording to %s: cannot write how it ended: %s", path,
+                        sqlite3_errmsg(conn));
+    }
+    closed_at_exit = exiting;
     close_file();
     pthread_mutex_unlock(&flush_lock);
     if (lock_fd >= 0) close(lock_fd); /* another recorder may take the path now */

@@ -19,7 +19,7 @@ static const struct {
     {"pid", "pid"},         {"cmdline", "command"}, {"python", "python"},
     {"torch", "torch"},     {"started_unix", "started"}, {"uptime_s", "uptime"},
     {"endpoint", "endpoint"}, {"tcp", "tcp"},       {"rank", "rank"},
-    {"detail", "detail"},   {"version", "probing"},
+    {"detail", "detail"},   {"version", "probing"}, {"ended", "ended"},
 };
 
 static int is_known(const char *key)
@@ -27,6 +27,49 @@ static int is_known(const char *key)
     for (size_t i = 0; i < sizeof known_fields / sizeof known_fields[0]; i++)
         if (strcmp(known_fields[i].key, key) == 0) return 1;
     return 0;
+}
+
+/* A recording's "ended" object (probe.run) in words: "exception ValueError: bad input (exit
+ * status 1) after step 149". */
+static void put_ended(pb_buf *b, json_t *v)
+{
+    const char *state = json_string_value(json_object_get(v, "state"));
+    const char *type = json_string_value(json_object_get(v, "exception_type"));
+    const char *message = json_string_value(json_object_get(v, "message"));
+    const char *note = json_string_value(json_object_get(v, "note"));
+    json_t *status = json_object_get(v, "status"), *step = json_object_get(v, "last_step");
+    char text[96];
+    if (!state) state = "?";
+    if (strcmp(state, "running") == 0) {
+        pb_buf_puts(b, "no end recorded: the process was killed (SIGKILL, crash) or still runs");
+    } else if (strcmp(state, "exception") == 0 && type) {
+        pb_buf_puts(b, "exception ");
+        pb_format_sanitize(b, type, strlen(type));
+        if (message && *message) {
+            pb_buf_puts(b, ": ");
+            pb_format_sanitize(b, message, strlen(message) > 200 ? 200 : strlen(message));
+        }
+    } else if (strcmp(state, "exited") == 0) {
+        pb_buf_puts(b, "exited");
+    } else if (strcmp(state, "terminated") == 0) {
+        pb_buf_puts(b, "terminated by SIGTERM");
+    } else {
+        pb_format_sanitize(b, state, strlen(state));
+        if (note) {
+            pb_buf_puts(b, ": ");
+            pb_format_sanitize(b, note, strlen(note));
+        }
+    }
+    if (json_is_integer(status)) {
+        snprintf(text, sizeof text, " (exit status %lld)", (long long)json_integer_value(status));
+        pb_buf_puts(b, text);
+    }
+    if (json_is_integer(step)) {
+        snprintf(text, sizeof text, " after step %lld", (long long)json_integer_value(step));
+        pb_buf_puts(b, text);
+    }
+    if (type && json_is_string(json_object_get(v, "stack")))
+        pb_buf_puts(b, "; stack: probing FILE.db query \"SELECT stack FROM probe.run\"");
 }
 
 /* Appends the value of key for humans. */
@@ -68,6 +111,8 @@ static void put_value(pb_buf *b, const char *key, json_t *v)
             pb_buf_puts(b, text);
         }
         pb_buf_puts(b, json_is_true(json_object_get(v, "now")) ? "); this step: detail" : "); this step: summary");
+    } else if (strcmp(key, "ended") == 0 && json_is_object(v)) {
+        put_ended(b, v);
     } else if (json_is_string(v)) {
         pb_format_sanitize(b, json_string_value(v), json_string_length(v));
     } else {
