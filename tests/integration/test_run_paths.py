@@ -258,3 +258,24 @@ def test_help(cli):
     r = run(cli, "help", "record")
     assert (r.returncode, r.stdout) == (0, run(cli, "record", "--help").stdout)
     assert r.stdout.startswith("Usage: probing <target> record")
+
+
+def test_every_setting_is_validated_and_config_shows_what_is_in_effect(cli):
+    env = dict(cli.env, PROBING_HOOK_MODE="bogus", PROBING_SYSTEM_SAMPLE_MS="1",
+               PROBING_TORCH="yes", PROBING_QUERY_TIMEOUT="1e9", PROBING_DETAIL_STEPS="8")
+    sql = ("SELECT name, value FROM probe.config WHERE name IN ('PROBING_HOOK_MODE', "
+           "'PROBING_SYSTEM_SAMPLE_MS', 'PROBING_TORCH', 'PROBING_QUERY_TIMEOUT', "
+           "'PROBING_DETAIL_STEPS') ORDER BY name")
+    code = ("import os, subprocess, sys; print(subprocess.run([sys.argv[1], str(os.getpid()), "
+            "'query', sys.argv[2], '-f', 'csv'], capture_output=True, text=True).stdout, end='')")
+    r = run(cli, "run", "--", PYTHON, "-c", code, cli.binary, sql, env=env)
+    assert r.returncode == 0, r
+    assert r.stdout.splitlines() == ["name,value", "PROBING_DETAIL_STEPS,8",
+                                     "PROBING_HOOK_MODE,call", "PROBING_QUERY_TIMEOUT,86400",
+                                     "PROBING_SYSTEM_SAMPLE_MS,10", "PROBING_TORCH,1"]
+    assert sorted(line for line in r.stderr.splitlines() if "PROBING_" in line) == [
+        "probing: PROBING_QUERY_TIMEOUT=1e9 is above its maximum 86400; using 86400",
+        "probing: PROBING_SYSTEM_SAMPLE_MS=1 is below its minimum 10; using 10",
+        "probing: ignoring PROBING_HOOK_MODE=bogus: expected call or hooks; using call",
+        "probing: ignoring PROBING_TORCH=yes: expected 0 or 1; using 1",
+    ]
