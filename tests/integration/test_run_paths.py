@@ -220,16 +220,36 @@ def test_percent_p_names_the_file_by_pid(cli, tmp_path):
 
 
 def test_torchrun_ranks_record_into_rank_files(cli, tmp_path):
-    path = tmp_path / "job.db"
-    r = run(cli, "run", "-o", path, "--", PYTHON, "-m", "torch.distributed.run",
-            "--nproc_per_node", "2", "--master_port", str(free_port()),
-            WORKLOADS / "ddp_gloo.py", "--steps", "2", timeout=300)
-    assert r.returncode == 0, r
-    assert sorted(os.listdir(tmp_path)) == ["job.rank0.db", "job.rank1.db"]
-    assert (f"probing: the ranks recorded into {tmp_path}/job.rank0.db, {tmp_path}/job.rank1.db "
-            f"(read them with: probing {tmp_path}/job.rank0.db report)\n") in r.stderr
+    """Also: `list` shows the ranks with a RANK column, and not the launcher."""
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    path = rec / "job.db"
+    hold = tmp_path / "hold"
+    out = open(tmp_path / "out", "w+")
+    job = subprocess.Popen([cli.binary, "run", "-o", str(path), "--", PYTHON, "-m",
+                            "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                            str(free_port()), str(WORKLOADS / "ddp_gloo.py"), "--steps", "2",
+                            "--hold-file", str(hold)], env=cli.env, stdout=out,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while len(re.findall(r"^HOLDING$", open(tmp_path / "out").read(), re.M)) < 2:
+            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()
+            time.sleep(0.2)
+        lines = [line for line in cli("list").stdout.splitlines() if str(hold) in line]
+        assert sorted(line.split()[1] for line in lines) == ["0/2", "1/2"], lines
+        assert not [line for line in lines if "torch.distributed.run" in line], lines
+        assert cli("list").stdout.splitlines()[0].split()[:3] == ["PID", "RANK", "UPTIME"]
+    finally:
+        for r in (0, 1):
+            (tmp_path / f"hold.{r}").touch()
+    assert job.wait(timeout=240) == 0
+    stderr = job.stderr.read()
+    assert sorted(os.listdir(rec)) == ["job.rank0.db", "job.rank1.db"]
+    assert (f"probing: the ranks recorded into {rec}/job.rank0.db, {rec}/job.rank1.db "
+            f"(read them with: probing {rec}/job.rank0.db report)\n") in stderr
     for rank in (0, 1):
-        f = tmp_path / f"job.rank{rank}.db"
+        f = rec / f"job.rank{rank}.db"
         assert cli.scalar(f, "SELECT json_extract(json, '$.rank') FROM probe.info") == rank
         assert cli.scalar(f, "SELECT COUNT(*) FROM python.steps") == 2
 
