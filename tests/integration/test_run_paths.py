@@ -299,3 +299,31 @@ def test_every_setting_is_validated_and_config_shows_what_is_in_effect(cli):
         "probing: ignoring PROBING_HOOK_MODE=bogus: expected call or hooks; using call",
         "probing: ignoring PROBING_TORCH=yes: expected 0 or 1; using 1",
     ]
+
+
+SPIN_AND_SLEEP = """
+import os, subprocess, sys, threading, time
+def spin():
+    while True:
+        pass
+def sleeper():
+    time.sleep(120)
+threading.Thread(target=spin, daemon=True).start()
+threading.Thread(target=sleeper, daemon=True).start()
+time.sleep(0.5)
+print(subprocess.run([sys.argv[1], str(os.getpid()), "backtrace"], capture_output=True,
+                     text=True).stdout)
+"""
+
+
+def test_backtrace_says_which_threads_are_active_or_idle(cli):
+    r = subprocess.run([PYTHON, "-c", SPIN_AND_SLEEP, cli.binary], capture_output=True, text=True,
+                       timeout=120, env=cli.env)
+    blocks = {}
+    for block in r.stdout.split("\n\n")[1:]:
+        lines = block.strip().splitlines()
+        for name in ("spin", "sleeper"):
+            if any(line.strip().startswith(f"{name} (") for line in lines[1:]):
+                blocks[name] = lines[0]
+    assert re.fullmatch(r'Thread \d+ "\S+" \(holds the GIL\) active', blocks["spin"]), r.stdout
+    assert re.fullmatch(r'Thread \d+ "\S+" idle', blocks["sleeper"]), r.stdout
