@@ -327,3 +327,15 @@ def test_backtrace_says_which_threads_are_active_or_idle(cli):
                 blocks[name] = lines[0]
     assert re.fullmatch(r'Thread \d+ "\S+" \(holds the GIL\) active', blocks["spin"]), r.stdout
     assert re.fullmatch(r'Thread \d+ "\S+" idle', blocks["sleeper"]), r.stdout
+
+
+def test_a_mistyped_table_gets_a_suggestion(cli, tmp_path):
+    path = tmp_path / "small.db"
+    assert run(cli, "run", "-o", path, "--", PYTHON, "-c", "pass").returncode == 0
+    r = run(cli, path, "query", "SELECT * FROM python.stpes")
+    assert (r.returncode, r.stdout, r.stderr) == (
+        1, "", "probing: SQL error: no such table: python.stpes; did you mean python.steps? "
+               "(SELECT schema, name FROM probe.tables lists the tables)\n")
+    r = run(cli, path, "query", "SELECT * FROM python.nothing_like_it")
+    assert r.stderr == ("probing: SQL error: no such table: python.nothing_like_it; SELECT "
+                        "schema, name FROM probe.tables lists the tables\n")
