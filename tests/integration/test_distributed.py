@@ -40,7 +40,7 @@ def start_job(cli, env, session_dir, name, *extra):
                             "--nproc_per_node", "2", "--master_port", free_port(),
                             WORKLOADS / "ddp_gloo.py", "--steps", STEPS, "--hold-file", hold,
                             *extra],
-                           name=name)
+                           name=name, expect_socket=False)  # the launcher starts no agent
     job._poll("HOLDING from both ranks",
               lambda: len(re.findall(r"^HOLDING$", job.stdout(), re.M)) == 2, STEP_TIMEOUT_S)
     agents = json.loads(cli("list", "-f", "json").stdout)
@@ -183,7 +183,8 @@ def test_ddp_with_the_programs_comm_hook(cli, env, session_dir):
         job = launcher.command([cli.binary, "run", "--", PYTHON, "-m", "torch.distributed.run",
                                 "--nproc_per_node", "2", "--master_port", free_port(),
                                 WORKLOADS / "ddp_gloo.py", "--steps", STEPS, "--comm-hook",
-                                "--hold-file", hold], name="ddp-hook")
+                                "--hold-file", hold], name="ddp-hook",
+                               expect_socket=False)  # the launcher starts no agent
         job._poll("HOLDING from both ranks",
                   lambda: len(re.findall(r"^HOLDING$", job.stdout(), re.M)) == 2, 120)
         pids = [re.search(rf"^rank {r} pid (\d+)$", job.stdout(), re.M).group(1) for r in (0, 1)]
