@@ -130,6 +130,38 @@ static void print_line(const char *label, const char *key, json_t *v)
     pb_buf_free(&b);
 }
 
+/* A live agent's recording (GET /api/record) as one line: where to, and whether it still
+ * writes or why it stopped (a full disk: "stopped: disk full at step N"). Nothing when the
+ * agent never recorded or does not answer this route (TCP). */
+static void print_recording(const pb_target *t)
+{
+    pb_response resp;
+    char err[256];
+    if (t->kind == PB_TARGET_FILE ||
+        pb_client_request(t, "GET", "/api/record", NULL, PB_CLI_INFO_TIMEOUT_MS, &resp, err,
+                          sizeof err) != 0)
+        return;
+    json_t *st = resp.status == 200 ? json_loadb(resp.body.data, resp.body.len, 0, NULL) : NULL;
+    pb_buf_free(&resp.body);
+    const char *path = json_string_value(json_object_get(st, "path"));
+    const char *error = json_string_value(json_object_get(st, "error"));
+    if (path) {
+        pb_buf b = PB_BUF_INIT;
+        pb_format_sanitize(&b, path, strlen(path));
+        if (error) {
+            pb_buf_puts(&b, " (stopped: ");
+            pb_format_sanitize(&b, error, strlen(error));
+            pb_buf_puts(&b, ")");
+        } else {
+            pb_buf_puts(&b, json_is_true(json_object_get(st, "recording")) ? " (recording)"
+                                                                            : " (stopped)");
+        }
+        printf("%-10s %s\n", "recording:", b.data ? b.data : "");
+        pb_buf_free(&b);
+    }
+    json_decref(st);
+}
+
 int cmd_info(const pb_cli_args *a)
 {
     pb_format fmt;
@@ -158,6 +190,7 @@ int cmd_info(const pb_cli_args *a)
             print_line(b.data, key, v);
             pb_buf_free(&b);
         }
+        print_recording(&a->resolved);
     }
     json_decref(root);
     return PB_EXIT_OK;

@@ -94,6 +94,8 @@ def test_a_full_disk_leaves_a_marker(cli, launcher, small_tmpfs):
                   r"(at step \d+|before the first step); the file holds what was flushed before\n",
                   r.stderr)
     assert r.returncode == 1 and m and m.group(1) == str(path), r
+    info = cli(t.target(), "info").stdout.splitlines()
+    assert f"recording: {path} (stopped: disk full {m.group(2)})" in info, info
     t.finish()
     assert [line for line in t.stderr().splitlines() if "recording" in line] == [
         f"probing: recording to {path} stopped: disk full: database or disk is full; training "
