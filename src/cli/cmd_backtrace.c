@@ -8,7 +8,7 @@
  *   Process 4242: python3 train.py
  *   Python 3.11.7 (/usr/lib/libpython3.11.so.1.0)
  *
- *   Thread 4242 "python3" (holds the GIL) active
+ *   Thread 4242 "python3" MainThread (holds the GIL) active
  *       step (train.py:31)
  *       <module> (train.py:40)
  */
@@ -95,7 +95,8 @@ static int print_text(const pb_pystack *s, const native_stacks *ns)
         printf("\nThread %llu \"", (unsigned long long)t->native_id);
         print_sanitized(t->name);
         const char *state = thread_state(s->pid, (unsigned long long)t->native_id);
-        printf("\"%s%s%s%s\n", t->holds_gil ? " (holds the GIL)" : "",
+        printf("\"%s%s%s%s%s\n", (pid_t)t->native_id == s->pid ? " MainThread" : "",
+               t->holds_gil ? " (holds the GIL)" : "",
                t->frame_count || t->truncated ? "" : " (no Python frames)", *state ? " " : "",
                state);
         for (int k = 0; k < t->frame_count; k++) {
@@ -144,6 +145,8 @@ static int print_json(const pb_pystack *s, const native_stacks *ns)
                                t->truncated, "frames", frames);
         const char *state = thread_state(s->pid, (unsigned long long)t->native_id);
         if (th && *state) json_object_set_new(th, "state", json_string(state));
+        if (th) /* the process's first thread is the one threading calls MainThread */
+            json_object_set_new(th, "main", json_boolean((pid_t)t->native_id == s->pid));
         if (th && ns) {
             if (ns->counts[i] >= 0)
                 json_object_set_new(th, "native", native_json(ns, i));

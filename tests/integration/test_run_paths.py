@@ -327,6 +327,10 @@ def test_backtrace_says_which_threads_are_active_or_idle(cli):
                 blocks[name] = lines[0]
     assert re.fullmatch(r'Thread \d+ "\S+" \(holds the GIL\) active', blocks["spin"]), r.stdout
     assert re.fullmatch(r'Thread \d+ "\S+" idle', blocks["sleeper"]), r.stdout
+    # the main thread waits in subprocess.run
+    main = [b for b in r.stdout.split("\n\n") if b.strip() and
+            " MainThread " in b.strip().splitlines()[0]]
+    assert len(main) == 1 and main[0].strip().splitlines()[0].endswith(" idle"), r.stdout
 
 
 def test_a_mistyped_table_gets_a_suggestion(cli, tmp_path):
