@@ -106,3 +106,19 @@ def test_a_full_disk_leaves_a_marker(cli, launcher, small_tmpfs):
                                  if m.group(2).startswith("at") else "")]
     assert cli.query(path, "SELECT state, status, note FROM probe.run") == [
         {"state": "recording failed", "status": 0, "note": note}]
+
+
+def test_a_failed_replacement_leaves_the_old_recording(cli, small_tmpfs):
+    """--force writes the new recording beside the old one and renames it over: when that
+    fails (here the disk is too full for the new file), the old file is intact."""
+    import sqlite3
+    old = small_tmpfs / "old.db"
+    con = sqlite3.connect(old)
+    con.executescript("CREATE TABLE kept(x); INSERT INTO kept VALUES (zeroblob(60000));")
+    con.close()
+    r = cli("run", "-o", old, "--force", "--", PYTHON, "-c", "print('ran')", check=False)
+    assert (r.returncode, r.stdout) == (0, "ran\n")
+    assert r.stderr == (f"probing: recording to {old} is off: database or disk is full; "
+                        "training goes on\n")
+    assert os.listdir(small_tmpfs) == ["old.db"]
+    assert sqlite3.connect(old).execute("SELECT length(x) FROM kept").fetchall() == [(60000,)]
