@@ -302,7 +302,7 @@ def test_every_setting_is_validated_and_config_shows_what_is_in_effect(cli):
 
 
 SPIN_AND_SLEEP = """
-import os, subprocess, sys, threading, time
+import threading, time
 def spin():
     while True:
         pass
@@ -310,27 +310,30 @@ def sleeper():
     time.sleep(120)
 threading.Thread(target=spin, daemon=True).start()
 threading.Thread(target=sleeper, daemon=True).start()
-time.sleep(0.5)
-print(subprocess.run([sys.argv[1], str(os.getpid()), "backtrace"], capture_output=True,
-                     text=True).stdout)
+print("READY", flush=True)
+time.sleep(120)
 """
 
 
 def test_backtrace_says_which_threads_are_active_or_idle(cli):
-    r = subprocess.run([PYTHON, "-c", SPIN_AND_SLEEP, cli.binary], capture_output=True, text=True,
-                       timeout=120, env=cli.env)
-    blocks = {}
-    for block in r.stdout.split("\n\n")[1:]:
+    """Nothing but the spinning thread wants the GIL, so it holds it and runs; the others
+    sleep."""
+    proc = subprocess.Popen([PYTHON, "-c", SPIN_AND_SLEEP], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "READY\n"
+        out = cli(proc.pid, "backtrace").stdout
+    finally:
+        proc.kill()
+        proc.wait()
+    headers = {}
+    for block in out.split("\n\n")[1:]:
         lines = block.strip().splitlines()
-        for name in ("spin", "sleeper"):
+        for name in ("spin", "sleeper", "<module>"):
             if any(line.strip().startswith(f"{name} (") for line in lines[1:]):
-                blocks[name] = lines[0]
-    assert re.fullmatch(r'Thread \d+ "\S+" \(holds the GIL\) active', blocks["spin"]), r.stdout
-    assert re.fullmatch(r'Thread \d+ "\S+" idle', blocks["sleeper"]), r.stdout
-    # the main thread waits in subprocess.run
-    main = [b for b in r.stdout.split("\n\n") if b.strip() and
-            " MainThread " in b.strip().splitlines()[0]]
-    assert len(main) == 1 and main[0].strip().splitlines()[0].endswith(" idle"), r.stdout
+                headers[name] = lines[0]
+    assert re.fullmatch(r'Thread \d+ "\S+" \(holds the GIL\) active', headers["spin"]), out
+    assert re.fullmatch(r'Thread \d+ "\S+" idle', headers["sleeper"]), out
+    assert re.fullmatch(rf'Thread {proc.pid} "\S+" MainThread idle', headers["<module>"]), out
 
 
 def test_a_mistyped_table_gets_a_suggestion(cli, tmp_path):
