@@ -22,13 +22,76 @@ def _is_worker_child():
     return "--multiprocessing-fork" in text or "from multiprocessing." in text
 
 
+_LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+
+def _command_line():
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return list(getattr(sys, "orig_argv", sys.argv) or [])
+
+
+def _is_launcher():
+    """True in torchrun (or python -m torch.distributed.run/launch): it only starts the ranks,
+    which run the training and get their own agents; an agent here would show the launcher in
+    `probing list` and leave an empty recording."""
+    argv = _command_line()
+    for i, arg in enumerate(argv[:3]):
+        if os.path.basename(arg) == "torchrun" and i <= 1:
+            return True
+        if arg == "-m" and i + 1 < len(argv) and argv[i + 1] in _LAUNCHER_MODULES:
+            return True
+        if arg.startswith("-m") and arg[2:] in _LAUNCHER_MODULES:
+            return True
+    return False
+
+
+def _tell_where_ranks_recorded(template, started, pid):
+    """At the launcher's exit: names the recordings its ranks wrote (docs/recordings.md)."""
+    import glob
+
+    if os.getpid() != pid:  # a fork()ed helper of the launcher
+        return
+
+    if "%" in template:
+        pattern = template.replace("%%", "\0").replace("%r", "*").replace("%h", "*")
+        pattern = pattern.replace("%p", "*").replace("\0", "%")
+    else:
+        head, ext = os.path.splitext(template)
+        if not ext or os.sep in ext:
+            head, ext = template, ""
+        pattern = head + ".rank*" + ext
+    try:
+        files = sorted(f for f in glob.glob(pattern) if os.path.getmtime(f) >= started - 1
+                       and not f.endswith("-journal"))
+    except OSError:
+        return
+    if files:
+        sys.stderr.write("probing: the ranks recorded into %s (read them with: probing %s "
+                         "report)\n" % (", ".join(files), files[0]))
+    else:
+        sys.stderr.write("probing: no rank wrote a recording matching %s\n" % pattern)
+
+
 def init():
     """Starts the agent (once) and arranges for torch hooks whenever torch is imported.
     Returns the Unix socket path, or None when the agent could not start."""
     if _is_worker_child():
         return None
+    if _is_launcher():
+        template = os.environ.get("PROBING_RECORD", "")
+        if template and not getattr(init, "_launcher_noted", False):
+            import atexit
+            import time
+
+            init._launcher_noted = True
+            atexit.register(_tell_where_ranks_recorded, template, time.time(), os.getpid())
+        return None
     path = _agent.start()
     if path is not None:
+        _note_uncaught_exceptions()
         from . import _importhook
 
         _importhook.when_imported("torch", _agent.install_torch_hooks)
@@ -37,6 +100,27 @@ def init():
         _importhook.when_imported("torch.nn.parallel.distributed", _agent.install_ddp)
         _importhook.when_imported("torch._dynamo.config", _tell_dynamo)
     return path
+
+
+def _note_uncaught_exceptions():
+    """Wraps sys.excepthook (once) so the exception that ends the program goes into the
+    recording's probe.run row; the previous hook then runs as before (same output)."""
+    previous = sys.excepthook
+    if getattr(previous, "_probing", False):
+        return
+
+    def hook(exc_type, value, tb):
+        try:
+            import traceback
+
+            _agent.note_exception(getattr(exc_type, "__qualname__", str(exc_type)),
+                                  str(value), "".join(traceback.format_exception(exc_type, value, tb)))
+        except BaseException:
+            pass
+        previous(exc_type, value, tb)
+
+    hook._probing = True
+    sys.excepthook = hook
 
 
 def _tell_dynamo():

@@ -15,6 +15,7 @@
 #include "capture.h"
 #include "config.h"
 #include "lifecycle.h"
+#include "record.h"
 #include "eval.h"
 #include "torch_hooks.h"
 #include "distributed.h"
@@ -46,7 +47,18 @@ static PyObject *py_stop(PyObject *self, PyObject *unused)
 
 static PyObject *py_atexit(PyObject *self, PyObject *unused)
 {
+    pb_record_exiting();
     pb_agent_stop();
+    Py_RETURN_NONE;
+}
+
+/* note_exception(type, message, stack): the uncaught exception that ends the program
+ * (probing's sys.excepthook), kept for the recording's `run` row. */
+static PyObject *py_note_exception(PyObject *self, PyObject *args)
+{
+    const char *type, *message, *stack;
+    if (!PyArg_ParseTuple(args, "sss", &type, &message, &stack)) return NULL;
+    pb_record_note_exception(type, message, stack);
     Py_RETURN_NONE;
 }
 
@@ -105,6 +117,7 @@ static PyMethodDef methods[] = {
     {"stop", py_stop, METH_NOARGS, "Remove hooks, stop threads and server, free memory."},
     {"_atexit", py_atexit, METH_NOARGS, "Interpreter exit: stop the agent."},
     {"endpoint", py_endpoint, METH_NOARGS, "Socket path or None."},
+    {"note_exception", py_note_exception, METH_VARARGS, "The uncaught exception ending the program (type, message, stack), for the recording."},
     {"install_torch_hooks", py_install_torch_hooks, METH_NOARGS, "Register torch hooks (torch must be imported)."},
     {"install_distributed", py_install_distributed, METH_NOARGS, "Record torch.distributed collectives (c10d must be imported)."},
     {"install_ddp", py_install_ddp, METH_NOARGS, "Record DistributedDataParallel's gradient all-reduces."},

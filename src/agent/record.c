@@ -43,6 +43,7 @@
 #include "intern.h"
 #include "jsonw.h"
 #include "log.h"
+#include "recpath.h"
 #include "registry.h"
 #include "routes.h"
 #include "vt.h"
@@ -56,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -80,6 +82,11 @@ static double started_unix;
 static int64_t flush_every_ns;
 static int on_sigterm_installed;
 static int atexit_registered;
+static int lock_fd = -1;      /* holds a flock on the recording while it is written */
+static int exiting;           /* the interpreter (or the C exit) stops the agent */
+static int closed_at_exit;    /* the last recording ran until the exit path closed it */
+static int have_exit_status, exit_status; /* from on_exit() */
+static char *exception_type, *exception_message, *exception_stack; /* pb_record_note_exception */
 
 /* flush_lock (and control_lock while no recorder thread runs) */
 static sqlite3 *conn;
@@ -186,6 +193,71 @@ static int write_catalogue(const uint64_t *rows, const uint64_t *dropped)
     return rc;
 }
 
+/* The step of the newest python.steps row, or -1 when there is none. [any thread] */
+static int64_t last_step(void)
+{
+    const pb_table *steps = pb_registry_find("python", "steps");
+    unsigned char row[1024];
+    if (!steps || steps->row_size > sizeof row || steps->ncolumns < 1 ||
+        steps->columns[0].kind != PB_COL_I64)
+        return -1;
+    uint64_t head = pb_ring_head(steps->ring);
+    if (head == 0 || head <= pb_ring_first(steps->ring) || !pb_ring_read(steps->ring, head - 1, row))
+        return -1;
+    int64_t step;
+    memcpy(&step, row + steps->columns[0].offset, sizeof step);
+    return step;
+}
+
+/* Writes how the recording (and, at exit, the job) ended into the file's `run` row on c:
+ * state, exit status, an uncaught exception, the last step, a note. [flush_lock or
+ * control_lock held, nothing else using c] */
+static int write_end(sqlite3 *c, const char *state, const char *note)
+{
+    sqlite3_stmt *st = NULL;
+    int64_t step = last_step();
+    int rc = sqlite3_prepare_v2(c, "UPDATE run SET state=?, status=?, exception_type=?, "
+                                "message=?, stack=?, last_step=coalesce(?, last_step), ended_unix=?, "
+                                "note=coalesce(?, note)", -1, &st, NULL);
+    if (rc != SQLITE_OK) return rc;
+    sqlite3_bind_text(st, 1, state, -1, SQLITE_STATIC);
+    if (have_exit_status) sqlite3_bind_int(st, 2, exit_status);
+    sqlite3_bind_text(st, 3, exception_type, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, exception_message, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, exception_stack, -1, SQLITE_STATIC);
+    if (step >= 0) sqlite3_bind_int64(st, 6, step);
+    sqlite3_bind_double(st, 7, (double)pb_wall_ns() / 1e9);
+    sqlite3_bind_text(st, 8, note, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(c);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The state a recording closed now ends in. */
+static const char *end_state(void)
+{
+    if (!exiting) return "recording stopped";
+    return exception_type ? "exception" : "exited";
+}
+
+/* A write failed on a full disk: the recording stops with a marker a reader finds offline.
+ * Pages the file already has are rewritten in place without a journal (a journal would need
+ * the space that is missing). [flush_lock held, after the ROLLBACK] */
+static void mark_disk_full(void)
+{
+    char note[128];
+    int64_t step = last_step();
+    if (step >= 0) snprintf(note, sizeof note, "stopped: disk full at step %lld", (long long)step);
+    else snprintf(note, sizeof note, "stopped: disk full before the first step");
+    pthread_mutex_lock(&error_lock);
+    snprintf(error_text, sizeof error_text, "%s", note + strlen("stopped: "));
+    pthread_mutex_unlock(&error_lock);
+    exec("PRAGMA journal_mode=OFF");
+    if (write_end(conn, "recording failed", note) != SQLITE_OK)
+        pb_log_warn("recording to %s: cannot write the disk-full marker either", path);
+    exec("PRAGMA journal_mode=DELETE");
+}
+
 /* Copies the rows added since the last flush. Returns an SQLite code. [recorder thread, or
  * the stopping thread once the recorder thread is joined] */
 static int flush(void)
@@ -237,8 +309,11 @@ static int flush(void)
     if (rc == SQLITE_OK) rc = write_catalogue(rows, dropped);
     if (rc == SQLITE_OK) rc = exec("COMMIT");
     if (rc != SQLITE_OK) {
-        fail_once("cannot write");
+        int full = (rc & 0xff) == SQLITE_FULL || sqlite3_errcode(conn) == SQLITE_FULL;
+        int first_failure = !atomic_load(&failed);
+        fail_once(full ? "disk full" : "cannot write");
         exec("ROLLBACK");
+        if (full && first_failure) mark_disk_full();
         goto done;
     }
     for (int t = 0; t < pb_registry_count(); t++) {
@@ -272,6 +347,9 @@ static void *recorder_main(void *arg)
         nanosleep(&tick, NULL);
         if (atomic_load(&sigterm_seen)) {
             flush();
+            pthread_mutex_lock(&flush_lock);
+            if (conn && !atomic_load(&failed)) write_end(conn, "terminated", "SIGTERM");
+            pthread_mutex_unlock(&flush_lock);
             signal(SIGTERM, SIG_DFL);
             kill(getpid(), SIGTERM);
             break;
@@ -319,13 +397,42 @@ static void remove_on_sigterm(void)
     on_sigterm_installed = 0;
 }
 
+/* Prepares one INSERT per registered table on conn. */
+static int prepare_inserts(void)
+{
+    pb_buf sql = PB_BUF_INIT;
+    int rc = SQLITE_OK;
+    for (int t = 0; rc == SQLITE_OK && t < pb_registry_count(); t++) {
+        const pb_table *tab = pb_registry_get(t);
+        sql.len = 0;
+        int e = pb_buf_printf(&sql, "INSERT INTO \"%s\" VALUES (", tab->name);
+        for (int c = 0; !e && c < tab->ncolumns; c++) e = pb_buf_puts(&sql, c ? ",?" : "?");
+        if (!e) e = pb_buf_puts(&sql, ")");
+        if (!e) e = pb_buf_putc(&sql, '\0');
+        rc = e ? SQLITE_NOMEM
+               : sqlite3_prepare_v3(conn, sql.data, -1, SQLITE_PREPARE_PERSISTENT, &insert[t],
+                                    NULL);
+    }
+    pb_buf_free(&sql);
+    return rc;
+}
+
 static int create_schema(const pb_buf *info, const uint64_t *rows, const uint64_t *dropped)
 {
     pb_buf sql = PB_BUF_INIT;
     int rc = exec("PRAGMA journal_mode=DELETE; PRAGMA synchronous=OFF; BEGIN;"
                   "CREATE TABLE tables(schema TEXT, name TEXT, doc TEXT, columns TEXT, "
                   "rows INTEGER, capacity INTEGER, rows_dropped INTEGER, empty_reason TEXT);"
-                  "CREATE TABLE info(json TEXT);");
+                  "CREATE TABLE info(json TEXT);"
+                  "CREATE TABLE run(state TEXT, status INTEGER, exception_type TEXT, "
+                  "message TEXT, stack TEXT, last_step INTEGER, started_unix REAL, "
+                  "ended_unix REAL, pid INTEGER, note TEXT);");
+    if (rc == SQLITE_OK) {
+        char insert_run[160];
+        snprintf(insert_run, sizeof insert_run, "INSERT INTO run(state, started_unix, pid) "
+                 "VALUES ('running', %.6f, %ld)", (double)pb_wall_ns() / 1e9, (long)getpid());
+        rc = exec(insert_run);
+    }
     for (int t = 0; rc == SQLITE_OK && t < pb_registry_count(); t++) {
         const pb_table *tab = pb_registry_get(t);
         sql.len = 0;
@@ -337,15 +444,6 @@ static int create_schema(const pb_buf *info, const uint64_t *rows, const uint64_
         if (!e) e = pb_buf_puts(&sql, ")");
         if (!e) e = pb_buf_putc(&sql, '\0');
         rc = e ? SQLITE_NOMEM : exec(sql.data);
-        sql.len = 0;
-        e = pb_buf_printf(&sql, "INSERT INTO \"%s\" VALUES (", tab->name);
-        for (int c = 0; !e && c < tab->ncolumns; c++) e = pb_buf_puts(&sql, c ? ",?" : "?");
-        if (!e) e = pb_buf_puts(&sql, ")");
-        if (!e) e = pb_buf_putc(&sql, '\0');
-        if (rc == SQLITE_OK)
-            rc = e ? SQLITE_NOMEM
-                   : sqlite3_prepare_v3(conn, sql.data, -1, SQLITE_PREPARE_PERSISTENT, &insert[t],
-                                        NULL);
     }
     pb_buf_free(&sql);
     if (rc == SQLITE_OK) {
@@ -373,51 +471,130 @@ static void close_file(void)
     conn = NULL;
 }
 
-/* Creates file (replace: after removing what is there; else it must not exist), writes the
- * schema and info, and starts the recorder thread from the oldest row each ring holds. Returns
- * 0; a negative errno when the path cannot be created (-EEXIST: it exists and replace is 0;
- * -EISDIR: it is a directory), with nothing changed; PB_ESQL or PB_EINTERNAL (no thread) with
- * the file removed. why gets the reason in words. [control_lock held, no recorder thread
- * running] */
+static void stop_locked(void);
+
+/* exit(): the status goes into the `run` row of the recording the exit path closed, or of the
+ * one still running (the Python atexit did not run: exit() from C), which is stopped here.
+ * Waits at most a second for control_lock: the exit is never held up longer. [the exiting
+ * thread] */
+static void on_process_exit(int status, void *unused)
+{
+    (void)unused;
+    if (getpid() != agent_pid) return; /* a fork()ed child */
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 1;
+    if (pthread_mutex_timedlock(&control_lock, &deadline) != 0) return;
+    have_exit_status = 1;
+    exit_status = status;
+    exiting = 1;
+    if (running) {
+        closed = 1;
+        stop_locked();
+    } else if (closed_at_exit && path[0]) {
+        sqlite3 *c = NULL;
+        if (sqlite3_open_v2(path, &c, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) ==
+                SQLITE_OK) {
+            sqlite3_busy_timeout(c, 1000);
+            /* after a full disk: no journal, the row's page is rewritten in place */
+            sqlite3_exec(c, atomic_load(&failed) ? "PRAGMA journal_mode=OFF" :
+                         "PRAGMA synchronous=OFF", NULL, NULL, NULL);
+            write_end(c, atomic_load(&failed) ? "recording failed" : end_state(), NULL);
+        }
+        sqlite3_close(c);
+    }
+    pthread_mutex_unlock(&control_lock);
+}
+
+void pb_record_exiting(void)
+{
+    pthread_mutex_lock(&control_lock);
+    exiting = 1;
+    pthread_mutex_unlock(&control_lock);
+}
+
+/* Copies text into *slot (NULL: cleared). */
+static void keep_text(char **slot, const char *text)
+{
+    free(*slot);
+    *slot = text ? strdup(text) : NULL;
+}
+
+void pb_record_note_exception(const char *type, const char *message, const char *stack)
+{
+    pthread_mutex_lock(&control_lock);
+    keep_text(&exception_type, type);
+    keep_text(&exception_message, message);
+    keep_text(&exception_stack, stack);
+    pthread_mutex_unlock(&control_lock);
+}
+
+/* Creates file under the rules of recpath.h (replace: an existing recording may be replaced):
+ * the new recording is written beside it (<dir>/.<name>.<pid>.tmp), locked (flock, held while
+ * it records) and renamed over the path, so a failure leaves what was there intact. Then starts
+ * the recorder thread from the oldest row each ring holds. Returns 0; a negative errno when the
+ * path cannot be used (-EEXIST: a recording exists and replace is 0; -EISDIR, -ELOOP, -ENODEV,
+ * -ENOTSUP, -EBUSY: see pb_recpath_check), with nothing changed; PB_ESQL or PB_EINTERNAL (no
+ * thread). why gets the reason in words. [control_lock held, no recorder thread running] */
 static int start_locked(const char *file, int replace, const pb_buf *info, char *why,
                         size_t whylen)
 {
     uint64_t zeros[PB_REGISTRY_MAX] = {0}, firsts[PB_REGISTRY_MAX];
-    char journal[sizeof path + 16];
-    int rc;
+    char journal[sizeof path + 16], temp[sizeof path + 64];
+    int rc, renamed = 0, old_fd = -1;
     if (strlen(file) >= sizeof path) {
         snprintf(why, whylen, "%s", strerror(ENAMETOOLONG));
         return -ENAMETOOLONG;
     }
-    /* A directory is not a file to replace: without this check the user is told to pass
-     * --force, and then that the directory cannot be removed. */
-    struct stat st;
-    if (lstat(file, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(why, whylen, "%s", strerror(EISDIR));
-        return -EISDIR;
-    }
-    /* Created here, exclusively, so that an existing file is never opened as a recording and
-     * a path that cannot be created changes nothing; SQLite then opens the empty file. */
-    if (replace && unlink(file) != 0 && errno != ENOENT) {
-        rc = -errno;
-        snprintf(why, whylen, "cannot replace it: %s", strerror(-rc));
-        return rc;
-    }
-    int fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) {
+    rc = pb_recpath_check(file, replace, why, whylen);
+    if (rc) return rc;
+    const char *slash = strrchr(file, '/');
+    snprintf(temp, sizeof temp, "%.*s.%s.%ld.tmp", slash ? (int)(slash - file + 1) : 0, file,
+             slash ? slash + 1 : file, (long)getpid());
+    snprintf(journal, sizeof journal, "%s-journal", file);
+    lock_fd = open(temp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (lock_fd < 0) {
         rc = -errno;
         snprintf(why, whylen, "%s", strerror(-rc));
         return rc;
     }
-    close(fd);
-    snprintf(journal, sizeof journal, "%s-journal", file);
-    unlink(journal); /* a journal left beside an older file would be rolled into the new one */
+    flock(lock_fd, LOCK_EX | LOCK_NB); /* a new inode: nobody else can hold it */
     for (int t = 0; t < pb_registry_count(); t++)
         firsts[t] = pb_ring_first(pb_registry_get(t)->ring);
-    if (sqlite3_open_v2(file, &conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+    if (sqlite3_open_v2(temp, &conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
             SQLITE_OK ||
         sqlite3_busy_timeout(conn, BUSY_TIMEOUT_MS) != SQLITE_OK ||
         create_schema(info, zeros, firsts) != SQLITE_OK) {
+        snprintf(why, whylen, "%s", conn ? sqlite3_errmsg(conn) : "cannot open");
+        rc = PB_ESQL;
+        goto fail;
+    }
+    close_file(); /* reopened under its final name, which names its journal */
+    /* The file being replaced is locked while the new one takes its name, so a recorder that
+     * started since the check is not replaced under its feet. */
+    old_fd = open(file, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (old_fd >= 0 && flock(old_fd, LOCK_EX | LOCK_NB) != 0) {
+        pid_t holder = pb_recpath_lock_holder(old_fd);
+        snprintf(why, whylen, "process %ld is recording into it; stop that recording first "
+                 "(probing %ld record --stop) or choose another path", (long)holder, (long)holder);
+        rc = -EBUSY;
+        goto fail;
+    }
+    unlink(journal); /* a journal left beside an older file would be rolled into the new one */
+    if ((replace ? rename(temp, file) : renameat2(AT_FDCWD, temp, AT_FDCWD, file,
+                                                  RENAME_NOREPLACE)) != 0) {
+        rc = -errno;
+        snprintf(why, whylen, rc == -EEXIST ? "it exists; pass --force to replace it" : "%s",
+                 strerror(-rc));
+        goto fail;
+    }
+    renamed = 1;
+    if (old_fd >= 0) close(old_fd);
+    old_fd = -1;
+    if (sqlite3_open_v2(file, &conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+            SQLITE_OK ||
+        sqlite3_busy_timeout(conn, BUSY_TIMEOUT_MS) != SQLITE_OK ||
+        prepare_inserts() != SQLITE_OK) {
         snprintf(why, whylen, "%s", conn ? sqlite3_errmsg(conn) : "cannot open");
         rc = PB_ESQL;
         goto fail;
@@ -445,14 +622,17 @@ static int start_locked(const char *file, int replace, const pb_buf *info, char 
     }
     running = 1;
     started_unix = (double)pb_wall_ns() / 1e9;
-    if (!atexit_registered) /* the C fallback of the agent's Python atexit handler */
-        atexit_registered = atexit(pb_record_stop) == 0;
+    if (!atexit_registered) /* the exit status, and the C fallback of the Python atexit */
+        atexit_registered = on_exit(on_process_exit, NULL) == 0;
     install_on_sigterm();
     return 0;
 fail:
     close_file();
-    unlink(file);
-    unlink(journal);
+    if (old_fd >= 0) close(old_fd);
+    unlink(renamed ? file : temp);
+    if (renamed) unlink(journal);
+    close(lock_fd);
+    lock_fd = -1;
     return rc;
 }
 
@@ -467,8 +647,17 @@ static void stop_locked(void)
     flush();
     remove_on_sigterm();
     pthread_mutex_lock(&flush_lock);
+    if (conn && !atomic_load(&failed)) {
+        const char *state = atomic_load(&sigterm_seen) ? "terminated" : end_state();
+        if (write_end(conn, state, NULL) != SQLITE_OK)
+            pb_log_warn("recording to %s: cannot write how it ended: %s", path,
+                        sqlite3_errmsg(conn));
+    }
+    closed_at_exit = exiting;
     close_file();
     pthread_mutex_unlock(&flush_lock);
+    if (lock_fd >= 0) close(lock_fd); /* another recorder may take the path now */
+    lock_fd = -1;
     if (atomic_load(&sigterm_seen)) {
         signal(SIGTERM, SIG_DFL);
         kill(getpid(), SIGTERM);
@@ -519,6 +708,38 @@ static int wait_started_locked(void)
     return starting ? -ETIMEDOUT : 0;
 }
 
+/* The file this process records into for PROBING_RECORD=template (docs/recordings.md, "One
+ * file per process"): %r, %h, %p expanded; without them, a rank of a multi-process job
+ * (RANK set, and WORLD_SIZE above 1 or not the process `run -o` started) gets
+ * <name>.rank<R>.<ext>, another process that is not the one `run -o` started (a subprocess)
+ * <name>.pid<P>.<ext>. Returns 0, or -EINVAL with why set. */
+static int recording_file(const char *template_path, char *out, size_t outlen, char *why,
+                          size_t whylen)
+{
+    int e = pb_recpath_expand(template_path, getpid(), out, outlen);
+    if (e < 0) {
+        snprintf(why, whylen, e == -EINVAL ? "PROBING_RECORD=%s has an unknown %%-sequence "
+                 "(use %%r rank, %%h host, %%p pid, %%%% a percent sign)"
+                 : "PROBING_RECORD=%s is too long", template_path);
+        return -EINVAL;
+    }
+    if (e == 1) return 0;
+    const char *owner = pb_config_str("PROBING_RECORD_PID");
+    int child = owner && *owner && atol(owner) != (long)getpid();
+    const char *rank = getenv("RANK"), *world = getenv("WORLD_SIZE");
+    char tag[64], *end = NULL;
+    long r = rank && *rank ? strtol(rank, &end, 10) : -1;
+    int ranked = end && !*end && r >= 0 && (child || (world && atol(world) > 1));
+    if (ranked) snprintf(tag, sizeof tag, "rank%ld", r);
+    else if (child) snprintf(tag, sizeof tag, "pid%ld", (long)getpid());
+    else return 0;
+    if (pb_recpath_tag(template_path, tag, out, outlen)) {
+        snprintf(why, whylen, "PROBING_RECORD=%s is too long", template_path);
+        return -EINVAL;
+    }
+    return 0;
+}
+
 void pb_record_start(const pb_buf *info)
 {
     pthread_mutex_lock(&control_lock);
@@ -529,12 +750,10 @@ void pb_record_start(const pb_buf *info)
     const char *p = pb_config_str("PROBING_RECORD");
     if (p && *p && !running) {
         char file[sizeof path + 32], why[512];
-        const char *owner = pb_config_str("PROBING_RECORD_PID");
-        if (owner && *owner && atol(owner) != (long)getpid())
-            snprintf(file, sizeof file, "%s.%ld", p, (long)getpid()); /* a child of `run -o` */
-        else
-            snprintf(file, sizeof file, "%s", p);
-        if (start_locked(file, 1, info, why, sizeof why))
+        if (recording_file(p, file, sizeof file, why, sizeof why) != 0)
+            pb_log_warn("recording is off: %s; training goes on", why);
+        else if (start_locked(file, pb_config_int("PROBING_RECORD_FORCE", 0) != 0, info, why,
+                              sizeof why))
             pb_log_warn("recording to %s is off: %s; training goes on", file, why);
     }
     pthread_mutex_unlock(&control_lock);
@@ -630,6 +849,9 @@ int pb_record_request_start(const char *file, int force, int leaving, const pb_b
             status = pb__route_error(out, 400, "cannot record to %s: it is a directory; name a "
                                      "file in it: probing %ld record -o %s/run.db", file,
                                      (long)getpid(), file);
+        else if (rc == -EBUSY || rc == -ELOOP || rc == -ENODEV || rc == -ENOTSUP)
+            status = pb__route_error(out, rc == -EBUSY ? 409 : 400, "cannot record to %s: %s",
+                                     file, why);
         else if (rc == -ENOENT)
             status = pb__route_error(out, 400, "cannot record to %s: %s (its directory must "
                                      "exist: create it or choose another path)", file, why);

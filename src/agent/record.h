@@ -28,6 +28,16 @@ void pb_record_start(const pb_buf *info_json);
  * without the GIL: it joins a thread that never takes it] */
 void pb_record_stop(void);
 
+/* The interpreter is exiting (the agent's Python atexit handler, before it stops the agent):
+ * the recording closed next ends in state 'exited' or 'exception', and exit() later adds the
+ * exit status to it (docs/recordings.md, "How the job ended"). [GIL held] */
+void pb_record_exiting(void);
+
+/* An uncaught exception ended (or is about to end) the program: its type, message and
+ * formatted stack (copied) go into the recording's `run` row when it closes. NULL clears.
+ * [any thread] */
+void pb_record_note_exception(const char *type, const char *message, const char *stack);
+
 /* ---- the /api/record routes; each fills out and returns the HTTP status [server thread] ---- */
 
 /* Starts recording into path (absolute; routes.c checks it), with info_json (borrowed) as the

@@ -8,7 +8,7 @@
  *   Process 4242: python3 train.py
  *   Python 3.11.7 (/usr/lib/libpython3.11.so.1.0)
  *
- *   Thread 4242 "python3" (holds the GIL)
+ *   Thread 4242 "python3" MainThread (holds the GIL) active
  *       step (train.py:31)
  *       <module> (train.py:40)
  */
@@ -61,6 +61,26 @@ static void print_native(const native_stacks *ns, int i)
     }
 }
 
+/* "active" (running or runnable), "idle" (sleeping: waiting on a lock, I/O, a timer), or
+ * another kernel state in words, from /proc/<pid>/task/<tid>/stat; "" when it cannot be read
+ * (the thread ended meanwhile). */
+static const char *thread_state(pid_t pid, unsigned long long tid)
+{
+    char path[96], line[512];
+    snprintf(path, sizeof path, "/proc/%d/task/%llu/stat", (int)pid, tid);
+    FILE *f = fopen(path, "re");
+    if (!f) return "";
+    const char *state = "";
+    if (fgets(line, sizeof line, f)) {
+        const char *close = strrchr(line, ')'); /* the name may hold spaces and parentheses */
+        char c = close && close[1] == ' ' ? close[2] : '?';
+        state = c == 'R' ? "active" : c == 'S' ? "idle" : c == 'D' ? "waiting on disk I/O"
+              : c == 't' || c == 'T' ? "stopped" : c == 'Z' ? "exited" : "";
+    }
+    fclose(f);
+    return state;
+}
+
 static int print_text(const pb_pystack *s, const native_stacks *ns)
 {
     char cmd[512];
@@ -74,8 +94,11 @@ static int print_text(const pb_pystack *s, const native_stacks *ns)
         const pb_pythread *t = &s->threads[i];
         printf("\nThread %llu \"", (unsigned long long)t->native_id);
         print_sanitized(t->name);
-        printf("\"%s%s\n", t->holds_gil ? " (holds the GIL)" : "",
-               t->frame_count || t->truncated ? "" : " (no Python frames)");
+        const char *state = thread_state(s->pid, (unsigned long long)t->native_id);
+        printf("\"%s%s%s%s%s\n", (pid_t)t->native_id == s->pid ? " MainThread" : "",
+               t->holds_gil ? " (holds the GIL)" : "",
+               t->frame_count || t->truncated ? "" : " (no Python frames)", *state ? " " : "",
+               state);
         for (int k = 0; k < t->frame_count; k++) {
             printf("    ");
             print_sanitized(t->frames[k].function);
@@ -120,6 +143,10 @@ static int print_json(const pb_pystack *s, const native_stacks *ns)
                                (json_int_t)t->native_id, "thread_id", (json_int_t)t->thread_id,
                                "name", t->name, "holds_gil", t->holds_gil, "truncated",
                                t->truncated, "frames", frames);
+        const char *state = thread_state(s->pid, (unsigned long long)t->native_id);
+        if (th && *state) json_object_set_new(th, "state", json_string(state));
+        if (th) /* the process's first thread is the one threading calls MainThread */
+            json_object_set_new(th, "main", json_boolean((pid_t)t->native_id == s->pid));
         if (th && ns) {
             if (ns->counts[i] >= 0)
                 json_object_set_new(th, "native", native_json(ns, i));

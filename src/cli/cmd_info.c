@@ -19,7 +19,7 @@ static const struct {
     {"pid", "pid"},         {"cmdline", "command"}, {"python", "python"},
     {"torch", "torch"},     {"started_unix", "started"}, {"uptime_s", "uptime"},
     {"endpoint", "endpoint"}, {"tcp", "tcp"},       {"rank", "rank"},
-    {"detail", "detail"},   {"version", "probing"},
+    {"detail", "detail"},   {"version", "probing"}, {"ended", "ended"},
 };
 
 static int is_known(const char *key)
@@ -27,6 +27,49 @@ static int is_known(const char *key)
     for (size_t i = 0; i < sizeof known_fields / sizeof known_fields[0]; i++)
         if (strcmp(known_fields[i].key, key) == 0) return 1;
     return 0;
+}
+
+/* A recording's "ended" object (probe.run) in words: "exception ValueError: bad input (exit
+ * status 1) after step 149". */
+static void put_ended(pb_buf *b, json_t *v)
+{
+    const char *state = json_string_value(json_object_get(v, "state"));
+    const char *type = json_string_value(json_object_get(v, "exception_type"));
+    const char *message = json_string_value(json_object_get(v, "message"));
+    const char *note = json_string_value(json_object_get(v, "note"));
+    json_t *status = json_object_get(v, "status"), *step = json_object_get(v, "last_step");
+    char text[96];
+    if (!state) state = "?";
+    if (strcmp(state, "running") == 0) {
+        pb_buf_puts(b, "no end recorded: the process was killed (SIGKILL, crash) or still runs");
+    } else if (strcmp(state, "exception") == 0 && type) {
+        pb_buf_puts(b, "exception ");
+        pb_format_sanitize(b, type, strlen(type));
+        if (message && *message) {
+            pb_buf_puts(b, ": ");
+            pb_format_sanitize(b, message, strlen(message) > 200 ? 200 : strlen(message));
+        }
+    } else if (strcmp(state, "exited") == 0) {
+        pb_buf_puts(b, "exited");
+    } else if (strcmp(state, "terminated") == 0) {
+        pb_buf_puts(b, "terminated by SIGTERM");
+    } else {
+        pb_format_sanitize(b, state, strlen(state));
+        if (note) {
+            pb_buf_puts(b, ": ");
+            pb_format_sanitize(b, note, strlen(note));
+        }
+    }
+    if (json_is_integer(status)) {
+        snprintf(text, sizeof text, " (exit status %lld)", (long long)json_integer_value(status));
+        pb_buf_puts(b, text);
+    }
+    if (json_is_integer(step)) {
+        snprintf(text, sizeof text, " after step %lld", (long long)json_integer_value(step));
+        pb_buf_puts(b, text);
+    }
+    if (type && json_is_string(json_object_get(v, "stack")))
+        pb_buf_puts(b, "; stack: probing FILE.db query \"SELECT stack FROM probe.run\"");
 }
 
 /* Appends the value of key for humans. */
@@ -68,6 +111,8 @@ static void put_value(pb_buf *b, const char *key, json_t *v)
             pb_buf_puts(b, text);
         }
         pb_buf_puts(b, json_is_true(json_object_get(v, "now")) ? "); this step: detail" : "); this step: summary");
+    } else if (strcmp(key, "ended") == 0 && json_is_object(v)) {
+        put_ended(b, v);
     } else if (json_is_string(v)) {
         pb_format_sanitize(b, json_string_value(v), json_string_length(v));
     } else {
@@ -83,6 +128,38 @@ static void print_line(const char *label, const char *key, json_t *v)
     put_value(&b, key, v);
     printf("%-10s %s\n", label, b.data ? b.data : "");
     pb_buf_free(&b);
+}
+
+/* A live agent's recording (GET /api/record) as one line: where to, and whether it still
+ * writes or why it stopped (a full disk: "stopped: disk full at step N"). Nothing when the
+ * agent never recorded or does not answer this route (TCP). */
+static void print_recording(const pb_target *t)
+{
+    pb_response resp;
+    char err[256];
+    if (t->kind == PB_TARGET_FILE ||
+        pb_client_request(t, "GET", "/api/record", NULL, PB_CLI_INFO_TIMEOUT_MS, &resp, err,
+                          sizeof err) != 0)
+        return;
+    json_t *st = resp.status == 200 ? json_loadb(resp.body.data, resp.body.len, 0, NULL) : NULL;
+    pb_buf_free(&resp.body);
+    const char *path = json_string_value(json_object_get(st, "path"));
+    const char *error = json_string_value(json_object_get(st, "error"));
+    if (path) {
+        pb_buf b = PB_BUF_INIT;
+        pb_format_sanitize(&b, path, strlen(path));
+        if (error) {
+            pb_buf_puts(&b, " (stopped: ");
+            pb_format_sanitize(&b, error, strlen(error));
+            pb_buf_puts(&b, ")");
+        } else {
+            pb_buf_puts(&b, json_is_true(json_object_get(st, "recording")) ? " (recording)"
+                                                                            : " (stopped)");
+        }
+        printf("%-10s %s\n", "recording:", b.data ? b.data : "");
+        pb_buf_free(&b);
+    }
+    json_decref(st);
 }
 
 int cmd_info(const pb_cli_args *a)
@@ -113,6 +190,7 @@ int cmd_info(const pb_cli_args *a)
             print_line(b.data, key, v);
             pb_buf_free(&b);
         }
+        print_recording(&a->resolved);
     }
     json_decref(root);
     return PB_EXIT_OK;

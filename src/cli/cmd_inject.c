@@ -27,6 +27,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <limits.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,7 @@
 #include <unistd.h>
 
 #define DEFAULT_TIMEOUT_S 30.0
+#define PB_CLI_PYTHON_MIN_MINOR 9 /* pyproject.toml: requires-python >= 3.9 */
 
 /* Runs in the target with _path, _result, _page, _size bound (see bootstrap()). */
 static const char bootstrap_body[] =
@@ -217,6 +219,24 @@ int cmd_inject(const pb_cli_args *a)
         return PB_EXIT_OK;
     }
 
+    /* root may ptrace anyone, but the agent would serve from that user's socket directory and
+     * could not write its answer into root's: the injection would look like a hang. */
+    char proc_dir[64];
+    struct stat owner;
+    snprintf(proc_dir, sizeof proc_dir, "/proc/%d", (int)pid);
+    if (geteuid() == 0 && stat(proc_dir, &owner) == 0 && owner.st_uid != 0) {
+        struct passwd *pw = getpwuid(owner.st_uid);
+        char name[64];
+        if (pw && pw->pw_name) snprintf(name, sizeof name, "%s", pw->pw_name);
+        else snprintf(name, sizeof name, "#%u", (unsigned)owner.st_uid);
+        pb_cli_error("process %d belongs to user %s (uid %u), not to root: its agent would serve "
+                     "from that user's socket directory, which probing run as root does not use, "
+                     "and could not answer into root's; run inject as that user: sudo -u %s "
+                     "probing %d inject; nothing was changed", (int)pid, name,
+                     (unsigned)owner.st_uid, name, (int)pid);
+        return PB_EXIT_ERROR;
+    }
+
     pb_inject_python py;
     int rc = pb_inject_find_python(pid, &py);
     if (rc == -EPERM || rc == -EACCES) {
@@ -231,6 +251,13 @@ int cmd_inject(const pb_cli_args *a)
     if (rc) {
         pb_cli_error("process %d is not a Python process (no libpython or python executable "
                      "defining Py_AddPendingCall is mapped); nothing was changed", (int)pid);
+        return PB_EXIT_ERROR;
+    }
+
+    if (py.major && (py.major != 3 || py.minor < PB_CLI_PYTHON_MIN_MINOR)) {
+        pb_cli_error("process %d runs Python %d.%d, which probing does not support (it needs "
+                     "CPython 3.%d or newer); nothing was changed", (int)pid, py.major, py.minor,
+                     PB_CLI_PYTHON_MIN_MINOR);
         return PB_EXIT_ERROR;
     }
 

@@ -61,6 +61,18 @@ static json_t *first_word(json_t *v)
     return json_stringn(s, n);
 }
 
+/* "R/N" for a rank of a job of N processes, "-" for a process on its own. */
+static json_t *rank_of(json_t *info)
+{
+    json_t *rank = json_object_get(info, "rank"), *world = json_object_get(info, "world_size");
+    if (!json_is_integer(rank) || !json_is_integer(world) || json_integer_value(world) <= 1)
+        return json_string("-");
+    char text[48];
+    snprintf(text, sizeof text, "%lld/%lld", (long long)json_integer_value(rank),
+             (long long)json_integer_value(world));
+    return json_string(text);
+}
+
 static json_t *table_row(pid_t pid, const char *socket_path, json_t *info, const char *failure)
 {
     char uptime[32] = "?", cmd[COMMAND_MAX_CHARS + 8];
@@ -68,7 +80,7 @@ static json_t *table_row(pid_t pid, const char *socket_path, json_t *info, const
         pb_buf b = PB_BUF_INIT;
         pb_target_cmdline(pid, cmd, sizeof cmd, COMMAND_MAX_CHARS);
         pb_buf_printf(&b, "%s (not answering: %s)", cmd, failure);
-        json_t *row = json_pack("[I,s,s,s,s,s]", (json_int_t)pid, "?", "?", "?", socket_path,
+        json_t *row = json_pack("[I,s,s,s,s,s,s]", (json_int_t)pid, "?", "?", "?", "?", socket_path,
                                 b.data ? b.data : "");
         pb_buf_free(&b);
         return row;
@@ -80,7 +92,7 @@ static json_t *table_row(pid_t pid, const char *socket_path, json_t *info, const
     pb_buf ep = PB_BUF_INIT;
     pb_buf_puts(&ep, endpoint && *endpoint ? endpoint : socket_path);
     if (tcp && *tcp) pb_buf_printf(&ep, " %s", tcp);
-    json_t *row = json_pack("[I,s,o,o,s,o]", (json_int_t)pid, uptime,
+    json_t *row = json_pack("[I,o,s,o,o,s,o]", (json_int_t)pid, rank_of(info), uptime,
                             first_word(json_object_get(info, "python")),
                             first_word(json_object_get(info, "torch")), ep.data,
                             command_of(info, pid));
@@ -111,7 +123,7 @@ int cmd_list(const pb_cli_args *a)
         return PB_EXIT_OK;
     }
 
-    json_t *columns = json_pack("[s,s,s,s,s,s]", "PID", "UPTIME", "PYTHON", "TORCH", "ENDPOINT",
+    json_t *columns = json_pack("[s,s,s,s,s,s,s]", "PID", "RANK", "UPTIME", "PYTHON", "TORCH", "ENDPOINT",
                                 "COMMAND");
     json_t *rows = json_array(), *infos = json_array();
     for (int i = 0; i < count; i++) {

@@ -1,11 +1,21 @@
 /*
- * cmd_run.c - `probing run -- COMMAND ARGS...`: start a program with the agent loaded.
+ * cmd_run.c - `probing run [-o FILE.db [--force]] -- COMMAND ARGS...`: start a program with the
+ * agent loaded.
  *
- * With -o FILE it also sets PROBING_RECORD=<absolute FILE> (the agent records into it).
- * Sets PROBING=1 and puts two directories in front of PYTHONPATH: the one holding the
- * `probing` Python package and its probing/_boot folder, whose sitecustomize.py starts the agent
- * when Python starts. Then execvp() replaces this process, so the program keeps our pid,
- * terminal, signals and exit status. The package is looked for, in order, in
+ * Sets PROBING=1, PROBING_PACKAGE_DIR=<the directory holding the `probing` package> and puts
+ * one directory in front of PYTHONPATH: probing/_boot, which holds nothing but a
+ * sitecustomize.py. That file runs when the program's Python starts, loads the `probing`
+ * package from PROBING_PACKAGE_DIR by its path (the agent starts) and hands over to the
+ * program's own sitecustomize. The rest of probing's site-packages (its torch, numpy...) never
+ * becomes importable: the program keeps its own environment's packages. When that Python
+ * cannot load the agent (another version or ABI), the boot file says so and how to install
+ * probing there, and the program runs without it.
+ *
+ * With -o FILE it also sets PROBING_RECORD=<absolute FILE> (each agent records into it, or into
+ * a per-rank name: docs/recordings.md), after checking the path under the rules of recpath.h,
+ * so a bad path is refused before the job starts. Then execvp() replaces this process, so the
+ * program keeps our pid, terminal, signals and exit status. The package is looked for, in order,
+ * in
  *   $PROBING_PYTHONPATH
  *   <dir of this executable>/python                     (a layout with python/ beside the binary)
  *   <exe dir>/../lib/python3.* /site-packages, .../dist-packages   (pip, venv, --user)
@@ -13,6 +23,8 @@
  * A directory counts only if the package there has its built extension (_agent*.so).
  */
 #include "cli.h"
+
+#include "recpath.h"
 
 #include <errno.h>
 #include <glob.h>
@@ -101,8 +113,8 @@ int cmd_run(const pb_cli_args *a)
     if (a->output) {
         /* Absolute, so a program that changes directory still writes where the user meant;
          * PROBING_RECORD_PID tells the agent of this process (exec keeps the pid) from its
-         * children, which record into <path>.<pid> instead (docs/recordings.md). */
-        char dir[PATH_MAX], absolute[PATH_MAX + 256], pid[32];
+         * children, which record into per-rank or per-pid names (docs/recordings.md). */
+        char dir[PATH_MAX], absolute[PATH_MAX + 256], pid[32], why[512];
         const char *slash = strrchr(a->output, '/');
         const char *base = slash ? slash + 1 : a->output;
         int n = slash ? snprintf(dir, sizeof dir, "%.*s", (int)(slash - a->output + 1), a->output)
@@ -114,24 +126,38 @@ int cmd_run(const pb_cli_args *a)
             return PB_EXIT_USAGE;
         }
         snprintf(absolute, sizeof absolute, "%s/%s", resolved, base);
+        /* A path with %r/%h/%p is checked by each agent once expanded; a plain one here, so
+         * that /dev/null, a FIFO or another job's recording is refused before the job starts. */
+        int rc = strchr(absolute, '%') ? 0 : pb_recpath_check(absolute, a->force, why, sizeof why);
+        if (rc) {
+            pb_cli_error("cannot record to %s: %s", a->output, why);
+            return PB_EXIT_USAGE;
+        }
         snprintf(pid, sizeof pid, "%ld", (long)getpid());
-        if (setenv("PROBING_RECORD", absolute, 1) || setenv("PROBING_RECORD_PID", pid, 1)) {
+        if (setenv("PROBING_RECORD", absolute, 1) || setenv("PROBING_RECORD_PID", pid, 1) ||
+            setenv("PROBING_RECORD_FORCE", a->force ? "1" : "0", 1)) {
             pb_cli_error("cannot set PROBING_RECORD: %s", strerror(errno));
             return PB_EXIT_ERROR;
         }
+    } else if (a->force) {
+        pb_cli_error("--force goes with -o FILE.db: probing run -o run.db --force -- python "
+                     "train.py");
+        return PB_EXIT_USAGE;
     }
     char parent[PATH_MAX];
     if (pb_cli_find_package(parent, sizeof parent) == 0) {
+        /* Only probing/_boot (a sitecustomize.py) goes on PYTHONPATH, never the site-packages
+         * that holds probing: the program must keep its own torch. */
         const char *old = getenv("PYTHONPATH");
-        size_t len = 2 * strlen(parent) + (old ? strlen(old) : 0) + 32;
+        size_t len = strlen(parent) + (old ? strlen(old) : 0) + 32;
         char *value = malloc(len);
         if (!value) {
             pb_cli_error("out of memory");
             return PB_EXIT_ERROR;
         }
-        snprintf(value, len, "%s:%s/probing/_boot%s%s", parent, parent, old && *old ? ":" : "",
+        snprintf(value, len, "%s/probing/_boot%s%s", parent, old && *old ? ":" : "",
                  old && *old ? old : "");
-        int rc = setenv("PYTHONPATH", value, 1);
+        int rc = setenv("PYTHONPATH", value, 1) || setenv("PROBING_PACKAGE_DIR", parent, 1);
         free(value);
         if (rc) {
             pb_cli_error("cannot set PYTHONPATH: %s", strerror(errno));

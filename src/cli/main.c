@@ -25,7 +25,8 @@
 
 enum {
     OPT_FORMAT = 1, OPT_TIMEOUT = 2, OPT_OUTPUT = 4, OPT_JSON = 8, OPT_LAST = 16,
-    OPT_STAGE = 32, OPT_FOLDED = 64, OPT_NATIVE = 128, OPT_CAPTURE = 256, OPT_RECORD = 512
+    OPT_STAGE = 32, OPT_FOLDED = 64, OPT_NATIVE = 128, OPT_CAPTURE = 256, OPT_RECORD = 512,
+    OPT_FORCE = 1024
 };
 
 typedef struct command {
@@ -61,14 +62,20 @@ static const command commands[] = {
      "list the tables the target can query, with their columns", ""},
     {"info", cmd_info, OPT_FORMAT, 1, 0, "probing <target> info [-f table|json]",
      "show the target's pid, command, Python and torch versions, uptime", ""},
-    {"run", cmd_run, OPT_OUTPUT, 0, 0, "probing run [-o FILE.db] -- COMMAND [ARGS...]",
+    {"run", cmd_run, OPT_OUTPUT | OPT_FORCE, 0, 0,
+     "probing run [-o FILE.db [--force]] -- COMMAND [ARGS...]",
      "start COMMAND with the probing agent loaded",
-     "Sets PROBING=1, puts the probing Python package first on PYTHONPATH and executes\n"
-     "COMMAND in place of probing (same pid, signals, exit status). Set PROBING_PYTHONPATH to\n"
-     "the directory that contains probing/ when it cannot be found next to this program.\n"
+     "Sets PROBING=1, makes the probing package (and nothing else of its environment)\n"
+     "importable, and executes COMMAND in place of probing (same pid, signals, exit status);\n"
+     "the program keeps its own Python packages (its torch). Set PROBING_PYTHONPATH to the\n"
+     "directory that contains probing/ when it cannot be found next to this program.\n"
      "  -o FILE.db  keep the whole record in the SQLite file FILE.db, flushed every second,\n"
      "              at exit and on SIGTERM; read it later with 'probing FILE.db query ...'\n"
-     "              (docs/recordings.md)\n"},
+     "              (docs/recordings.md). The ranks of a torchrun job record into\n"
+     "              FILE.rank<R>.db (the launcher records nothing); %r, %h, %p in FILE are\n"
+     "              replaced by the rank, host name and pid. FILE must not exist, or be a\n"
+     "              recording and --force given; anything else is refused\n"
+     "  --force     replace FILE.db when it is a recording (never another kind of file)\n"},
     {"report", cmd_report, OPT_JSON | OPT_LAST, 1, 0, "probing <target> report [--json] [--last N]",
      "diagnose the training: baseline, bottleneck, component, what to look at next",
      "Follows the four phases of the profiling method (baseline, bottleneck type, component,\n"
@@ -220,6 +227,61 @@ static const command *find_command(const char *name)
     return NULL;
 }
 
+/* Edit distance between a and b (insert, delete, replace, swap of neighbours), capped at 9. */
+static int distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 30 || lb > 30) return 9;
+    int d[32][32];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int cost = a[i - 1] != b[j - 1];
+            int best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (d[i - 1][j - 1] + cost < best) best = d[i - 1][j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb] > 9 ? 9 : d[la][lb];
+}
+
+/* The command closest to a mistyped name (within 2 edits, or the only one it starts), or
+ * NULL. */
+static const char *closest_command(const char *name)
+{
+    const char *best = NULL, *prefixed = NULL;
+    int best_d = 3, prefixes = 0;
+    for (size_t i = 0; i < COMMAND_COUNT; i++) {
+        if (!commands[i].run) continue;
+        int d = distance(name, commands[i].name);
+        if (d < best_d) {
+            best_d = d;
+            best = commands[i].name;
+        }
+        if (strlen(name) >= 2 && strncmp(commands[i].name, name, strlen(name)) == 0) {
+            prefixes++;
+            prefixed = commands[i].name;
+        }
+    }
+    if (strcmp(name, "help") != 0 && best) return best;
+    return prefixes == 1 ? prefixed : NULL;
+}
+
+static int unknown_command(const char *name)
+{
+    const char *guess = closest_command(name);
+    if (guess)
+        pb_cli_error("unknown command '%s'; did you mean '%s'? (see 'probing help')", name,
+                     guess);
+    else
+        pb_cli_error("unknown command '%s'; see 'probing --help'", name);
+    return PB_EXIT_USAGE;
+}
+
 static void print_help(FILE *out)
 {
     fputs("probing - look inside a running PyTorch process\n\nUsage:\n", out);
@@ -235,7 +297,8 @@ static void print_help(FILE *out)
           "(--target), before or after the command. A host:port target needs the agent's token:\n"
           "--token T, else $PROBING_TOKEN, else the agent's token file when readable\n"
           "(docs/security.md).\n"
-          "\nOptions:\n  -h, --help     show this help; 'probing <command> --help' for one command\n"
+          "\nOptions:\n  -h, --help     show this help; 'probing <command> --help' or 'probing help\n"
+          "                 <command>' for one command\n"
           "  -V, --version  show the version\n"
           "\nExit status: 0 success; 1 error (including SQL errors and exceptions in eval);\n"
           "2 usage error or eval/capture timeout; 130 capture interrupted (Ctrl-C); run: the\n"
@@ -390,6 +453,11 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
         } else if ((c->options & OPT_OUTPUT) &&
                    (m = match_valued(argc, argv, &i, 'o', "output", &value)) != 0) {
             if (m < 0) return PB_EXIT_USAGE;
+            if (strcmp(value, "--") == 0 || (value[0] == '-' && value[1] == '-')) {
+                pb_cli_error("%s needs a file name before '%s': probing %s -o FILE ...", arg,
+                             value, c->name);
+                return PB_EXIT_USAGE;
+            }
             a->output = value;
         } else if ((c->options & OPT_STAGE) &&
                    (m = match_valued(argc, argv, &i, 0, "stage", &value)) != 0) {
@@ -417,7 +485,7 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
             a->stack = 1;
         } else if ((c->options & OPT_RECORD) && strcmp(arg, "--stop") == 0) {
             a->stop = 1;
-        } else if ((c->options & OPT_RECORD) && strcmp(arg, "--force") == 0) {
+        } else if ((c->options & (OPT_RECORD | OPT_FORCE)) && strcmp(arg, "--force") == 0) {
             a->force = 1;
         } else {
             return unknown_option(arg, c->name);
@@ -489,23 +557,32 @@ static int run(int argc, char **argv)
         print_help(stderr);
         return PB_EXIT_USAGE;
     }
+    if (strcmp(argv[i], "help") == 0 && !a.target) { /* probing help [COMMAND] */
+        if (i + 1 >= argc) {
+            print_help(stdout);
+            return PB_EXIT_OK;
+        }
+        const command *h = find_command(argv[i + 1]);
+        if (!h || !h->run) return unknown_command(argv[i + 1]);
+        if (i + 2 < argc) {
+            pb_cli_error("help takes one command name (got '%s' too): probing help %s",
+                         argv[i + 2], h->name);
+            return PB_EXIT_USAGE;
+        }
+        print_command_help(h);
+        return PB_EXIT_OK;
+    }
     const command *c = find_command(argv[i]);
     if (!c) {
         int next_is_command = i + 1 < argc && find_command(argv[i + 1]);
-        if (!pb_target_looks_like(argv[i]) && !next_is_command) {
-            pb_cli_error("unknown command '%s'; see 'probing --help'", argv[i]);
-            return PB_EXIT_USAGE;
-        }
+        if (!pb_target_looks_like(argv[i]) && !next_is_command) return unknown_command(argv[i]);
         if (set_target(&a, argv[i])) return PB_EXIT_USAGE;
         if (++i >= argc) {
             pb_cli_error("missing command after the target: probing %s query \"SELECT ...\" "
                          "(see 'probing --help')", a.target);
             return PB_EXIT_USAGE;
         }
-        if (!(c = find_command(argv[i]))) {
-            pb_cli_error("unknown command '%s'; see 'probing --help'", argv[i]);
-            return PB_EXIT_USAGE;
-        }
+        if (!(c = find_command(argv[i]))) return unknown_command(argv[i]);
     }
     if (!c->run) {
         pb_cli_error("'%s' is not available in this version of probing (%s); see "

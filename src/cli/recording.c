@@ -2,6 +2,8 @@
  * recording.c - the agent's API over a recording file; see recording.h.
  *
  * The file is opened once per run of the CLI and kept open (a report makes dozens of queries).
+ * /api/info is the file's info row plus "ended": how the job and the recording ended (its `run`
+ * table, probe.run), which a live agent does not have.
  */
 #include "recording.h"
 
@@ -72,6 +74,22 @@ static int tables_json(pb_response *resp)
     return rc;
 }
 
+/* How the job and its recording ended (the file's `run` row, docs/recordings.md), as an
+ * object, or NULL for a recording made before the row existed. */
+static json_t *ended_json(void)
+{
+    static const char *const names[] = {"state", "status", "exception_type", "message",
+                                        "stack", "last_step", "ended_unix", "note"};
+    json_t *rows = rows_of("SELECT state, status, exception_type, message, stack, last_step, "
+                           "ended_unix, note FROM probe.run LIMIT 1");
+    json_t *row = json_array_get(rows, 0), *out = row ? json_object() : NULL;
+    for (size_t i = 0; out && i < sizeof names / sizeof names[0]; i++)
+        json_object_set(out, names[i], json_array_get(row, i) ? json_array_get(row, i)
+                                                              : json_null());
+    json_decref(rows);
+    return out;
+}
+
 int pb_recording_request(const pb_target *t, const char *method, const char *path,
                          const char *body, pb_response *resp, char *err, size_t errlen)
 {
@@ -100,9 +118,20 @@ int pb_recording_request(const pb_target *t, const char *method, const char *pat
     } else if (strcmp(path, "/api/info") == 0) {
         json_t *rows = rows_of("SELECT json FROM probe.info");
         const char *info = json_string_value(json_array_get(json_array_get(rows, 0), 0));
+        json_error_t jerr;
+        json_t *obj = info ? json_loads(info, 0, &jerr) : NULL;
+        json_t *ended = json_is_object(obj) ? ended_json() : NULL;
+        char *text = NULL;
+        if (ended) {
+            json_object_set_new(obj, "ended", ended);
+            text = json_dumps(obj, JSON_COMPACT);
+        }
         resp->status = info ? 200 : 500;
-        rc = info ? pb_buf_puts(&resp->body, info)
+        rc = text ? pb_buf_puts(&resp->body, text)
+                  : info ? pb_buf_puts(&resp->body, info)
                   : respond_error(resp, 500, "the recording has no info row");
+        free(text);
+        json_decref(obj);
         json_decref(rows);
     } else if (strcmp(path, "/api/eval") == 0) {
         rc = respond_error(resp, 400, "a recording cannot run code: eval needs a live process");

@@ -184,7 +184,9 @@ static int resolve_pid(const char *spec, pb_target *t)
     if (!pb_target_pid_alive(pid)) {
         /* A leftover socket or a zombie means it was there and is gone. */
         if (socket_exists || stat(proc_dir, &st) == 0)
-            pb_cli_error("process %d has exited", (int)pid);
+            pb_cli_error("process %d has exited; to keep what a job records after it ends, "
+                         "start it with 'probing run -o run.db -- <command>' next time",
+                         (int)pid);
         else
             pb_cli_error("no such process: %s", spec);
         return PB_EXIT_ERROR;
@@ -198,8 +200,10 @@ static int resolve_pid(const char *spec, pb_target *t)
         char cmd[128], shown[140] = "";
         pb_target_cmdline(pid, cmd, sizeof cmd, 60);
         if (cmd[0]) snprintf(shown, sizeof shown, " (%s)", cmd);
-        pb_cli_error("process %d%s is not traced by probing: no agent socket at %s. Start it "
-                     "with 'probing run -- <command>' or PROBING=1.", (int)pid, shown, path);
+        pb_cli_error("process %d%s is not traced by probing: no agent socket at %s. Load the "
+                     "agent into it now, without restarting it: probing %d inject (or start it "
+                     "with 'probing run -- <command>' or PROBING=1).", (int)pid, shown, path,
+                     (int)pid);
         return PB_EXIT_ERROR;
     }
     return 0;

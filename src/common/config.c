@@ -4,6 +4,8 @@
 #include "log.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,17 +33,141 @@ static pb_config_entry entries[] = {
     {"PROBING_MEMORY_PHASE_EVERY", "50", "python.memory records phase rows (after_data, before_forward, ...) and python.memory_breakdown a row per optimizer on every N-th step (the breakdown also on the first optimizer step); 0 never", NULL},
     {"PROBING_RECORD", "", "path of a SQLite file to keep the whole record in (set by 'probing run -o'; docs/recordings.md)", NULL},
     {"PROBING_RECORD_FLUSH_MS", "1000", "how often the recorder copies new rows to its file (PROBING_RECORD, or 'probing <pid> record -o')", NULL},
-    {"PROBING_RECORD_PID", "", "pid of the process 'probing run -o' started; other processes that inherit PROBING_RECORD record into <path>.<pid>", NULL},
+    {"PROBING_RECORD_PID", "", "pid of the process 'probing run -o' started; other processes that inherit PROBING_RECORD record into <name>.rank<R>.<ext> (torchrun ranks) or <name>.pid<P>.<ext>", NULL},
+    {"PROBING_RECORD_FORCE", "0", "1 lets PROBING_RECORD replace an existing recording (set by 'probing run -o FILE --force')", NULL},
     {"PROBING_DEBUG", "", "1 prints the agent's debug messages to stderr", NULL},
 };
 
 #define NENTRIES ((int)(sizeof entries / sizeof entries[0]))
+
+/* What each setting accepts; pb_config_load() checks every value against it, so a bad value is
+ * named once on stderr and replaced by the default, and a value out of range is clamped; the
+ * table then holds the value in effect (probe.config shows it). Settings not listed take any
+ * text (paths, addresses, tokens). */
+typedef enum { RULE_INT, RULE_NUMBER, RULE_BOOL, RULE_CHOICE, RULE_AUTO_OR_INT } rule_kind;
+
+static const struct rule {
+    const char *name;
+    rule_kind kind;
+    double min, max;
+    const char *choices; /* RULE_CHOICE: "call|hooks" */
+} rules[] = {
+    {"PROBING_TCP_EVAL", RULE_BOOL, 0, 1, NULL},
+    {"PROBING_RING_ROWS", RULE_INT, 1, 268435456, NULL},
+    {"PROBING_CAPTURE_ROWS", RULE_INT, 1, 67108864, NULL},
+    {"PROBING_QUERY_TIMEOUT", RULE_NUMBER, 0.001, 86400, NULL},
+    {"PROBING_MAX_RESULT_MB", RULE_INT, 1, 4096, NULL},
+    {"PROBING_EVAL_TIMEOUT", RULE_NUMBER, 0.001, 86400, NULL},
+    {"PROBING_TORCH", RULE_BOOL, 0, 1, NULL},
+    {"PROBING_HOOK_MODE", RULE_CHOICE, 0, 0, "call|hooks"},
+    {"PROBING_DETAIL_EVERY", RULE_AUTO_OR_INT, 1, 1048576, NULL},
+    {"PROBING_DETAIL_STEPS", RULE_INT, 1, 64, NULL},
+    {"PROBING_DETAIL_BUDGET", RULE_NUMBER, 0.01, 100, NULL},
+    {"PROBING_BACKWARD", RULE_BOOL, 0, 1, NULL},
+    {"PROBING_DDP_HOOK", RULE_BOOL, 0, 1, NULL},
+    {"PROBING_MEM_SAMPLE_MS", RULE_INT, 1, 60000, NULL},
+    {"PROBING_SYSTEM_SAMPLE_MS", RULE_INT, 10, 3600000, NULL},
+    {"PROBING_MEMORY_PHASE_EVERY", RULE_INT, 0, 1073741824, NULL},
+    {"PROBING_RECORD_FLUSH_MS", RULE_INT, 10, 3600000, NULL},
+    {"PROBING_RECORD_PID", RULE_INT, 1, 2147483647, NULL},
+    {"PROBING_RECORD_FORCE", RULE_BOOL, 0, 1, NULL},
+    {"PROBING_DEBUG", RULE_BOOL, 0, 1, NULL},
+};
+
+static char clamped[NENTRIES][32]; /* a clamped value's text */
+
+/* Parses an integer with an optional k, M or G suffix. Returns 0 or -EINVAL. */
+static int parse_int(const char *v, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (errno || end == v) return -EINVAL;
+    long long scale = 1;
+    if (*end == 'k' || *end == 'K') scale = 1024;
+    else if (*end == 'M') scale = 1024 * 1024;
+    else if (*end == 'G') scale = 1024ll * 1024 * 1024;
+    if (scale != 1) end++;
+    if (*end || n > LLONG_MAX / scale || n < LLONG_MIN / scale) return -EINVAL;
+    *out = n * scale;
+    return 0;
+}
+
+/* Checks entry i's value against its rule: a bad one is replaced by the default, one out of
+ * range by its bound, each with one warning. */
+static void validate(int i, const struct rule *r)
+{
+    pb_config_entry *e = &entries[i];
+    const char *v = e->value;
+    double x = 0;
+    if (!v || !*v || v == e->deflt) return;
+    switch (r->kind) {
+    case RULE_BOOL:
+        if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0) return;
+        pb_log_warn("ignoring %s=%s: expected 0 or 1; using %s", e->name, v,
+                    *e->deflt ? e->deflt : "the default");
+        e->value = e->deflt;
+        return;
+    case RULE_CHOICE: {
+        size_t n = strlen(v);
+        for (const char *c = r->choices; c && *c;) {
+            const char *bar = strchr(c, '|');
+            size_t len = bar ? (size_t)(bar - c) : strlen(c);
+            if (len == n && strncmp(c, v, n) == 0) return;
+            c = bar ? bar + 1 : NULL;
+        }
+        char list[128];
+        size_t len = 0;
+        for (const char *c = r->choices; *c && len + 5 < sizeof list; c++) {
+            if (*c == '|') len += (size_t)snprintf(list + len, sizeof list - len, " or ");
+            else list[len++] = *c;
+        }
+        list[len] = '\0';
+        pb_log_warn("ignoring %s=%s: expected %s; using %s", e->name, v, list, e->deflt);
+        e->value = e->deflt;
+        return;
+    }
+    case RULE_AUTO_OR_INT:
+        if (strcmp(v, "auto") == 0) return;
+        /* fall through */
+    case RULE_INT: {
+        long long n;
+        if (parse_int(v, &n)) {
+            pb_log_warn("ignoring %s=%s: %s; using %s", e->name, v,
+                        r->kind == RULE_INT ? "not an integer" : "not 'auto' or a number of steps",
+                        e->deflt);
+            e->value = e->deflt;
+            return;
+        }
+        x = (double)n;
+        break;
+    }
+    case RULE_NUMBER: {
+        char *end;
+        x = strtod(v, &end);
+        if (end == v || *end || x != x) {
+            pb_log_warn("ignoring %s=%s: not a number; using %s", e->name, v, e->deflt);
+            e->value = e->deflt;
+            return;
+        }
+        break;
+    }
+    }
+    if (x >= r->min && x <= r->max) return;
+    double bound = x < r->min ? r->min : r->max;
+    snprintf(clamped[i], sizeof clamped[i], "%.15g", bound);
+    pb_log_warn("%s=%s is %s its %s %s; using %s", e->name, v, x < r->min ? "below" : "above",
+                x < r->min ? "minimum" : "maximum", clamped[i], clamped[i]);
+    e->value = clamped[i];
+}
 
 void pb_config_load(void)
 {
     for (int i = 0; i < NENTRIES; i++) {
         const char *v = getenv(entries[i].name);
         entries[i].value = (v && *v) ? v : entries[i].deflt;
+        for (size_t k = 0; k < sizeof rules / sizeof rules[0]; k++)
+            if (strcmp(rules[k].name, entries[i].name) == 0) validate(i, &rules[k]);
     }
 }
 

@@ -246,10 +246,63 @@ static void statement_verb(const char *sql, char *out, size_t outlen)
     if (n == 0) snprintf(out, outlen, "this statement");
 }
 
+/* Edit distance of a and b (insert, delete, replace, swap of neighbours), capped at 9. */
+static int edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 60 || lb > 60) return 9;
+    int d[62][62];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int best = d[i - 1][j - 1] + (tolower((unsigned char)a[i - 1]) !=
+                                          tolower((unsigned char)b[j - 1]));
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb] > 9 ? 9 : d[la][lb];
+}
+
+/* The table of probe.tables (and probe.tables, probe.config themselves) closest to missing
+ * ("schema.name" or "name"), within 2 edits: written into out as schema.name; 0 when none. The
+ * catalogue is read on the same connection (the failed statement is gone). */
+static int closest_table(pb_db *db, const char *missing, char *out, size_t outlen)
+{
+    sqlite3_stmt *st = NULL;
+    int best = 3, qualified = strchr(missing, '.') != NULL;
+    char auth_reason[sizeof db->auth.reason];
+    memcpy(auth_reason, db->auth.reason, sizeof auth_reason);
+    if (sqlite3_prepare_v2(db->conn, "SELECT schema, name FROM probe.tables UNION "
+                           "SELECT 'probe', 'tables' UNION SELECT 'probe', 'config'", -1, &st,
+                           NULL) == SQLITE_OK) {
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            const char *schema = (const char *)sqlite3_column_text(st, 0);
+            const char *name = (const char *)sqlite3_column_text(st, 1);
+            char full[160];
+            if (!schema || !name) continue;
+            snprintf(full, sizeof full, "%s.%s", schema, name);
+            int d = edit_distance(missing, qualified ? full : name);
+            if (d < best) {
+                best = d;
+                snprintf(out, outlen, "%s", full);
+            }
+        }
+    }
+    sqlite3_finalize(st);
+    memcpy(db->auth.reason, auth_reason, sizeof auth_reason);
+    return best < 3;
+}
+
 /* The message for an SQLite error on db, and its byte offset in the SQL (or -1). */
 static void describe_sqlite_error(pb_db *db, const char *sql, char *msg, size_t msglen, int *offset)
 {
-    const char *text = sqlite3_errmsg(db->conn);
+    char text[512]; /* a copy: looking up a table name below runs another statement */
+    snprintf(text, sizeof text, "%s", sqlite3_errmsg(db->conn));
     *offset = sqlite3_error_offset(db->conn);
     if (db->auth.reason[0]) {
         char verb[64];
@@ -264,9 +317,17 @@ static void describe_sqlite_error(pb_db *db, const char *sql, char *msg, size_t 
         snprintf(msg, msglen, "not authorized: probing's SQL is read-only (%s)", text);
         return;
     }
-    const char *hint = strncmp(text, "no such table", 13) == 0
-                           ? "; SELECT schema, name FROM probe.tables lists the tables"
-                           : "";
+    char hint[320] = "";
+    if (strncmp(text, "no such table: ", 15) == 0) {
+        char missing[128], guess[160];
+        snprintf(missing, sizeof missing, "%.127s", text + 15);
+        if (closest_table(db, missing, guess, sizeof guess))
+            snprintf(hint, sizeof hint, "; did you mean %s? (SELECT schema, name FROM "
+                     "probe.tables lists the tables)", guess);
+        else
+            snprintf(hint, sizeof hint, "; SELECT schema, name FROM probe.tables lists the "
+                     "tables");
+    }
     if (*offset >= 0)
         snprintf(msg, msglen, "SQL error near offset %d: %s%s", *offset, text, hint);
     else

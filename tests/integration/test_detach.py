@@ -34,8 +34,9 @@ def test_detach_during_training(cli, launcher):
     r = cli(t.pid, "query", "SELECT 1", check=False)
     assert r.returncode == 1
     assert re.fullmatch(rf"probing: process {t.pid} \(.*\) is not traced by probing: no agent "
-                        rf"socket at {re.escape(str(socket_path))}\. Start it with 'probing run "
-                        r"-- <command>' or PROBING=1\.\n", r.stderr), r.stderr
+                        rf"socket at {re.escape(str(socket_path))}\. Load the agent into it now, "
+                        rf"without restarting it: probing {t.pid} inject \(or start it with "
+                        r"'probing run -- <command>' or PROBING=1\)\.\n", r.stderr), r.stderr
 
     detached = t.finish()
     plain = launcher.plain(SCRIPT, "--print-every", "0")
@@ -57,6 +58,7 @@ def test_detach_of_a_process_that_is_not_traced(cli, launcher):
     r = cli(t.pid, "detach", check=False)
     assert r.returncode == 1
     assert re.fullmatch(rf"probing: process {t.pid} \(.*\) is not traced by probing: no agent "
-                        rf"socket at {re.escape(str(t.socket_path))}\. Start it with 'probing run "
-                        r"-- <command>' or PROBING=1\.\n", r.stderr), r.stderr
+                        rf"socket at {re.escape(str(t.socket_path))}\. Load the agent into it now, "
+                        rf"without restarting it: probing {t.pid} inject \(or start it with "
+                        r"'probing run -- <command>' or PROBING=1\)\.\n", r.stderr), r.stderr
     assert t.alive()

@@ -52,8 +52,9 @@ def test_pid_without_probing(cli, launcher):
     plain.wait_holding()
     r = cli(plain.pid, "query", "SELECT 1", check=False)
     assert_error(r, f"process {plain.pid}", "is not traced by probing")
-    # and it tells what to do
-    assert "probing run" in r.stderr
+    # and it tells what to do: load the agent now
+    assert f"Load the agent into it now, without restarting it: probing {plain.pid} inject" \
+        in r.stderr
 
 
 def test_process_has_exited(cli, traced):
@@ -67,6 +68,8 @@ def test_process_has_exited(cli, traced):
     assert_error(cli(sock, "query", "SELECT 1", check=False), f"process {t.pid} has exited")
     # by pid: the socket it left says it was traced
     assert_error(cli(t.pid, "query", "SELECT 1", check=False), f"process {t.pid} has exited")
+    assert "start it with 'probing run -o run.db -- <command>' next time" in \
+        cli(t.pid, "query", "SELECT 1", check=False).stderr
 
 
 def test_connection_refused_tcp(cli):

@@ -231,11 +231,19 @@ def refused(cli, t, *args, code=1, cwd=None):
 
 
 def test_an_existing_file_is_kept_unless_forced(cli, idle, tmp_path):
+    other = tmp_path / "other.db"
+    other.write_bytes(b"not yours to replace\n")
+    for force in ([], ["--force"]):  # not a recording: never replaced, even with --force
+        assert refused(cli, idle, "-o", other, *force) == (
+            f"probing: cannot record to {other}: it exists and is not a probing recording (no "
+            "SQLite header); probing never replaces it: choose another path or remove it "
+            "yourself\n"), force
+    assert other.read_bytes() == b"not yours to replace\n"
     path = tmp_path / "exists.db"
-    path.write_bytes(b"not yours to replace\n")
+    sqlite3.connect(path).executescript("CREATE TABLE older(x); INSERT INTO older VALUES (1);")
     assert refused(cli, idle, "-o", path) == \
         f"probing: {path} exists; pass --force to replace it\n"
-    assert path.read_bytes() == b"not yours to replace\n"
+    assert sqlite3.connect(path).execute("SELECT x FROM older").fetchall() == [(1,)]
     assert record(cli, idle, path, "--force").stdout == started_line(idle.pid, path)
     cli(idle.target(), "record", "--stop")
     assert cli.scalar(path, "SELECT COUNT(*) FROM python.steps") == 2
@@ -249,7 +257,7 @@ def test_a_path_that_cannot_be_created_changes_nothing(cli, idle, tmp_path):
     assert not missing.parent.exists()
     bad = "/proc/version/run.db"  # under a file: cannot be created, even by root
     assert refused(cli, idle, "-o", bad, "--force") == (
-        f"probing: cannot record to {bad}: cannot replace it: Not a directory (choose a path "
+        f"probing: cannot record to {bad}: Not a directory (choose a path "
         f"that process {idle.pid} can write)\n")
     for force in ([], ["--force"]):  # a directory is not offered for --force, nor removed
         assert refused(cli, idle, "-o", tmp_path, *force) == (
