@@ -26,7 +26,8 @@
  * Labels of every agent series: job (the agent's job: MASTER_ADDR:MASTER_PORT[/run id], "" when
  * it has none), rank, local_rank, node_rank (LOCAL_RANK and GROUP_RANK, else NODE_RANK, read
  * from /proc/<pid>/environ: ours, same user), host (this node's name) and pid. Memory of a CUDA
- * device also carries `gpu` (the device index, as NVIDIA's DCGM exporter names it).
+ * device also carries the GPU as NVIDIA's DCGM exporter labels it (`gpu`, `UUID`, `Hostname`),
+ * and probing_gpu_info maps each rank to its GPU for PromQL joins with DCGM's series.
  */
 #include "cli.h"
 #include "client.h"
@@ -382,15 +383,54 @@ static void emit_counters(agent_job *j)
     }
 }
 
-/* Adds one memory sample of `kind` on `device` ("cpu", "cuda:N", "mixed") in MB or bytes. */
+/* The GPU of torch device "cuda:N" as NVIDIA's DCGM exporter names it: `gpu` is the NVML
+ * index, `UUID` the GPU's UUID. torch numbers the devices CUDA_VISIBLE_DEVICES lets it see, so
+ * entry N of that list (read from the process's environment) is the GPU: an index gives `gpu`,
+ * a "GPU-..." UUID gives `UUID`; without the variable N is the NVML index. Returns 0, or -1 when
+ * device is not a CUDA device. */
+static int gpu_of(pid_t pid, const char *device, char *gpu, size_t gpulen, char *uuid,
+                  size_t uuidlen)
+{
+    char visible[1024], *save = NULL;
+    gpu[0] = uuid[0] = '\0';
+    if (!device || strncmp(device, "cuda:", 5) != 0) return -1;
+    long n = strtol(device + 5, NULL, 10);
+    environ_value(pid, "CUDA_VISIBLE_DEVICES", visible, sizeof visible);
+    if (!visible[0]) {
+        snprintf(gpu, gpulen, "%ld", n);
+        return 0;
+    }
+    long i = 0;
+    for (char *tok = strtok_r(visible, ",", &save); tok; tok = strtok_r(NULL, ",", &save), i++) {
+        if (i != n) continue;
+        while (*tok == ' ') tok++;
+        if (strncmp(tok, "GPU-", 4) == 0 || strncmp(tok, "MIG-", 4) == 0)
+            snprintf(uuid, uuidlen, "%s", tok);
+        else
+            snprintf(gpu, gpulen, "%s", tok);
+    }
+    return 0;
+}
+
+/* Labels `gpu`, `UUID` (when known) and `Hostname` of a CUDA device, DCGM's names, into b. */
+static void add_gpu_labels(agent_job *j, pb_buf *b, const char *device)
+{
+    char gpu[64], uuid[256];
+    if (gpu_of(j->pid, device, gpu, sizeof gpu, uuid, sizeof uuid)) return;
+    if (gpu[0]) add_label(b, "gpu", gpu);
+    if (uuid[0]) add_label(b, "UUID", uuid);
+    add_label(b, "Hostname", exporter.host);
+}
+
+/* Adds one memory sample of `kind` on `device` ("cpu", "cuda:N", "mixed") in bytes. */
 static void emit_memory(agent_job *j, const char *kind, const char *device, double bytes)
 {
-    char extra[256];
+    char extra[512];
     pb_buf b = PB_BUF_INIT;
     if (isnan(bytes)) return;
     add_label(&b, "kind", kind);
-    add_label(&b, "device", device ? device : "");
-    if (device && strncmp(device, "cuda:", 5) == 0) add_label(&b, "gpu", device + 5);
+    add_label(&b, "torch_device", device ? device : "");
+    add_gpu_labels(j, &b, device);
     snprintf(extra, sizeof extra, "%s", b.data ? b.data : "");
     pb_buf_free(&b);
     pb_exposition_add(&j->out, PB_METRIC_MEMORY_BYTES, NULL, j->labels, extra, bytes);
@@ -407,6 +447,10 @@ static void gauges(agent_job *j)
         static const char *const kinds[] = {"allocated", "max_allocated", "reserved", "rss"};
         for (size_t k = 0; k < 4; k++)
             emit_memory(j, kinds[k], k == 3 ? "cpu" : device, num(row, k + 1) * 1048576.0);
+        pb_buf b = PB_BUF_INIT;
+        add_gpu_labels(j, &b, device);
+        if (b.len) pb_exposition_add(&j->out, PB_METRIC_GPU_INFO, NULL, j->labels, b.data, 1);
+        pb_buf_free(&b);
     }
     json_decref(rows);
     rows = query(j,
@@ -509,12 +553,14 @@ static void *scrape_agent(void *arg)
     if (j->up) {
         pb_buf b = PB_BUF_INIT;
         json_t *step = json_object_get(info, "step"), *detail = json_object_get(info, "detail");
-        add_label(&b, "version", json_string_value(json_object_get(info, "version")) ?: "");
+        const char *version = json_string_value(json_object_get(info, "version"));
+        const char *torch = json_string_value(json_object_get(info, "torch"));
+        add_label(&b, "version", version ? version : "");
         const char *python = json_string_value(json_object_get(info, "python"));
         char first[64] = "";
         if (python) snprintf(first, sizeof first, "%.*s", (int)strcspn(python, " "), python);
         add_label(&b, "python", first);
-        add_label(&b, "torch", json_string_value(json_object_get(info, "torch")) ?: "");
+        add_label(&b, "torch", torch ? torch : "");
         pb_exposition_add(&j->out, PB_METRIC_INFO, NULL, j->labels, b.data, 1);
         pb_buf_free(&b);
         if (json_is_number(step))

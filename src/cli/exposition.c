@@ -40,6 +40,9 @@ static const family families[PB_METRIC_COUNT] = {
         "memory by kind: allocated, max_allocated, reserved, rss at the last step end "
         "(python.memory); parameters, gradients, optimizer_state at the last breakdown "
         "(python.memory_breakdown)"},
+    [PB_METRIC_GPU_INFO] = {"probing_gpu_info", "gauge",
+        "always 1: the GPU the rank computes on (its torch device at the last step end), "
+        "labelled gpu, UUID, Hostname as NVIDIA's DCGM exporter labels it, for joins"},
     [PB_METRIC_AMP_SCALE] = {"probing_amp_grad_scale", "gauge",
         "the GradScaler's scale at the last optimizer step (python.amp_trace)"},
     [PB_METRIC_AMP_SKIPPED] = {"probing_amp_skipped_steps_total", "counter",

@@ -27,6 +27,13 @@ SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
 LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
+def outside_env():
+    """The environment for programs that are not probing's (prometheus, promtool): without the
+    sanitizer runtimes scripts/sanitize.sh preloads into probing's processes."""
+    return {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS",
+                                                             "UBSAN_OPTIONS")}
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -196,7 +203,7 @@ def test_promtool_accepts_the_exposition(exporter, tmp_path):
                     "scripts/setup-extras.sh installs it)")
     body = exporter.metrics()
     r = subprocess.run([promtool, "check", "metrics"], input=body, text=True,
-                       capture_output=True, timeout=60)
+                       capture_output=True, timeout=60, env=outside_env())
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -228,7 +235,7 @@ def test_prometheus_scrapes_both_ranks(exporter, job, cli, tmp_path):
     prom = subprocess.Popen([binary, f"--config.file={config}",
                              f"--storage.tsdb.path={tmp_path / 'data'}",
                              f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=log, stderr=subprocess.STDOUT)
+                            stdout=log, stderr=subprocess.STDOUT, env=outside_env())
     try:
         query = urllib.parse.quote("probing_step_duration_seconds_count")
 
@@ -244,6 +251,12 @@ def test_prometheus_scrapes_both_ranks(exporter, job, cli, tmp_path):
             return found if len(found) == 2 else None
 
         found = poll("Prometheus to hold the step-duration series of both ranks", result)
+        # Every PromQL of docs/exporter.md and of the Grafana dashboard is valid and, for those
+        # over step series, gives an answer for this job.
+        for expr in documented_promql():
+            status, body = http_get(f"http://127.0.0.1:{port}/api/v1/query?query="
+                                    + urllib.parse.quote(expr), timeout=30)
+            assert status == 200 and json.loads(body)["status"] == "success", (expr, body)
         by_rank = {int(r["metric"]["rank"]): r for r in found}
         assert sorted(by_rank) == [0, 1]
         for rank, pid in ranks.items():
@@ -257,6 +270,19 @@ def test_prometheus_scrapes_both_ranks(exporter, job, cli, tmp_path):
         prom.terminate()
         prom.wait(timeout=60)
         log.close()
+
+
+def documented_promql():
+    """The PromQL blocks of docs/exporter.md and the expressions of docs/grafana/probing.json,
+    with the dashboard's variables filled in."""
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    exprs = re.findall(r"```promql\n(.*?)```", (docs / "exporter.md").read_text(), re.S)
+    assert len(exprs) >= 5
+    dashboard = json.loads((docs / "grafana" / "probing.json").read_text())
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            exprs.append(target["expr"].replace("$job", ".*").replace("$__rate_interval", "1m"))
+    return exprs
 
 
 def test_stuck_agent_scrape_answers_by_its_deadline(exporter, job):
