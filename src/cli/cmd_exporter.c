@@ -89,6 +89,7 @@ typedef struct agent_job {
     pb_target target;
     agent_state *state;
     double deadline;               /* monotonic seconds */
+    double budget_s;               /* the scrape's deadline, from its start */
     char labels[1024];             /* rendered common labels */
     pb_exposition out;
     int up;
@@ -485,12 +486,13 @@ static void gauges(agent_job *j)
     json_decref(rows);
 }
 
-/* Rebuilds the findings when the last report is older than FINDINGS_EVERY_S, then emits them. */
-static void findings(agent_job *j, json_t *info)
+/* Rebuilds the findings when the last report is older than FINDINGS_EVERY_S and rebuild is
+ * allowed, then emits the latest ones. */
+static void findings(agent_job *j, json_t *info, int rebuild)
 {
     agent_state *s = j->state;
     double now = mono_s();
-    if (!s->findings || now - s->findings_at >= FINDINGS_EVERY_S) {
+    if (rebuild && (!s->findings || now - s->findings_at >= FINDINGS_EVERY_S)) {
         pb_report_source src;
         json_t *report = NULL;
         char *error = NULL;
@@ -547,8 +549,10 @@ static void *scrape_agent(void *arg)
         s->seen = 1;
         count_steps(j);
         gauges(j);
-        findings(j, info);
         j->up = remaining_ms(j) > 0; /* an answer cut by the deadline is not an answer */
+        /* The report is many queries: rebuilt only with half the deadline still ahead, so a
+         * slow one costs the findings (kept from the last report) and never the metrics. */
+        if (j->up) findings(j, info, remaining_ms(j) > (long)(j->budget_s * 500.0));
     }
     if (j->up) {
         pb_buf b = PB_BUF_INIT;
@@ -630,6 +634,7 @@ static int scrape(double timeout_s, pb_buf *out)
         char path[PATH_MAX];
         j->pid = pids[i];
         j->deadline = deadline;
+        j->budget_s = timeout_s;
         j->state = state_for(pids[i]);
         if (!j->state || pb_paths_socket(pids[i], path, sizeof path) ||
             pb_target_for_socket(pids[i], path, &j->target) ||

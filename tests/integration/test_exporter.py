@@ -227,7 +227,7 @@ def test_prometheus_scrapes_both_ranks(exporter, job, cli, tmp_path):
     port = free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        "global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n"
         "scrape_configs:\n"
         "  - job_name: probing\n    honor_labels: true\n"
         f"    file_sd_configs:\n      - files: ['{exporter.sd}']\n        refresh_interval: 1s\n")
