@@ -6,6 +6,7 @@ HTA trace directory with ranks 0 and 1 (distributedInfo) and the captured steps 
 import json
 import os
 import re
+import signal
 import subprocess
 
 import pytest
@@ -39,6 +40,7 @@ def test_hta_reads_per_rank_captures_as_one_trace_directory(cli, env, session_di
     work = session_dir / "hta-job"
     work.mkdir()
     launcher = Launcher(cli, env, work, env["PROBING_DIR"])
+    ranks = {}
     try:
         proc = launcher.command([cli.binary, "run", "--", PYTHON, "-m", "torch.distributed.run",
                                  "--nproc_per_node", "2", "--master_port", free_port(),
@@ -46,7 +48,6 @@ def test_hta_reads_per_rank_captures_as_one_trace_directory(cli, env, session_di
                                 name="hta-job")
         proc._poll("step lines", lambda: re.search(r"^step 20\b", proc.stdout(), re.M),
                    STEP_TIMEOUT_S)
-        ranks = {}
         for a in json.loads(cli("list", "-f", "json").stdout):
             if "ddp_gloo.py --steps 1000000" in a.get("cmdline", "") and \
                     "torch.distributed.run" not in a["cmdline"]:
@@ -69,6 +70,11 @@ def test_hta_reads_per_rank_captures_as_one_trace_directory(cli, env, session_di
             assert marked == steps[rank]
     finally:
         launcher.cleanup()
+        for pid in ranks.values():  # torchrun starts its workers in sessions of their own
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     outside = {k: v for k, v in os.environ.items()  # HTA is not probing: no sanitizer runtimes
                if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
     r = subprocess.run([PYTHON, "-c", HTA_SCRIPT, str(traces)], capture_output=True, text=True,
