@@ -126,7 +126,11 @@ def main():
         f"One scrape (the exporter asking the agent for its info, the new steps, collectives, "
         f"memory, AMP, dropped rows, and every 30 s the report's findings): median "
         f"{statistics.median(scrapes) * 1e3:.1f} ms, largest {max(scrapes) * 1e3:.1f} ms, "
-        f"{len(scrapes)} scrapes; exposition {statistics.median(sizes) / 1024:.1f} KiB.\n")
+        f"{len(scrapes)} scrapes; exposition {statistics.median(sizes) / 1024:.1f} KiB.\n\n"
+        + ("The median with scrapes lies within the spread of the windows without them (the "
+           "machine's own noise): no cost of the scrapes is measurable here.\n"
+           if min(window_medians["none"]) <= scraped <= max(window_medians["none"]) else
+           "The median with scrapes lies outside the spread of the windows without them.\n"))
     print(body)
     if not args.no_write:
         write_section("exporter", body)

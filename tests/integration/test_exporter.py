@@ -119,6 +119,7 @@ def job(cli, env, session_dir):
 
 class Exporter:
     def __init__(self, cli, env, workdir, *args):
+        self.cli = cli
         self.sd = workdir / "probing-export-sd.json"
         self.out = open(workdir / "exporter.out", "w+")
         self.proc = subprocess.Popen([str(cli.binary), "exporter", "--listen", "127.0.0.1:0",
@@ -326,3 +327,25 @@ def test_port_in_use(cli):
     assert r.stderr == (f"probing: cannot listen on '127.0.0.1:{port}': Address already in use; "
                         "another exporter may run there: choose another port with --listen "
                         ":PORT\n")
+
+
+def test_scrape_needs_no_gil(exporter, launcher):
+    """A process whose main thread holds the GIL in hours of C code (stack_gil.py) is still
+    reported: the scrape's requests are answered without the GIL."""
+    t = launcher.traced("stack_gil.py", hold=False)
+    t._poll("BUSY", lambda: "BUSY" in t.stdout(), 60)
+
+    def holds_gil_in_the_regex():
+        r = subprocess.run([exporter.cli.binary, str(t.pid), "backtrace", "-f", "json"],
+                           env=exporter.cli.env, capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            return False
+        return any(th["holds_gil"] and th["frames"] and th["frames"][0]["function"] == "match"
+                   for th in json.loads(r.stdout)["threads"])
+
+    poll("the main thread to hold the GIL inside re.match", holds_gil_in_the_regex, 60)
+    samples = parse(exporter.metrics())
+    [(labels, up)] = series(samples, "probing_up", pid=t.pid)
+    assert up == 1
+    assert series(samples, "probing_agent_info", pid=t.pid)
+    assert t.alive()
