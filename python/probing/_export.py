@@ -89,6 +89,9 @@ def main(argv):
         fail("export --parquet needs pyarrow in %s: pip install pyarrow (or set PROBING_PYTHON "
              "to a Python that has it)" % sys.executable)
     out_dir = argv[1]
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        fail("--parquet %s: that is a file, not a directory; give a directory (it is created "
+             "when missing)" % out_dir)
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as e:

@@ -349,3 +349,11 @@ def test_scrape_needs_no_gil(exporter, launcher):
     assert up == 1
     assert series(samples, "probing_agent_info", pid=t.pid)
     assert t.alive()
+
+
+def test_sd_file_in_a_missing_directory(cli, tmp_path):
+    path = tmp_path / "missing" / "sd.json"
+    r = cli("exporter", "--listen", "127.0.0.1:0", "--sd", path, check=False)
+    assert r.returncode == 1
+    assert r.stderr == (f"probing: cannot write the file_sd targets to {path}: No such file or "
+                        "directory; give a writable path with --sd FILE\n")

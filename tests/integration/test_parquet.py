@@ -176,3 +176,13 @@ def test_export_without_pyarrow_says_what_to_install(cli, env, recordings, tmp_p
     assert r.stderr == (f"probing: export --parquet needs pyarrow in {bare}: pip install pyarrow "
                         "(or set PROBING_PYTHON to a Python that has it)\n")
     assert not (tmp_path / "pq").exists()
+
+
+def test_export_into_a_file_is_refused(cli, recordings, tmp_path):
+    target = tmp_path / "not-a-dir"
+    target.write_text("keep me")
+    r = cli(recordings[0][0], "export", "--parquet", target, check=False)
+    assert r.returncode == 1
+    assert r.stderr == (f"probing: --parquet {target}: that is a file, not a directory; give a "
+                        "directory (it is created when missing)\n")
+    assert target.read_text() == "keep me"
