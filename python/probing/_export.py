@@ -4,9 +4,9 @@ Run by the C command (src/cli/cmd_export.c) as a script, never imported by the a
 
     python3 _export.py DIR TARGET.json [TARGET.json ...]
 
-Each TARGET.json is what the command fetched from one live process or recording:
+Each TARGET.json describes what the command fetched from one live process or recording:
 {"target", "info" (its /api/info), "host", "tables": [{"schema", "name", "columns": [{"name",
-"type"}...], "rows": [[...], ...]}]}. For each one this writes DIR/rank<R>-pid<P>/<name>.parquet
+"type"}...], "rows_file" (newline-delimited JSON objects, one per row), "rows" (their count)}]}. For each one this writes DIR/rank<R>-pid<P>/<name>.parquet
 with pyarrow (Arrow's own Parquet writer): the declared SQL types become int64, float64 or string
 columns, `time` columns (unix seconds) become UTC timestamps in microseconds, and the columns
 job, rank, host and pid are added where the table lacks them, so that
@@ -31,7 +31,21 @@ def arrow_type(pa, declared):
     return getattr(pa, TYPES.get((declared or "").upper(), "string"))()
 
 
-def write_target(pa, pq, out_dir, doc):
+def read_rows(pa, pj, table):
+    """The staged rows of one table as an Arrow table with the declared types (pyarrow's JSON
+    reader streams the newline-delimited file; values of REAL columns that are whole numbers in
+    JSON are read as doubles, as declared)."""
+    fields = [pa.field(c.get("name"), arrow_type(pa, c.get("type")))
+              for c in table.get("columns") or []]
+    schema = pa.schema(fields)
+    if not table.get("rows"):
+        return schema.empty_table()
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    return pj.read_json(table["rows_file"], parse_options=options).select(
+        [f.name for f in fields])
+
+
+def write_target(pa, pj, pq, out_dir, doc):
     info = doc.get("info") or {}
     rank = info.get("rank")
     rank = int(rank) if isinstance(rank, int) else 0
@@ -42,40 +56,25 @@ def write_target(pa, pq, out_dir, doc):
     os.makedirs(sub, exist_ok=True)
     written = []
     for table in doc.get("tables", []):
-        columns = table.get("columns") or []
-        rows = table.get("rows") or []
-        names = [c.get("name") for c in columns]
-        arrays, fields = [], []
-        for i, column in enumerate(columns):
-            name = column.get("name")
-            values = [r[i] if i < len(r) else None for r in rows]
-            kind = arrow_type(pa, column.get("type"))
-            if name == "time" and kind == pa.float64():
-                arrays.append(pa.array([None if v is None else int(round(v * 1e6)) for v in values],
-                                       pa.int64()).cast(pa.timestamp("us", tz="UTC")))
-                fields.append(pa.field(name, pa.timestamp("us", tz="UTC")))
-                continue
-            if kind == pa.int64():
-                values = [None if v is None else int(v) for v in values]
-            elif kind == pa.float64():
-                values = [None if v is None else float(v) for v in values]
-            elif kind == pa.string():
-                values = [None if v is None else (v if isinstance(v, str) else json.dumps(v))
-                          for v in values]
-            arrays.append(pa.array(values, kind))
-            fields.append(pa.field(name, kind))
+        data = read_rows(pa, pj, table)
+        n = data.num_rows
+        if "time" in data.column_names and data.schema.field("time").type == pa.float64():
+            seconds = data.column("time").to_pylist()
+            stamps = pa.array([None if v is None else int(round(v * 1e6)) for v in seconds],
+                              pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+            data = data.set_column(data.column_names.index("time"),
+                                   pa.field("time", pa.timestamp("us", tz="UTC")), stamps)
         for name, value, kind in (("job", job, pa.string()), ("rank", rank, pa.int64()),
                                   ("host", host, pa.string()), ("pid", pid, pa.int64())):
-            if name not in names:
-                arrays.append(pa.array([value] * len(rows), kind))
-                fields.append(pa.field(name, kind))
-        schema = pa.schema(fields, metadata={
+            if name not in data.column_names:
+                data = data.append_column(pa.field(name, kind), pa.array([value] * n, kind))
+        data = data.replace_schema_metadata({
             "probing.table": "%s.%s" % (table.get("schema"), table.get("name")),
             "probing.target": str(doc.get("target", "")),
             "probing.info": json.dumps(info)})
         path = os.path.join(sub, "%s.parquet" % table.get("name"))
-        pq.write_table(pa.Table.from_arrays(arrays, schema=schema), path)
-        written.append((table.get("name"), len(rows)))
+        pq.write_table(data, path)
+        written.append((table.get("name"), n))
     return sub, written
 
 
@@ -84,6 +83,7 @@ def main(argv):
         fail("usage: _export.py DIR TARGET.json [TARGET.json ...] (run by probing export)")
     try:
         import pyarrow as pa
+        import pyarrow.json as pj
         import pyarrow.parquet as pq
     except ImportError:
         fail("export --parquet needs pyarrow in %s: pip install pyarrow (or set PROBING_PYTHON "
@@ -100,7 +100,7 @@ def main(argv):
         with open(path) as f:
             doc = json.load(f)
         try:
-            sub, written = write_target(pa, pq, out_dir, doc)
+            sub, written = write_target(pa, pj, pq, out_dir, doc)
         except OSError as e:
             fail("cannot write the Parquet files of %s: %s" % (doc.get("target"), e))
         total = sum(n for _, n in written)
