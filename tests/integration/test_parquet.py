@@ -7,6 +7,7 @@ exported at once land in two folders with their own rows; `time` columns are abs
 """
 import json
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -149,6 +150,9 @@ def test_several_recordings_with_absolute_times(cli, recordings, tmp_path):
                                f"GROUP BY pid"), key=lambda r: r[1])
     assert [c for _, c in counts] == [cli.scalar(p, "SELECT COUNT(*) FROM python.steps")
                                       for p in recordings]
+    # The agent's host is in its info, so a recording says where it ran wherever it is read.
+    assert sql(f"SELECT DISTINCT host FROM read_parquet('{out}/*/steps.parquet')") == [
+        (socket.gethostname(),)]
     [(first, last)] = sql(f"SELECT epoch(MIN(time)), epoch(MAX(time)) FROM "
                           f"read_parquet('{out}/*/process.parquet')")
     assert t0 - 5 <= first <= last <= t1 + 5
