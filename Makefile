@@ -24,6 +24,7 @@ unit: setup build
 	$(BIN)/meson test -C $(BUILD) --print-errorlogs
 
 integration: setup
+	bash scripts/setup-extras.sh
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q tests/integration
 
 test: unit integration
@@ -36,6 +37,7 @@ bench: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/inject_latency.py
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/capture_cost.py
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/memory_breakdown.py
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/exporter_cost.py
 
 lint:
 	clang-format --dry-run --Werror src/*/*.c src/*/*.h tests/unit/*.c

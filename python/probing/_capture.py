@@ -151,6 +151,7 @@ def _finish(capture_id, prof, first_step, trace_path, device, memory, shapes, st
     if trace_path and error is None:
         try:
             prof.export_chrome_trace(trace_path)
+            add_hta_fields(trace_path, first_step)
         except BaseException as e:  # the rows are kept; the trace request says why it has none
             info["trace_error"] = f"{type(e).__name__}: {e}"
     info["processing_s"] = time.monotonic() - stopped
@@ -158,6 +159,66 @@ def _finish(capture_id, prof, first_step, trace_path, device, memory, shapes, st
         _agent._capture_finished(capture_id, rows, error, info)
     except BaseException as e:
         sys.stderr.write(f"probing: capture {capture_id} could not be stored: {e}\n")
+
+
+def _distributed_info():
+    """rank, world_size and backend as torch.profiler writes them for a distributed job; from
+    torch.distributed when it is initialised, else from the launcher's environment."""
+    import os
+
+    info = {"backend": "", "rank": int(os.environ.get("RANK", "0") or 0),
+            "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1)}
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            info = {"backend": dist.get_backend(), "rank": dist.get_rank(),
+                    "world_size": dist.get_world_size()}
+    except BaseException:
+        pass
+    return info
+
+
+def add_hta_fields(trace_path, first_step):
+    """Makes a capture's Chrome trace one that Holistic Trace Analysis reads as torch.profiler's
+    own: a top-level "distributedInfo" (rank, world_size, backend; torch.profiler adds it only
+    when torch.distributed is initialised as it starts) so that the traces of several ranks do
+    not all count as rank 0, and one "ProfilerStep#N" span per captured step (what
+    torch.profiler.schedule writes), from the agent's "probing::step N" boundary marks: step N
+    runs from its mark (the first step: from the start of the trace) to the next mark (the last
+    step: to the end of the trace), on the marks' thread."""
+    import json
+
+    with open(trace_path) as f:
+        trace = json.load(f)
+    if not isinstance(trace.get("distributedInfo"), dict):
+        trace["distributedInfo"] = _distributed_info()
+    events = trace.get("traceEvents") or []
+    if not any(str(e.get("name", "")).startswith("ProfilerStep#") for e in events):
+        marks = sorted((float(e["ts"]), int(e["name"][len(STEP_MARK):]), e.get("pid"), e.get("tid"))
+                       for e in events
+                       if e.get("ph") == "X" and str(e.get("name", "")).startswith(STEP_MARK)
+                       and "ts" in e)
+        timed = [e for e in events if e.get("ph") == "X" and "ts" in e]
+        if timed:
+            begin = min(float(e["ts"]) for e in timed)
+            end = max(float(e["ts"]) + float(e.get("dur", 0)) for e in timed)
+            pid, tid = (marks[0][2], marks[0][3]) if marks else (timed[0].get("pid"),
+                                                                 timed[0].get("tid"))
+            bounds = [(begin, int(first_step))] + [(ts, step) for ts, step, _, _ in marks]
+            for i, (ts, step) in enumerate(bounds):
+                stop = bounds[i + 1][0] if i + 1 < len(bounds) else end
+                if stop <= ts:
+                    continue
+                events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step}",
+                               "pid": pid, "tid": tid, "ts": ts, "dur": stop - ts,
+                               "args": {"External id": 0, "Record function id": 0}})
+            trace["traceEvents"] = events
+    tmp = trace_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(trace, f)
+    import os
+
+    os.replace(tmp, trace_path)
 
 
 class _Node:

@@ -47,6 +47,11 @@ typedef struct pb_cli_args {
     int stop, force;        /* record: --stop, --force given */
     char **exec_argv;       /* run: the command after "--" (NULL-terminated, borrowed) */
     int exec_argc;
+    const char *listen;     /* exporter: --listen ADDR:PORT, NULL when not given */
+    const char *sd_file;    /* exporter: --sd FILE, NULL when not given */
+    const char *parquet_dir; /* export: --parquet DIR, NULL when not given */
+    char **more_targets;    /* export: targets after the first one (borrowed from argv) */
+    int more_target_count;
 } pb_cli_args;
 
 /* Prints "probing: <message>\n" on stderr. */
@@ -75,5 +80,7 @@ int cmd_detach(const pb_cli_args *a);
 int cmd_inject(const pb_cli_args *a);
 int cmd_capture(const pb_cli_args *a);
 int cmd_record(const pb_cli_args *a);
+int cmd_exporter(const pb_cli_args *a);
+int cmd_export(const pb_cli_args *a);
 
 #endif

@@ -26,7 +26,7 @@
 enum {
     OPT_FORMAT = 1, OPT_TIMEOUT = 2, OPT_OUTPUT = 4, OPT_JSON = 8, OPT_LAST = 16,
     OPT_STAGE = 32, OPT_FOLDED = 64, OPT_NATIVE = 128, OPT_CAPTURE = 256, OPT_RECORD = 512,
-    OPT_FORCE = 1024
+    OPT_FORCE = 1024, OPT_EXPORTER = 2048, OPT_PARQUET = 4096
 };
 
 typedef struct command {
@@ -158,6 +158,28 @@ static const command commands[] = {
      "  --force     replace FILE.db when it exists\n"
      "  --stop      make the last flush, close the file and print the rows written per table\n"
      "Not over TCP (host:port targets): the agent would write a file a network client names.\n"},
+    {"exporter", cmd_exporter, OPT_EXPORTER | OPT_TIMEOUT, 0, 0,
+     "probing exporter [--listen ADDR:PORT] [--sd FILE] [--timeout S]",
+     "serve Prometheus metrics for every probing agent of this user on this node",
+     "Serves GET /metrics (Prometheus text format) and GET /-/healthy. Each scrape asks every\n"
+     "agent in the socket directory (as 'probing list' finds them) over its Unix socket; no\n"
+     "request takes the GIL. Metrics, labels and PromQL: docs/exporter.md.\n"
+     "  --listen ADDR:PORT  where to listen (default :10089, every interface; :0 picks a port)\n"
+     "  --sd FILE           write a Prometheus file_sd target for this exporter to FILE\n"
+     "                      (removed when the exporter stops)\n"
+     "  --timeout S         deadline of a scrape in seconds (default 5, less when Prometheus\n"
+     "                      announces a shorter scrape timeout); an agent that has not\n"
+     "                      answered by then is reported as probing_up 0\n"},
+    {"export", cmd_export, OPT_PARQUET, 1, 0,
+     "probing <target-or-recording...> export --parquet DIR",
+     "write every table of live processes or recordings as Parquet files",
+     "Writes DIR/rank<R>-pid<P>/<table>.parquet for each target: one file per table, the\n"
+     "table's column types kept, plus job, rank, host and pid columns; 'time' columns become\n"
+     "UTC timestamps. Several targets may be given before the command (probing a.db b.db\n"
+     "export ...). Needs pyarrow in the Python that runs it ($PROBING_PYTHON, else python3):\n"
+     "pip install pyarrow. DuckDB reads them with read_parquet('DIR/*/steps.parquet')\n"
+     "(docs/exporter.md).\n"
+     "  --parquet DIR  the directory to write (created when missing)\n"},
 };
 
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
@@ -487,6 +509,18 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
             a->stop = 1;
         } else if ((c->options & (OPT_RECORD | OPT_FORCE)) && strcmp(arg, "--force") == 0) {
             a->force = 1;
+        } else if ((c->options & OPT_EXPORTER) &&
+                   (m = match_valued(argc, argv, &i, 0, "listen", &value)) != 0) {
+            if (m < 0) return PB_EXIT_USAGE;
+            a->listen = value;
+        } else if ((c->options & OPT_EXPORTER) &&
+                   (m = match_valued(argc, argv, &i, 0, "sd", &value)) != 0) {
+            if (m < 0) return PB_EXIT_USAGE;
+            a->sd_file = value;
+        } else if ((c->options & OPT_PARQUET) &&
+                   (m = match_valued(argc, argv, &i, 0, "parquet", &value)) != 0) {
+            if (m < 0) return PB_EXIT_USAGE;
+            a->parquet_dir = value;
         } else {
             return unknown_option(arg, c->name);
         }
@@ -577,6 +611,14 @@ static int run(int argc, char **argv)
         int next_is_command = i + 1 < argc && find_command(argv[i + 1]);
         if (!pb_target_looks_like(argv[i]) && !next_is_command) return unknown_command(argv[i]);
         if (set_target(&a, argv[i])) return PB_EXIT_USAGE;
+        /* Several targets before the command (export of several recordings). */
+        while (i + 2 < argc && !find_command(argv[i + 1]) && pb_target_looks_like(argv[i + 1])) {
+            if (!a.more_targets && !(a.more_targets = calloc((size_t)argc, sizeof(char *)))) {
+                pb_cli_error("out of memory");
+                return PB_EXIT_ERROR;
+            }
+            a.more_targets[a.more_target_count++] = argv[++i];
+        }
         if (++i >= argc) {
             pb_cli_error("missing command after the target: probing %s query \"SELECT ...\" "
                          "(see 'probing --help')", a.target);
@@ -591,6 +633,11 @@ static int run(int argc, char **argv)
     }
     a.command = c->name;
     int rc = parse_command_args(c, argc, argv, i + 1, &a);
+    if (rc < 0 && a.more_target_count && c->run != cmd_export) {
+        pb_cli_error("%s takes one target, not %d; only export takes several", c->name,
+                     a.more_target_count + 1);
+        rc = PB_EXIT_USAGE;
+    }
     /* backtrace and inject work on the process from outside: their target is a pid, not an agent. */
     if (rc < 0 && a.target && c->run != cmd_backtrace && c->run != cmd_inject) {
         int resolve_rc = pb_target_resolve(a.target, &a.resolved);
@@ -598,6 +645,7 @@ static int run(int argc, char **argv)
     }
     if (rc < 0) rc = c->run(&a);
     free(a.positional);
+    free(a.more_targets);
     return rc;
 }
 

@@ -4,6 +4,7 @@
  * The file is opened once per run of the CLI and kept open (a report makes dozens of queries).
  * /api/info is the file's info row plus "ended": how the job and the recording ended (its `run`
  * table, probe.run), which a live agent does not have.
+ * A request for another file (export of several recordings) closes it and opens that one.
  */
 #include "recording.h"
 
@@ -16,6 +17,7 @@
 #include <string.h>
 
 static pb_db *db;
+static char db_path[4096]; /* the file db has open */
 
 static int respond_error(pb_response *resp, long status, const char *message)
 {
@@ -97,9 +99,16 @@ int pb_recording_request(const pb_target *t, const char *method, const char *pat
     int rc = 0;
     resp->status = 0;
     memset(&resp->body, 0, sizeof resp->body);
-    if (!db && pb_db_open_file(t->file_path, &db, why, sizeof why) != 0) {
-        snprintf(err, errlen, "cannot read the recording %s: %s", t->file_path, why);
-        return -1;
+    if (db && strcmp(db_path, t->file_path) != 0) {
+        pb_db_close(db);
+        db = NULL;
+    }
+    if (!db) {
+        if (pb_db_open_file(t->file_path, &db, why, sizeof why) != 0) {
+            snprintf(err, errlen, "cannot read the recording %s: %s", t->file_path, why);
+            return -1;
+        }
+        snprintf(db_path, sizeof db_path, "%s", t->file_path);
     }
     if (strcmp(path, "/api/query") == 0 && strcmp(method, "POST") == 0) {
         json_error_t jerr;

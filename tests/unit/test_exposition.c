@@ -1,0 +1,61 @@
+/*
+ * test_exposition.c - the Prometheus text exposition of `probing exporter` (src/cli/exposition.c):
+ * label values escaped as the format requires, each family's HELP and TYPE written once with the
+ * samples of every agent after it, families without samples left out, special values spelled as
+ * the format spells them. promtool checks the real output in tests/integration/test_exporter.py.
+ */
+#include "check.h"
+#include "exposition.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_label_escaping(void)
+{
+    pb_buf b = PB_BUF_INIT;
+    pb_exposition_label_value(&b, "a\\b\"c\nd");
+    CHECK_STR(b.data, "a\\\\b\\\"c\\nd", "backslash, quote and newline are escaped");
+    pb_buf_free(&b);
+}
+
+static void test_families_once_across_agents(void)
+{
+    pb_exposition a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    pb_exposition_add(&a, PB_METRIC_UP, NULL, "rank=\"0\"", NULL, 1);
+    pb_exposition_add(&b, PB_METRIC_UP, NULL, "rank=\"1\"", NULL, 0);
+    pb_exposition_add(&a, PB_METRIC_STEP_DURATION, "_bucket", "rank=\"0\"", "le=\"+Inf\"", 3);
+    pb_exposition_add(&a, PB_METRIC_STEP_DURATION, "_count", "rank=\"0\"", NULL, 3);
+    pb_exposition_add(&b, PB_METRIC_EXPORTER_AGENTS, NULL, "", NULL, 2);
+    pb_exposition_add(&b, PB_METRIC_STEP, NULL, "rank=\"1\"", NULL, NAN);
+    pb_exposition *all[] = {&a, &b};
+    pb_buf out = PB_BUF_INIT;
+    CHECK(pb_exposition_write(&out, all, 2) == 0, "write succeeds");
+    const char *text = out.data ? out.data : "";
+    const char *up = strstr(text, "# TYPE probing_up gauge\n");
+    CHECK(up != NULL, "probing_up has its TYPE line");
+    CHECK(up && strstr(up, "# TYPE probing_up gauge\nprobing_up{rank=\"0\"} 1\nprobing_up{rank=\"1\"} 0\n"),
+          "both agents' samples follow the one header, in agent order");
+    CHECK(strstr(up ? up + 1 : "", "# TYPE probing_up") == NULL, "the header is written once");
+    CHECK(strstr(text, "probing_step_duration_seconds_bucket{rank=\"0\",le=\"+Inf\"} 3\n") != NULL,
+          "histogram buckets get the le label after the agent's labels");
+    CHECK(strstr(text, "# TYPE probing_step_duration_seconds histogram\n") != NULL,
+          "the histogram family is typed histogram");
+    CHECK(strstr(text, "probing_exporter_agents 2\n") != NULL, "a sample without labels has no braces");
+    CHECK(strstr(text, "probing_step{rank=\"1\"} NaN\n") != NULL, "NaN is spelled NaN");
+    CHECK(strstr(text, "probing_finding") == NULL, "a family without samples is left out");
+    CHECK(strstr(text, "probing_up") < strstr(text, "probing_step_duration_seconds"),
+          "families come in the table's order");
+    pb_buf_free(&out);
+    pb_exposition_free(&a);
+    pb_exposition_free(&b);
+}
+
+int main(void)
+{
+    test_label_escaping();
+    test_families_once_across_agents();
+    return check_summary();
+}
