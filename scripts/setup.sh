@@ -34,3 +34,5 @@ $VPY -m pip install -q "meson-python>=0.15" "meson>=1.1" ninja pytest numpy
 echo "setup: building and installing probing"
 $VPY -m pip install -q --no-build-isolation --force-reinstall --no-deps .
 echo "setup: done. probing is $(pwd)/.venv/bin/probing"
+# the browser tests of the web view (chromium, selenium); never fatal
+bash scripts/setup-extras.sh

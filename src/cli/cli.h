@@ -47,6 +47,8 @@ typedef struct pb_cli_args {
     int stop, force;        /* record: --stop, --force given */
     char **exec_argv;       /* run: the command after "--" (NULL-terminated, borrowed) */
     int exec_argc;
+    const char *listen;     /* ui: --listen ADDR:PORT, NULL when not given */
+    int open_browser;       /* ui: --open given */
 } pb_cli_args;
 
 /* Prints "probing: <message>\n" on stderr. */
@@ -75,5 +77,6 @@ int cmd_detach(const pb_cli_args *a);
 int cmd_inject(const pb_cli_args *a);
 int cmd_capture(const pb_cli_args *a);
 int cmd_record(const pb_cli_args *a);
+int cmd_ui(const pb_cli_args *a);
 
 #endif
