@@ -115,7 +115,7 @@ function plot(key, host, series, data, opts) {
   host.replaceChildren();
   const u = new uPlot({
     width: chartWidth(host), height: o.height || 260,
-    scales: { x: { time: false } },
+    scales: { x: { time: false }, y: o.yRange ? { range: (u, lo, hi) => [0, o.yRange() || hi] } : {} },
     axes: [{ label: o.xlabel || 'step' }, { label: o.ylabel || '', size: 60 }],
     series: [{ label: o.xlabel || 'step' }, ...series],
     legend: { live: true },
@@ -161,14 +161,20 @@ async function refreshOverview() {
     data.push(cum[k]);
   }
   const host = $('ov-steps');
-  plot('steps', host, series, data, {
+  const top = cum[cum.length - 1];
+  const steady = x.map((v, i) => (warmupEnd != null && v < warmupEnd ? null : top[i])).filter((v) => v != null);
+  ui.overviewYMax = steady.length ? Math.max(...steady) * 1.1 : null;
+  const u = plot('steps', host, series, data, {
     ylabel: 'seconds', height: 300,
     hooks: { drawClear: [(u) => shadeWarmup(u)] },
+    yRange: () => ui.overviewYMax,
   });
+  void u;
   host.dataset.points = String(x.length);
   ui.overviewPoints = x.length;
   $('ov-note').textContent = `${b.n} steps` + (N > 1 ? `, averaged over buckets of ${N} steps` : '') +
-    (warmupEnd != null && warmupEnd > b.lo ? `; shaded: warm-up (steps before ${warmupEnd})` : '');
+    (warmupEnd != null && warmupEnd > b.lo ? `; shaded: warm-up (steps before ${warmupEnd}, ` +
+      'beyond the scale when taller than the steady steps)' : '');
   const tput = rows.map((row) => {
     const samples = row[PHASES.length + 2], wall = row[PHASES.length + 3], count = row[PHASES.length + 4];
     return wall > 0 ? (samples > 0 ? samples / wall : count / wall) : null;
@@ -306,6 +312,7 @@ async function refreshModuleTable() {
     `FROM python.torch_trace WHERE stage IN ('forward', 'backward') GROUP BY module, stage ` +
     `ORDER BY self_s DESC LIMIT 500`);
   table($('mod-table'), r.columns, r.rows, (row) => showModule(row[0]));
+  return r.rows.length ? r.rows[0][0] : null;
 }
 
 let shownModule = null;
@@ -388,8 +395,11 @@ async function refreshRanks() {
   const series = await Promise.all(ui.targets.map((t) => query(`SELECT step / ${N} AS b, avg(${metric}), ` +
     `avg(wall) FROM python.steps WHERE step BETWEEN ${lo} AND ${hi} GROUP BY b ORDER BY b`, t.index)));
   const b0 = Math.floor(lo / N), cols = Math.floor(hi / N) - b0 + 1;
-  let vmin = Infinity, vmax = -Infinity;
-  for (const s of series) for (const row of s.rows) if (row[1] != null) { vmin = Math.min(vmin, row[1]); vmax = Math.max(vmax, row[1]); }
+  const all = [];
+  for (const s of series) for (const row of s.rows) if (row[1] != null) all.push(row[1]);
+  all.sort((a, b) => a - b);
+  const vmin = all.length ? all[Math.floor(all.length * 0.02)] : 0;
+  const vmax = all.length ? all[Math.min(all.length - 1, Math.floor(all.length * 0.98))] : 0;
   const canvas = $('heat');
   const rowH = Math.max(14, Math.min(40, Math.floor(400 / n))), labelW = 90;
   canvas.width = Math.max(600, canvas.clientWidth || 1200);
@@ -413,7 +423,7 @@ async function refreshRanks() {
     ctx.fillText(`rank ${ui.targets[r].rank}${straggler ? ' \u25b2' : ''}`, 4, y + rowH * 0.7);
     for (const row of s.rows) {
       if (row[1] == null) continue;
-      const t = vmax > vmin ? (row[1] - vmin) / (vmax - vmin) : 0.5;
+      const t = vmax > vmin ? Math.min(1, Math.max(0, (row[1] - vmin) / (vmax - vmin))) : 0.5;
       ctx.fillStyle = `hsl(${(1 - t) * 220}, 80%, ${45 + 15 * (1 - t)}%)`;
       ctx.fillRect(labelW + (row[0] - b0) * cw, y + 1, Math.max(1, cw), rowH - 2);
       cells++;
@@ -424,7 +434,7 @@ async function refreshRanks() {
   ctx.fillText(`step ${hi}`, canvas.width - 70, canvas.height - 5);
   ui.rankCells = cells;
   $('rk-legend').textContent = `colour: ${metric} per step (mean over buckets of ${N}), ` +
-    `blue ${fmt(vmin)} s to red ${fmt(vmax)} s; \u25b2 straggler: median step time over 10% above the ranks' mean`;
+    `blue ${fmt(vmin)} s to red ${fmt(vmax)} s and above (2nd to 98th percentile); \u25b2 straggler: median step time over 10% above the ranks' mean`;
   $('rk-note').textContent = `node ${ui.node}: ${n} rank${n === 1 ? '' : 's'}` +
     (n === 1 ? ' (the other ranks of a job show here when they run on this machine)' : '');
   table($('rk-table'), ['node', 'rank', 'pid', 'median step s', 'vs mean'],
@@ -480,10 +490,16 @@ async function loadCookbook() {
 
 const pages = {
   overview: async (first) => { await refreshOverview(); if (first) refreshReport(true).then(refreshOverview); else refreshReport(false); },
-  modules: async (first) => { await refreshFlame(first); if (first) await refreshModuleTable(); },
+  modules: async (first) => {
+    await refreshFlame(first);
+    if (first) {
+      const top = await refreshModuleTable();
+      if (top && !shownModule) await showModule(top);
+    }
+  },
   memory: async () => { await refreshMemory(); },
   ranks: async () => { await refreshRanks(); },
-  sql: async (first) => { if (first) await loadCookbook(); },
+  sql: async (first) => { if (first) { await loadCookbook(); if (!ui.sqlResult) await runSQL(); } },
 };
 
 let busy = false, shownOnce = {};
