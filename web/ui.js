@@ -26,7 +26,7 @@ const PHASES = [ // python.steps columns, bottom of the stack first
 
 const ui = window.probingUI = {
   live: false, targets: [], page: null, overviewPoints: 0, overviewSteps: 0, bucket: 1,
-  memoryPoints: 0, flame: {}, sqlResult: null, report: null, errors: [], rankCells: 0,
+  memoryPoints: 0, flame: {}, sqlResult: null, report: null, errors: [], rankCells: 0, stragglers: null,
 };
 
 const $ = (id) => document.getElementById(id);
@@ -387,13 +387,18 @@ async function refreshMemory() {
 
 async function refreshRanks() {
   const metric = $('rk-metric').value || 'wall';
-  const n = ui.targets.length;
-  const per = await Promise.all(ui.targets.map((t) => bucketFor('python.steps', t.index)));
+  const tg = ui.targets.slice().sort((x, y) => x.rank - y.rank);
+  const n = tg.length;
+  const per = await Promise.all(tg.map((t) => bucketFor('python.steps', t.index)));
   const lo = Math.min(...per.map((b) => b.lo ?? Infinity)), hi = Math.max(...per.map((b) => b.hi ?? -Infinity));
   if (!Number.isFinite(lo)) { $('rk-note').textContent = 'no steps yet'; return; }
   const N = Math.max(1, Math.ceil((hi - lo + 1) / 600));
-  const series = await Promise.all(ui.targets.map((t) => query(`SELECT step / ${N} AS b, avg(${metric}), ` +
-    `avg(wall) FROM python.steps WHERE step BETWEEN ${lo} AND ${hi} GROUP BY b ORDER BY b`, t.index)));
+  // column 2: time outside backward, collectives and gradient sync, where no rank waits for
+  // another (the report's imbalance rule): in synchronous data parallel every rank's step time
+  // is the slowest rank's, and the waiting shows up in those three
+  const series = await Promise.all(tg.map((t) => query(`SELECT step / ${N} AS b, avg(${metric}), ` +
+    `avg(data_wait + forward + optimizer + other), avg(wall) FROM python.steps ` +
+    `WHERE step BETWEEN ${lo} AND ${hi} GROUP BY b ORDER BY b`, t.index)));
   const b0 = Math.floor(lo / N), cols = Math.floor(hi / N) - b0 + 1;
   const all = [];
   for (const s of series) for (const row of s.rows) if (row[1] != null) all.push(row[1]);
@@ -407,20 +412,23 @@ async function refreshRanks() {
   const ctx = canvas.getContext('2d');
   ctx.clearRect(0, 0, canvas.width, canvas.height);
   const cw = (canvas.width - labelW) / cols;
-  // medians of the step time per rank: a straggler is over 10% above the mean of the medians
-  const med = series.map((s) => {
-    const v = s.rows.map((row) => row[2]).filter((x) => x != null).sort((a, b) => a - b);
+  // a straggler: its median time outside the waits is over 10% (and 2 ms) above the ranks' mean
+  const median = (s, i) => {
+    const v = s.rows.map((row) => row[i]).filter((x) => x != null).sort((a, b) => a - b);
     return v.length ? v[Math.floor(v.length / 2)] : null;
-  });
+  };
+  const med = series.map((s) => median(s, 2)), wall = series.map((s) => median(s, 3));
   const known = med.filter((v) => v != null);
   const mean = known.reduce((a, v) => a + v, 0) / (known.length || 1);
+  ui.stragglers = [];
   let cells = 0;
   series.forEach((s, r) => {
     const y = r * rowH;
-    const straggler = n > 1 && med[r] != null && med[r] > mean * 1.1;
+    const straggler = n > 1 && med[r] != null && med[r] > mean * 1.1 && med[r] - mean > 0.002;
+    if (straggler) ui.stragglers.push(tg[r].rank);
     ctx.fillStyle = straggler ? '#b91c1c' : '#111';
     ctx.font = '12px sans-serif';
-    ctx.fillText(`rank ${ui.targets[r].rank}${straggler ? ' \u25b2' : ''}`, 4, y + rowH * 0.7);
+    ctx.fillText(`rank ${tg[r].rank}${straggler ? ' \u25b2' : ''}`, 4, y + rowH * 0.7);
     for (const row of s.rows) {
       if (row[1] == null) continue;
       const t = vmax > vmin ? Math.min(1, Math.max(0, (row[1] - vmin) / (vmax - vmin))) : 0.5;
@@ -434,11 +442,13 @@ async function refreshRanks() {
   ctx.fillText(`step ${hi}`, canvas.width - 70, canvas.height - 5);
   ui.rankCells = cells;
   $('rk-legend').textContent = `colour: ${metric} per step (mean over buckets of ${N}), ` +
-    `blue ${fmt(vmin)} s to red ${fmt(vmax)} s and above (2nd to 98th percentile); \u25b2 straggler: median step time over 10% above the ranks' mean`;
+    `blue ${fmt(vmin)} s to red ${fmt(vmax)} s and above (2nd to 98th percentile); \u25b2 straggler: median time outside backward, collectives and gradient sync (where no rank ` +
+    `waits for another) over 10% above the ranks' mean`;
   $('rk-note').textContent = `node ${ui.node}: ${n} rank${n === 1 ? '' : 's'}` +
     (n === 1 ? ' (the other ranks of a job show here when they run on this machine)' : '');
-  table($('rk-table'), ['node', 'rank', 'pid', 'median step s', 'vs mean'],
-    ui.targets.map((t, i) => [ui.node, t.rank, t.pid, med[i], med[i] != null && mean ? fmt(med[i] / mean) + 'x' : '']));
+  table($('rk-table'), ['node', 'rank', 'pid', 'median step s', 'median outside waits s', 'vs mean', ''],
+    tg.map((t, i) => [ui.node, t.rank, t.pid, wall[i], med[i],
+      med[i] != null && mean ? fmt(med[i] / mean) + 'x' : '', ui.stragglers.includes(t.rank) ? 'straggler' : '']));
 }
 
 /* ---- SQL ---------------------------------------------------------------------------------- */
@@ -534,7 +544,9 @@ async function start() {
   ui.targets = t.targets;
   ui.node = t.node;
   $('target').textContent = `${t.target} (${t.kind}${t.targets.length > 1 ? ', ' + t.targets.length + ' ranks' : ''})`;
-  $('rk-metric').replaceChildren(...[['wall', 'step time'], ...PHASES].map(([c, l]) => el('option', { value: c }, l)));
+  $('rk-metric').replaceChildren(...[['wall', 'step time'],
+    ['data_wait + forward + optimizer + other', 'time outside the waits'], ...PHASES]
+    .map(([c, l]) => el('option', { value: c }, l)));
   $('rk-metric').addEventListener('change', () => refresh(true));
   $('fg-stage').addEventListener('change', () => refreshFlame(true));
   $('cap-go').addEventListener('click', capture);

@@ -394,3 +394,30 @@ def test_ui_live_updates_and_capture_download(cli, launcher, tmp_path):
         driver.quit()
         ui.stop()
         t.kill()
+
+
+def test_ui_ranks_of_a_job_on_this_machine(cli, env, session_dir, tmp_path):
+    """One rank of a 2-rank torchrun job as the target: the rank page shows both, and names the
+    rank planted slower (40 ms of sleep before its forward each step)."""
+    from test_distributed import start_job
+    driver = browser_or_skip()
+    job, ranks, release = start_job(cli, env, session_dir, "ui-ddp-slow", "--slow-rank", 1,
+                                    "--slow-ms", 40)
+    ui = UIServer(cli, ranks[0], tmp_path)
+    try:
+        status, body, _ = ui.get("/ui/targets")
+        targets = json.loads(body)["targets"]
+        assert sorted((t["rank"], str(t["pid"])) for t in targets) == sorted(
+            (r, p) for r, p in ranks.items())
+        assert "1 of the 1 other ranks found on this machine" in ui.err_path.read_text()
+        driver.get(ui.url + "#ranks")
+        wait_for(driver, "probingUI.rankCells > 0 && probingUI.stragglers", "the rank heat map")
+        assert driver.execute_script("return probingUI.stragglers") == [1]
+        steps = [cli.scalar(ranks[r], "SELECT count(*) FROM python.steps") for r in (0, 1)]
+        assert driver.execute_script("return probingUI.rankCells") == sum(steps)
+        driver.save_screenshot(str(tmp_path / "ranks.png"))
+        assert console_errors(driver) == []
+    finally:
+        driver.quit()
+        ui.stop()
+        release()
