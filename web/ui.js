@@ -27,6 +27,7 @@ const PHASES = [ // python.steps columns, bottom of the stack first
 const ui = window.probingUI = {
   live: false, targets: [], page: null, overviewPoints: 0, overviewSteps: 0, bucket: 1,
   memoryPoints: 0, flame: {}, sqlResult: null, report: null, errors: [], rankCells: 0, stragglers: null,
+  timings: {}, // ms after navigation start when each page was first drawn (bench/ui_overhead.py)
 };
 
 const $ = (id) => document.getElementById(id);
@@ -210,6 +211,7 @@ async function refreshReport(force) {
     return;
   }
   ui.report = rep;
+  if (ui.timings.report == null) ui.timings.report = performance.now();
   const base = rep.baseline;
   if (base && base.warmup_steps > 0) warmupEnd = base.first_step + base.warmup_steps;
   $('rep-note').textContent = 'as of ' + new Date().toLocaleTimeString() +
@@ -520,6 +522,7 @@ async function refresh(first) {
   const page = ui.page;
   try {
     await pages[page](first || !shownOnce[page]);
+    if (!shownOnce[page]) ui.timings[page] = performance.now();
     shownOnce[page] = true;
     setStatus((ui.live ? 'live, ' : 'recording, ') + 'updated ' + new Date().toLocaleTimeString());
   } catch (e) {

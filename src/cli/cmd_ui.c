@@ -320,7 +320,25 @@ static int run_self(const ui_server *s, char **argv, pb_buf *out, pb_buf *err)
     posix_spawn_file_actions_adddup2(&fa, ep[1], 2);
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     argv[0] = (char *)s->exe;
-    int src = posix_spawn(&pid, s->exe, &fa, NULL, argv, environ);
+    /* a TCP target's token goes to the child in its environment, never on its command line
+     * (which other users can read in /proc) */
+    char **env = environ, **own_env = NULL, token_var[300];
+    const pb_target *t = &s->targets[0].t;
+    if (t->kind == PB_TARGET_TCP && t->token[0]) {
+        size_t n = 0;
+        while (environ[n]) n++;
+        own_env = calloc(n + 2, sizeof *own_env);
+        if (own_env) {
+            size_t k = 0;
+            for (size_t i = 0; i < n; i++)
+                if (strncmp(environ[i], "PROBING_TOKEN=", 14)) own_env[k++] = environ[i];
+            snprintf(token_var, sizeof token_var, "PROBING_TOKEN=%s", t->token);
+            own_env[k] = token_var;
+            env = own_env;
+        }
+    }
+    int src = posix_spawn(&pid, s->exe, &fa, NULL, argv, env);
+    free(own_env);
     posix_spawn_file_actions_destroy(&fa);
     close(op[1]);
     close(ep[1]);
