@@ -128,7 +128,7 @@ def overhead(binary, env, rounds, phase_s, d):
                     binary, env, job.pid,
                     f"SELECT wall FROM python.steps WHERE step BETWEEN {first} AND {last} "
                     f"AND detail = 0")]
-                phases.append((kind, statistics.median(walls), len(walls)))
+                phases.append((kind, statistics.median(walls), len(walls), os.getloadavg()[0]))
         finally:
             d.get("about:blank")
             ui.stop()
@@ -236,11 +236,14 @@ def main():
              f"Step time of tests/workloads/transformer.py (CPU, summary steps) with the overview "
              f"page open (live, re-read every second) vs no page, {len(phases)} phases of "
              f"{args.phase_s:.0f} s alternating, headless Chromium on the same machine:", "",
-             "| phase | median step (ms) | steps |", "|---|---|---|"]
-    lines += [f"| {k} | {m * 1e3:.2f} | {n} |" for k, m, n in phases]
+             "| phase | median step (ms) | steps | load average (1 min) at its end |",
+             "|---|---|---|---|"]
+    lines += [f"| {k} | {m * 1e3:.2f} | {n} | {la:.1f} |" for k, m, n, la in phases]
     lines += ["", f"Page open vs closed, per adjacent pair (min / median / max): "
               f"{mmm(effect, 100, '{:+.1f}')} %. Noise, closed vs the next closed phase: "
-              f"{mmm(noise, 100, '{:.1f}')} %.", "",
+              f"{mmm(noise, 100, '{:.1f}')} %. The page's effect counts only where it is "
+              f"larger than that noise; a load average above the {os.cpu_count()} cores means "
+              f"other processes shared the machine during the run.", "",
               f"Page load of a {args.steps:,}-step recording (ms from navigation start; other "
               f"pages: from the click; min / median / max of {len(loads)} loads):", "",
               "| what | ms |", "|---|---|"]

@@ -277,6 +277,8 @@ static enum MHD_Result serve_asset(struct MHD_Connection *conn, const ui_server 
 
 /* ---- talking to the target ---------------------------------------------------------------- */
 
+/* pb_client_request() on target `index`, serialised for a recording (recording.c keeps one
+ * database handle). [server thread] */
 static int target_request(ui_server *s, size_t index, const char *method, const char *path,
                           const char *body, long timeout_ms, pb_response *resp, char *err,
                           size_t errlen)
@@ -289,7 +291,9 @@ static int target_request(ui_server *s, size_t index, const char *method, const 
     return rc;
 }
 
-/* Relays one request to target `index`, its status and body unchanged. */
+/* Relays one request to target `index`, its status and body unchanged; a transport failure
+ * becomes 502 with the CLI's message. disposition (borrowed, may be NULL) marks a 200 answer as
+ * a download. [server thread] */
 static enum MHD_Result relay(struct MHD_Connection *conn, ui_server *s, size_t index,
                              const char *method, const char *path, const char *body,
                              long timeout_ms, const char *disposition)
@@ -298,9 +302,9 @@ static enum MHD_Result relay(struct MHD_Connection *conn, ui_server *s, size_t i
     char err[1024];
     if (target_request(s, index, method, path, body, timeout_ms, &resp, err, sizeof err))
         return send_error(conn, 502, err);
-    const char *type = disposition ? "application/json" : "application/json";
     enum MHD_Result ret =
-        send_bytes(conn, (unsigned)resp.status, type, resp.body.data ? resp.body.data : "",
+        send_bytes(conn, (unsigned)resp.status, "application/json",
+                   resp.body.data ? resp.body.data : "",
                    resp.body.len, 0, s, resp.status == 200 ? disposition : NULL);
     pb_buf_free(&resp.body);
     return ret;
@@ -386,6 +390,7 @@ done:
     return status;
 }
 
+/* Answers with the stdout of `probing <argv...>` (200), or 502 with its error message. */
 static enum MHD_Result serve_self(struct MHD_Connection *conn, ui_server *s, char **argv,
                                   const char *type)
 {
