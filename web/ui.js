@@ -165,12 +165,11 @@ async function refreshOverview() {
   const top = cum[cum.length - 1];
   const steady = x.map((v, i) => (warmupEnd != null && v < warmupEnd ? null : top[i])).filter((v) => v != null);
   ui.overviewYMax = steady.length ? Math.max(...steady) * 1.1 : null;
-  const u = plot('steps', host, series, data, {
+  plot('steps', host, series, data, {
     ylabel: 'seconds', height: 300,
     hooks: { drawClear: [(u) => shadeWarmup(u)] },
     yRange: () => ui.overviewYMax,
   });
-  void u;
   host.dataset.points = String(x.length);
   ui.overviewPoints = x.length;
   $('ov-note').textContent = `${b.n} steps` + (N > 1 ? `, averaged over buckets of ${N} steps` : '') +
@@ -282,7 +281,7 @@ function foldedToTree(text) {
   return root;
 }
 
-let flameAt = {};
+let flameAt = {}, flameText = {}, flameDrawn = null;
 
 async function refreshFlame(force) {
   const stage = $('fg-stage').value;
@@ -297,6 +296,9 @@ async function refreshFlame(force) {
     host.replaceChildren(el('div', { class: 'error' }, msg));
     return;
   }
+  if (flameText[stage] === text && flameDrawn === stage) return; // unchanged: keep the zoom
+  flameText[stage] = text;
+  flameDrawn = stage;
   const tree = foldedToTree(text);
   ui.flame[stage] = tree;
   host.replaceChildren();
