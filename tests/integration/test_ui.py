@@ -38,11 +38,11 @@ FORBIDDEN = ("403 forbidden: this web view needs its token. Open the URL that 'p
 class UIServer:
     """`probing <target> ui [args]` running; url is what it printed."""
 
-    def __init__(self, cli, target, workdir, *args):
+    def __init__(self, cli, target, workdir, *args, env=None):
         self.err_path = Path(workdir) / f"ui-{os.getpid()}-{time.monotonic_ns()}.err"
         self.err = open(self.err_path, "wb")
         self.proc = subprocess.Popen([cli.binary, str(target), "ui", *map(str, args)],
-                                     env=cli.env, stdout=subprocess.PIPE, stderr=self.err,
+                                     env=env or cli.env, stdout=subprocess.PIPE, stderr=self.err,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -277,6 +277,54 @@ def test_ui_query_route_relays_the_targets_answer(cli, recording, tmp_path):
             400, {"error": "t= names no target of this view (see /ui/targets)"})
     finally:
         ui.stop()
+
+
+def test_ui_cookbook_is_read_from_the_queries_directory(cli, recording, tmp_path):
+    queries = tmp_path / "queries"
+    queries.mkdir()
+    (queries / "02_slowest.sql").write_text("SELECT step, wall FROM python.steps ORDER BY wall DESC LIMIT 5\n")
+    (queries / "01_steps.sql").write_text("SELECT count(*) FROM python.steps\n")
+    (queries / "notes.txt").write_text("not a query")
+    ui = UIServer(cli, recording, tmp_path, env=dict(cli.env, PROBING_QUERIES_DIR=str(queries)))
+    try:
+        status, body, _ = ui.get("/ui/queries")
+        assert status == 200
+        assert json.loads(body)["queries"] == [
+            {"name": "01_steps.sql", "sql": "SELECT count(*) FROM python.steps\n"},
+            {"name": "02_slowest.sql",
+             "sql": "SELECT step, wall FROM python.steps ORDER BY wall DESC LIMIT 5\n"}]
+    finally:
+        ui.stop()
+    ui = UIServer(cli, recording, tmp_path,
+                  env=dict(cli.env, PROBING_QUERIES_DIR=str(tmp_path / "absent")))
+    try:
+        assert json.loads(ui.get("/ui/queries")[1])["queries"] == []
+    finally:
+        ui.stop()
+
+
+def test_ui_open_starts_the_browser_with_the_url(cli, recording, tmp_path):
+    seen = tmp_path / "browser-args"
+    fake = tmp_path / "fake-browser"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > {seen}.tmp && mv {seen}.tmp {seen}\n")
+    fake.chmod(0o755)
+    ui = UIServer(cli, recording, tmp_path, "--open", env=dict(cli.env, BROWSER=str(fake)))
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not seen.exists():
+            assert time.monotonic() < deadline, "--open did not start $BROWSER"
+            time.sleep(0.1)
+        assert seen.read_text().strip() == ui.url
+    finally:
+        ui.stop()
+    ui = UIServer(cli, recording, tmp_path, "--open",
+                  env=dict(cli.env, BROWSER=str(tmp_path / "no-such-browser")))
+    try:
+        assert ui.get("/ui/targets")[0] == 200  # the view serves on
+    finally:
+        ui.stop()
+    assert (f"probing: warning: --open: cannot start {tmp_path / 'no-such-browser'} (No such file "
+            "or directory); open the URL above by hand") in ui.err_path.read_text()
 
 
 def test_ui_bad_listen_addresses(cli, recording, tmp_path):
