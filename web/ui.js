@@ -26,7 +26,7 @@ const PHASES = [ // python.steps columns, bottom of the stack first
 
 const ui = window.probingUI = {
   live: false, targets: [], page: null, overviewPoints: 0, overviewSteps: 0, bucket: 1,
-  memoryPoints: 0, flame: {}, sqlResult: null, report: null, errors: [], rankCells: 0, stragglers: null,
+  memoryPoints: 0, flame: {}, sqlResult: null, report: null, errors: [], rankCells: 0, stragglers: null, stalledRanks: null,
   timings: {}, // ms after navigation start when each page was first drawn (bench/ui_overhead.py)
 };
 
@@ -450,9 +450,34 @@ async function refreshRanks() {
     `waits for another) over 10% above the ranks' mean`;
   $('rk-note').textContent = `node ${ui.node}: ${n} rank${n === 1 ? '' : 's'}` +
     (n === 1 ? ' (the other ranks of a job show here when they run on this machine)' : '');
-  table($('rk-table'), ['node', 'rank', 'pid', 'median step s', 'median outside waits s', 'vs mean', ''],
+  const stalled = ui.live ? await stalls(tg, wall) : [];
+  table($('rk-table'), ['node', 'rank', 'pid', 'median step s', 'median outside waits s', 'vs mean', '', 'now'],
     tg.map((t, i) => [ui.node, t.rank, t.pid, wall[i], med[i],
-      med[i] != null && mean ? fmt(med[i] / mean) + 'x' : '', ui.stragglers.includes(t.rank) ? 'straggler' : '']));
+      med[i] != null && mean ? fmt(med[i] / mean) + 'x' : '', ui.stragglers.includes(t.rank) ? 'straggler' : '',
+      stalled[i] || '']));
+  const stuck = tg.filter((t, i) => stalled[i] && stalled[i].startsWith('stalled'));
+  ui.stalledRanks = stuck.map((t) => t.rank);
+  $('rk-hang').replaceChildren(...(stuck.length ? [
+    el('div', { class: 'error' }, `${stuck.length} of ${tg.length} rank${tg.length === 1 ? '' : 's'} ` +
+      'made no step for more than 10 median steps (and 5 s). Where each one waits:'),
+    ...stuck.map((t) => el('pre', {}, `probing ${t.pid} backtrace --native    # rank ${t.rank}`))] : []));
+}
+
+/* The step each rank's agent is at now (/api/info) and how long since it last changed: a rank
+ * whose step has not moved for 10 of its median steps (at least 5 s) is shown as stalled. */
+const seenStep = {};
+
+async function stalls(tg, wall) {
+  const infos = await Promise.all(tg.map((t) => getJSON('/ui/info?t=' + t.index).catch(() => null)));
+  const now = Date.now();
+  return infos.map((info, i) => {
+    if (!info) return 'no answer';
+    const key = tg[i].index, seen = seenStep[key];
+    if (!seen || seen.step !== info.step) seenStep[key] = { step: info.step, since: now };
+    const idle = (now - seenStep[key].since) / 1000;
+    const limit = Math.max(5, 10 * (wall[i] || 0));
+    return idle > limit ? `stalled at step ${info.step} for ${idle.toFixed(0)} s` : `step ${info.step}`;
+  });
 }
 
 /* ---- SQL ---------------------------------------------------------------------------------- */

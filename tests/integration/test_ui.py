@@ -463,6 +463,13 @@ def test_ui_ranks_of_a_job_on_this_machine(cli, env, session_dir, tmp_path):
         assert driver.execute_script("return probingUI.stragglers") == [1]
         steps = [cli.scalar(ranks[r], "SELECT count(*) FROM python.steps") for r in (0, 1)]
         assert driver.execute_script("return probingUI.rankCells") == sum(steps)
+        # both ranks hold after their last step: the hang view names them and says what to run
+        wait_for(driver, "probingUI.stalledRanks && probingUI.stalledRanks.length == 2",
+                 "both ranks shown stalled")
+        hang = driver.execute_script("return document.getElementById('rk-hang').textContent")
+        assert "2 of 2 ranks made no step for more than 10 median steps (and 5 s)" in hang
+        for r in (0, 1):
+            assert f"probing {ranks[r]} backtrace --native    # rank {r}" in hang
         driver.save_screenshot(str(tmp_path / "ranks.png"))
         assert console_errors(driver) == []
     finally:
