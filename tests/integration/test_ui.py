@@ -105,8 +105,12 @@ def browser_or_skip(download_dir=None):
     if download_dir:
         opts.add_experimental_option("prefs", {"download.default_directory": str(download_dir),
                                                "download.prompt_for_download": False})
+    # the browser is not ours to sanitize: under scripts/sanitize.sh the tests run with the ASan
+    # runtime preloaded, which chromium must not inherit
+    browser_env = {k: v for k, v in os.environ.items()
+                   if k not in ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS")}
     try:
-        d = webdriver.Chrome(service=Service(driver_bin), options=opts)
+        d = webdriver.Chrome(service=Service(driver_bin, env=browser_env), options=opts)
     except Exception as e:  # a browser that cannot start here
         pytest.skip(f"headless chromium does not start: {str(e).splitlines()[0]}")
     d.set_script_timeout(WAIT_S)
