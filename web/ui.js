@@ -117,7 +117,8 @@ function plot(key, host, series, data, opts) {
   const u = new uPlot({
     width: chartWidth(host), height: o.height || 260,
     scales: { x: { time: false }, y: o.yRange ? { range: (u, lo, hi) => [0, o.yRange() || hi] } : {} },
-    axes: [{ label: o.xlabel || 'step' }, { label: o.ylabel || '', size: 60 }],
+    axes: [{ label: o.xlabel || 'step' }, { label: o.ylabel || '', size: 60 },
+      ...(o.y2 ? [{ scale: o.y2.scale, label: o.y2.label, side: 1, size: 60, grid: { show: false } }] : [])],
     series: [{ label: o.xlabel || 'step' }, ...series],
     legend: { live: true },
     hooks: o.hooks || {},
@@ -303,7 +304,7 @@ async function refreshFlame(force) {
   ui.flame[stage] = tree;
   host.replaceChildren();
   if (!tree.value) { host.append(el('div', {}, 'no module time recorded for this stage yet')); return; }
-  const fg = flamegraph().width(chartWidth(host)).cellHeight(18).minFrameSize(2)
+  const fg = flamegraph().width(chartWidth(host)).cellHeight(18).minFrameSize(2).transitionDuration(0)
     .label((d) => `${d.data.name}: ${(d.data.value / 1000).toFixed(3)} ms self+children ` +
       `(${(100 * d.data.value / tree.value).toFixed(1)}%)`)
     .onClick((d) => { if (d && d.data && d.data.name !== 'all') showModule(d.data.name); });
@@ -333,7 +334,7 @@ async function showModule(name) {
     { label: 'forward s', stroke: '#3b82f6', width: 1.5, points: { show: true } },
     { label: 'backward s', stroke: '#8b5cf6', width: 1.5, points: { show: true } },
     { label: 'peak MB', stroke: '#f59e0b', width: 1, scale: 'mb', points: { show: true } },
-  ], cols, { ylabel: 'seconds (inclusive)', height: 240 });
+  ], cols, { ylabel: 'seconds (inclusive)', height: 240, y2: { scale: 'mb', label: 'MB' } });
 }
 
 /* ---- memory ------------------------------------------------------------------------------- */
