@@ -12,7 +12,7 @@
  *
  * Access: 127.0.0.1 on a free port unless --listen says otherwise. A one-time random token is
  * printed in the URL (as Jupyter does); a request carrying it (?token=) gets it back as an
- * HttpOnly, SameSite=Strict cookie, and every request with neither a matching query token nor the
+ * HttpOnly, SameSite=Strict cookie (probing_ui_<port>), and every request with neither a matching query token nor the
  * cookie gets 403. So another user of the machine, or a web page in the same browser, cannot
  * read the job through this server.
  *
@@ -64,7 +64,9 @@ extern char **environ;
 #define UI_MAX_UPLOAD ((size_t)1 << 20)     /* request bodies: SQL, capture options */
 #define UI_MAX_ASSET ((size_t)16 << 20)
 #define UI_MAX_QUERIES 200
-#define UI_COOKIE "probing_ui"
+/* Cookies do not tell ports apart: each view's cookie is named after its port
+ * (probing_ui_<port>) so that two views open in one browser do not log each other out. */
+#define UI_COOKIE_PREFIX "probing_ui_"
 #define UI_CHILD_TIMEOUT_S 120
 
 typedef struct ui_target {
@@ -76,6 +78,7 @@ typedef struct ui_target {
 typedef struct ui_server {
     const pb_cli_args *a;
     char token[65];
+    char cookie_name[32]; /* UI_COOKIE_PREFIX and the port */
     char web_dir[PATH_MAX];
     char queries_dir[PATH_MAX]; /* "" when no cookbook was found */
     char exe[PATH_MAX];
@@ -187,8 +190,8 @@ static enum MHD_Result send_bytes(struct MHD_Connection *conn, unsigned status, 
     if (disposition) MHD_add_response_header(r, "Content-Disposition", disposition);
     if (set_cookie) {
         char cookie[160];
-        snprintf(cookie, sizeof cookie, "%s=%s; Path=/; HttpOnly; SameSite=Strict", UI_COOKIE,
-                 s->token);
+        snprintf(cookie, sizeof cookie, "%s=%s; Path=/; HttpOnly; SameSite=Strict",
+                 s->cookie_name, s->token);
         MHD_add_response_header(r, "Set-Cookie", cookie);
     }
     enum MHD_Result ret = MHD_queue_response(conn, status, r);
@@ -533,7 +536,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     const char *q = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
-    const char *c = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, UI_COOKIE);
+    const char *c = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, s->cookie_name);
     int by_query = q && same_secret(q, s->token);
     if (!by_query && !(c && same_secret(c, s->token))) {
         static const char msg[] =
@@ -627,7 +630,7 @@ static void find_ranks(ui_server *s, json_t *info)
 
 /* Parses --listen ADDR:PORT ("127.0.0.1:8080", "[::1]:0", "localhost:8080") and opens the
  * listening socket. Returns the socket, or -1 after printing why. */
-static int open_listener(const char *spec, char *shown, size_t shownlen)
+static int open_listener(const char *spec, char *shown, size_t shownlen, int *port_out)
 {
     char host[256];
     const char *colon = strrchr(spec, ':');
@@ -685,6 +688,7 @@ static int open_listener(const char *spec, char *shown, size_t shownlen)
                             "with the URL's token can read this job\n", addr);
     }
     freeaddrinfo(res);
+    *port_out = bound_port;
     return fd;
 }
 
@@ -749,11 +753,13 @@ int cmd_ui(const pb_cli_args *a)
         pb_cli_error("cannot draw a random token: %s", strerror(errno));
         goto done;
     }
-    fd = open_listener(a->listen ? a->listen : "127.0.0.1:0", shown, sizeof shown);
+    int port = 0;
+    fd = open_listener(a->listen ? a->listen : "127.0.0.1:0", shown, sizeof shown, &port);
     if (fd < 0) {
         rc = a->listen ? PB_EXIT_USAGE : PB_EXIT_ERROR;
         goto done;
     }
+    snprintf(s.cookie_name, sizeof s.cookie_name, UI_COOKIE_PREFIX "%d", port);
     /* SIGINT/SIGTERM are taken by sigwait below: block them before the server's threads start
      * so that they inherit the mask. */
     sigemptyset(&stop);

@@ -237,7 +237,8 @@ def test_ui_requests_without_the_token_get_403(cli, recording, tmp_path):
             assert (status, body.decode()) == (403, FORBIDDEN), path
         status, body, _ = ui.get("/?token=" + "0" * len(ui.token), token=False)
         assert status == 403
-        status, _, _ = ui.get("/ui/targets", token=False, cookie="probing_ui=wrong")
+        port = ui.base.rsplit(":", 1)[1]
+        status, _, _ = ui.get("/ui/targets", token=False, cookie=f"probing_ui_{port}=wrong")
         assert status == 403
         status, body = ui.get(
             "/ui/query", token=False, data=b'{"sql": "SELECT 1"}')[:2]
@@ -246,7 +247,7 @@ def test_ui_requests_without_the_token_get_403(cli, recording, tmp_path):
         status, body, headers = ui.get("/")
         assert status == 200 and b"<title>probing</title>" in body
         cookie = headers["Set-Cookie"]
-        assert cookie == f"probing_ui={ui.token}; Path=/; HttpOnly; SameSite=Strict"
+        assert cookie == f"probing_ui_{port}={ui.token}; Path=/; HttpOnly; SameSite=Strict"
         status, body, _ = ui.get("/ui/targets", token=False, cookie=cookie.split(";")[0])
         assert status == 200
         assert json.loads(body)["kind"] == "recording"
@@ -254,11 +255,16 @@ def test_ui_requests_without_the_token_get_403(cli, recording, tmp_path):
         for path in ("/web/../meson.build", "/web/..%2fmeson.build", "/web/.gitignore"):
             status, body, _ = ui.get(path)
             assert status == 404, path
-        # a second ui gets another token
+        # a second ui gets another token, and a cookie of its own: the browser keeps both, so
+        # the first view stays open
         other = UIServer(cli, recording, tmp_path)
         try:
             assert other.token != ui.token
-            assert other.get("/", token=False, cookie=f"probing_ui={ui.token}")[0] == 403
+            other_port = other.base.rsplit(":", 1)[1]
+            assert other.get("/", token=False, cookie=f"probing_ui_{other_port}={ui.token}")[0] == 403
+            both = f"probing_ui_{port}={ui.token}; probing_ui_{other_port}={other.token}"
+            assert other.get("/ui/targets", token=False, cookie=both)[0] == 200
+            assert ui.get("/ui/targets", token=False, cookie=both)[0] == 200
         finally:
             other.stop()
     finally:
