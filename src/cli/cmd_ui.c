@@ -692,8 +692,9 @@ static int open_listener(const char *spec, char *shown, size_t shownlen, int *po
     return fd;
 }
 
-/* --open: the user's browser ($BROWSER, else xdg-open), not waited for. */
-static void open_browser(const char *url)
+/* --open: the user's browser ($BROWSER, else xdg-open), not waited for: returns its pid (to
+ * reap later) or 0. */
+static pid_t open_browser(const char *url)
 {
     const char *browser = getenv("BROWSER");
     char *argv[] = {(char *)(browser && *browser ? browser : "xdg-open"), (char *)url, NULL};
@@ -704,9 +705,12 @@ static void open_browser(const char *url)
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
-    if (rc)
+    if (rc) {
         pb_cli_error("warning: --open: cannot start %s (%s); open the URL above by hand",
                      argv[0], strerror(rc));
+        return 0;
+    }
+    return pid;
 }
 
 int cmd_ui(const pb_cli_args *a)
@@ -783,9 +787,10 @@ int cmd_ui(const pb_cli_args *a)
     fflush(stdout);
     fprintf(stderr, "probing: the web view of %s is at the URL above; Ctrl-C stops it\n",
             a->target);
-    if (a->open_browser) open_browser(url);
-    int sig = 0;
-    while (sigwait(&stop, &sig) != 0) {}
+    pid_t browser = a->open_browser ? open_browser(url) : 0;
+    struct timespec tick = {1, 0};
+    while (sigtimedwait(&stop, NULL, &tick) < 0) /* EAGAIN each second, EINTR */
+        if (browser > 0 && waitpid(browser, NULL, WNOHANG) == browser) browser = 0;
     rc = PB_EXIT_OK;
     goto done;
 oom:
