@@ -17,7 +17,7 @@
    module rows are repeated with shifted step numbers up to 100,000 steps, with module rows on
    detail windows of 8 steps every 512 (what the agent keeps by default on small models).
 
-    python3 bench/ui_overhead.py [--rounds 3] [--phase-s 10]
+    python3 bench/ui_overhead.py [--rounds 8] [--phase-s 4]
 
 Needs chromium, chromedriver and selenium (scripts/setup-extras.sh). Writes the section
 `ui` of bench/RESULTS.md.
@@ -210,8 +210,8 @@ def page_load(binary, env, path, d, reps):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--phase-s", type=float, default=10.0)
+    ap.add_argument("--rounds", type=int, default=8)   # 4 phases each
+    ap.add_argument("--phase-s", type=float, default=4.0)
     ap.add_argument("--steps", type=int, default=100000)
     ap.add_argument("--load-reps", type=int, default=3)
     args = ap.parse_args()
