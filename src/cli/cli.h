@@ -47,11 +47,12 @@ typedef struct pb_cli_args {
     int stop, force;        /* record: --stop, --force given */
     char **exec_argv;       /* run: the command after "--" (NULL-terminated, borrowed) */
     int exec_argc;
-    const char *listen;     /* exporter: --listen ADDR:PORT, NULL when not given */
+    const char *listen;     /* exporter, ui: --listen ADDR:PORT, NULL when not given */
     const char *sd_file;    /* exporter: --sd FILE, NULL when not given */
     const char *parquet_dir; /* export: --parquet DIR, NULL when not given */
     char **more_targets;    /* export: targets after the first one (borrowed from argv) */
     int more_target_count;
+    int open_browser;       /* ui: --open given */
 } pb_cli_args;
 
 /* Prints "probing: <message>\n" on stderr. */
@@ -82,5 +83,6 @@ int cmd_capture(const pb_cli_args *a);
 int cmd_record(const pb_cli_args *a);
 int cmd_exporter(const pb_cli_args *a);
 int cmd_export(const pb_cli_args *a);
+int cmd_ui(const pb_cli_args *a);
 
 #endif

@@ -26,7 +26,8 @@
 enum {
     OPT_FORMAT = 1, OPT_TIMEOUT = 2, OPT_OUTPUT = 4, OPT_JSON = 8, OPT_LAST = 16,
     OPT_STAGE = 32, OPT_FOLDED = 64, OPT_NATIVE = 128, OPT_CAPTURE = 256, OPT_RECORD = 512,
-    OPT_FORCE = 1024, OPT_EXPORTER = 2048, OPT_PARQUET = 4096
+    OPT_FORCE = 1024, OPT_EXPORTER = 2048, OPT_PARQUET = 4096,
+    OPT_UI = 8192
 };
 
 typedef struct command {
@@ -180,6 +181,14 @@ static const command commands[] = {
      "pip install pyarrow. DuckDB reads them with read_parquet('DIR/*/steps.parquet')\n"
      "(docs/exporter.md).\n"
      "  --parquet DIR  the directory to write (created when missing)\n"},
+    {"ui", cmd_ui, OPT_UI, 1, 0, "probing <target> ui [--listen ADDR:PORT] [--open]",
+     "open a web view of the target: step time, modules, memory, ranks, SQL",
+     "Starts a web server in this command and prints its URL with a one-time token; requests\n"
+     "without the token get 403. The page reads the target only through this command (a\n"
+     "recording works offline) and updates every second for a live target. Ctrl-C stops it.\n"
+     "For one rank of a job, every rank of that job on this machine is shown. See docs/ui.md.\n"
+     "  --listen ADDR:PORT  listen there (default 127.0.0.1 and a free port)\n"
+     "  --open             open the URL in a browser ($BROWSER, else xdg-open)\n"},
 };
 
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
@@ -509,7 +518,7 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
             a->stop = 1;
         } else if ((c->options & (OPT_RECORD | OPT_FORCE)) && strcmp(arg, "--force") == 0) {
             a->force = 1;
-        } else if ((c->options & OPT_EXPORTER) &&
+        } else if ((c->options & (OPT_EXPORTER | OPT_UI)) &&
                    (m = match_valued(argc, argv, &i, 0, "listen", &value)) != 0) {
             if (m < 0) return PB_EXIT_USAGE;
             a->listen = value;
@@ -521,6 +530,8 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
                    (m = match_valued(argc, argv, &i, 0, "parquet", &value)) != 0) {
             if (m < 0) return PB_EXIT_USAGE;
             a->parquet_dir = value;
+        } else if ((c->options & OPT_UI) && strcmp(arg, "--open") == 0) {
+            a->open_browser = 1;
         } else {
             return unknown_option(arg, c->name);
         }

@@ -1,0 +1,805 @@
+/*
+ * cmd_ui.c - `probing <target> ui [--listen ADDR:PORT] [--open]`: the web view (docs/ui.md).
+ *
+ * A small HTTP server inside the CLI (libmicrohttpd, as the agent): it serves the page (plain
+ * HTML/JS/CSS from web/, with the vendored uPlot and d3-flame-graph) and a few JSON routes that
+ * the page calls. The routes read the target exactly as the other commands do: /api/query and
+ * /api/info through pb_client_request() (client.c for a live agent, recording.c for a recording,
+ * which therefore works offline), the report and the folded flame-graph stacks by running this
+ * same executable's `report --json` and `flamegraph --folded` (so the page shows what the
+ * terminal shows, byte for byte). The agent's security model does not change: the page never
+ * talks to an agent, only to this server, which talks to the agent as its owner.
+ *
+ * Access: 127.0.0.1 on a free port unless --listen says otherwise. A one-time random token is
+ * printed in the URL (as Jupyter does); a request carrying it (?token=) gets it back as an
+ * HttpOnly, SameSite=Strict cookie (probing_ui_<port>), and every request with neither a matching query token nor the
+ * cookie gets 403. So another user of the machine, or a web page in the same browser, cannot
+ * read the job through this server.
+ *
+ * Ranks: when the target is one rank of a job (its /api/info has world_size > 1 and a job), the
+ * other local agents of the same job are found at start (as `report` does) and the page's
+ * rank view queries each of them; targets[0] is always the target itself.
+ *
+ * Routes (all need the token):
+ *   GET  /                    web/index.html           GET /web/<file>, /web/vendor/<file>
+ *   GET  /ui/targets          {"target", "kind", "node", "targets": [{"index","rank","pid"}]}
+ *   POST /ui/query?t=N        /api/query of target N (the agent's status and JSON, relayed)
+ *   GET  /ui/info?t=N         /api/info of target N
+ *   GET  /ui/report           `probing <target> report --json`
+ *   GET  /ui/flamegraph?stage=forward|backward   `probing <target> flamegraph --folded`
+ *   POST /ui/capture, GET /ui/capture, GET /ui/capture/trace   relayed to the target's capture
+ *   GET  /ui/queries          the cookbook: {"dir", "queries": [{"name", "sql"}]}
+ *
+ * Threads: libmicrohttpd runs one thread per connection; the main thread waits for SIGINT or
+ * SIGTERM. client.c makes a fresh libcurl handle per request; recording.c keeps one database
+ * handle, so requests to a recording are serialised by file_lock.
+ */
+#include "cli.h"
+#include "client.h"
+#include "paths.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define UI_MAX_UPLOAD ((size_t)1 << 20)     /* request bodies: SQL, capture options */
+#define UI_MAX_ASSET ((size_t)16 << 20)
+#define UI_MAX_QUERIES 200
+/* Cookies do not tell ports apart: each view's cookie is named after its port
+ * (probing_ui_<port>) so that two views open in one browser do not log each other out. */
+#define UI_COOKIE_PREFIX "probing_ui_"
+#define UI_CHILD_TIMEOUT_S 120
+
+typedef struct ui_target {
+    pb_target t;
+    int rank;
+    long long pid;
+} ui_target;
+
+typedef struct ui_server {
+    const pb_cli_args *a;
+    char token[65];
+    char cookie_name[32]; /* UI_COOKIE_PREFIX and the port */
+    char web_dir[PATH_MAX];
+    char queries_dir[PATH_MAX]; /* "" when no cookbook was found */
+    char exe[PATH_MAX];
+    char node[256];
+    ui_target *targets; /* targets[0] is the target; then the other local ranks */
+    size_t ntargets;
+    pthread_mutex_t file_lock;
+} ui_server;
+
+typedef struct upload {
+    pb_buf body;
+    int too_big;
+} upload;
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+
+static int path_exists(const char *dir, const char *name)
+{
+    char p[PATH_MAX];
+    struct stat st;
+    if (snprintf(p, sizeof p, "%s/%s", dir, name) >= (int)sizeof p) return 0;
+    return stat(p, &st) == 0;
+}
+
+/* Finds the page: $PROBING_WEB_DIR, the installed package's probing/web (meson installs web/
+ * there), or web/ of the source tree that holds this build (build/src/cli/probing). Returns 0
+ * or -1. */
+static int find_web_dir(ui_server *s)
+{
+    const char *env = getenv("PROBING_WEB_DIR");
+    char pkg[PATH_MAX], cand[PATH_MAX + 64];
+    if (env && *env && path_exists(env, "index.html")) {
+        snprintf(s->web_dir, sizeof s->web_dir, "%s", env);
+        return 0;
+    }
+    if (pb_cli_find_package(pkg, sizeof pkg) == 0) {
+        snprintf(cand, sizeof cand, "%s/probing/web", pkg);
+        if (path_exists(cand, "index.html") && realpath(cand, s->web_dir)) return 0;
+    }
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", s->exe);
+    char *slash = strrchr(dir, '/');
+    if (!slash) return -1;
+    *slash = '\0';
+    static const char *const rel[] = {"../../../web", "../../web", "../web"};
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        snprintf(cand, sizeof cand, "%s/%s", dir, rel[i]);
+        if (path_exists(cand, "index.html") && path_exists(cand, "ui.js") &&
+            realpath(cand, s->web_dir))
+            return 0;
+    }
+    return -1;
+}
+
+/* The cookbook of example queries: $PROBING_QUERIES_DIR, examples/queries next to the web
+ * directory's parent (the repository or the installed package). Leaves "" when none. */
+static void find_queries_dir(ui_server *s)
+{
+    const char *env = getenv("PROBING_QUERIES_DIR");
+    char cand[PATH_MAX + 64];
+    s->queries_dir[0] = '\0';
+    if (env && *env) {
+        snprintf(s->queries_dir, sizeof s->queries_dir, "%s", env);
+        return;
+    }
+    snprintf(cand, sizeof cand, "%s/../examples/queries", s->web_dir);
+    if (!realpath(cand, s->queries_dir)) s->queries_dir[0] = '\0';
+}
+
+static int hex_token(char *out, size_t bytes)
+{
+    unsigned char raw[32];
+    if (bytes > sizeof raw) return -1;
+    size_t got = 0;
+    while (got < bytes) {
+        ssize_t n = getrandom(raw + got, bytes - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return -1;
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < bytes; i++) sprintf(out + 2 * i, "%02x", raw[i]);
+    return 0;
+}
+
+static int same_secret(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned diff = (unsigned)(la ^ lb);
+    for (size_t i = 0; i < la && i < lb; i++) diff |= (unsigned char)(a[i] ^ b[i]);
+    return diff == 0 && la > 0;
+}
+
+/* ---- responses ---------------------------------------------------------------------------- */
+
+static enum MHD_Result send_bytes(struct MHD_Connection *conn, unsigned status, const char *type,
+                                  const void *data, size_t len, int set_cookie, const ui_server *s,
+                                  const char *disposition)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+                            "img-src 'self' data:; connect-src 'self'");
+    if (disposition) MHD_add_response_header(r, "Content-Disposition", disposition);
+    if (set_cookie) {
+        char cookie[160];
+        snprintf(cookie, sizeof cookie, "%s=%s; Path=/; HttpOnly; SameSite=Strict",
+                 s->cookie_name, s->token);
+        MHD_add_response_header(r, "Set-Cookie", cookie);
+    }
+    enum MHD_Result ret = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *conn, unsigned status, const char *msg)
+{
+    json_t *o = json_pack("{s:s}", "error", msg);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    enum MHD_Result ret = send_bytes(conn, status, "application/json", text ? text : "{}",
+                                     text ? strlen(text) : 2, 0, NULL, NULL);
+    free(text);
+    return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *conn, json_t *o)
+{
+    char *text = json_dumps(o, JSON_COMPACT);
+    if (!text) return send_error(conn, 500, "out of memory");
+    enum MHD_Result ret =
+        send_bytes(conn, 200, "application/json", text, strlen(text), 0, NULL, NULL);
+    free(text);
+    return ret;
+}
+
+static const char *content_type(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    if (!dot) return "application/octet-stream";
+    if (!strcmp(dot, ".html")) return "text/html; charset=utf-8";
+    if (!strcmp(dot, ".js")) return "text/javascript; charset=utf-8";
+    if (!strcmp(dot, ".css")) return "text/css; charset=utf-8";
+    if (!strcmp(dot, ".png")) return "image/png";
+    if (!strcmp(dot, ".svg")) return "image/svg+xml";
+    return "text/plain; charset=utf-8";
+}
+
+/* True for a file name the page may ask for: letters, digits, '.', '-', '_', not starting with
+ * '.', so no path can leave the web directory. */
+static int safe_name(const char *name)
+{
+    if (!*name || *name == '.') return 0;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '.' || *p == '-' || *p == '_'))
+            return 0;
+    return 1;
+}
+
+static int read_file(const char *path, pb_buf *out, size_t max)
+{
+    FILE *f = fopen(path, "rb");
+    char chunk[65536];
+    size_t n;
+    if (!f) return -errno;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+        if (out->len + n > max || pb_buf_append(out, chunk, n)) {
+            fclose(f);
+            return -EFBIG;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    return bad ? -EIO : 0;
+}
+
+static enum MHD_Result serve_asset(struct MHD_Connection *conn, const ui_server *s,
+                                   const char *sub, const char *name, int set_cookie)
+{
+    char path[PATH_MAX * 2];
+    pb_buf b = PB_BUF_INIT;
+    if (!safe_name(name)) return send_error(conn, 404, "no such file in the web view");
+    snprintf(path, sizeof path, "%s/%s%s", s->web_dir, sub, name);
+    if (read_file(path, &b, UI_MAX_ASSET)) {
+        pb_buf_free(&b);
+        return send_error(conn, 404, "no such file in the web view");
+    }
+    enum MHD_Result ret =
+        send_bytes(conn, 200, content_type(name), b.data ? b.data : "", b.len, set_cookie, s, NULL);
+    pb_buf_free(&b);
+    return ret;
+}
+
+/* ---- talking to the target ---------------------------------------------------------------- */
+
+/* pb_client_request() on target `index`, serialised for a recording (recording.c keeps one
+ * database handle). [server thread] */
+static int target_request(ui_server *s, size_t index, const char *method, const char *path,
+                          const char *body, long timeout_ms, pb_response *resp, char *err,
+                          size_t errlen)
+{
+    const pb_target *t = &s->targets[index].t;
+    int locked = t->kind == PB_TARGET_FILE;
+    if (locked) pthread_mutex_lock(&s->file_lock);
+    int rc = pb_client_request(t, method, path, body, timeout_ms, resp, err, errlen);
+    if (locked) pthread_mutex_unlock(&s->file_lock);
+    return rc;
+}
+
+/* Relays one request to target `index`, its status and body unchanged; a transport failure
+ * becomes 502 with the CLI's message. disposition (borrowed, may be NULL) marks a 200 answer as
+ * a download. [server thread] */
+static enum MHD_Result relay(struct MHD_Connection *conn, ui_server *s, size_t index,
+                             const char *method, const char *path, const char *body,
+                             long timeout_ms, const char *disposition)
+{
+    pb_response resp;
+    char err[1024];
+    if (target_request(s, index, method, path, body, timeout_ms, &resp, err, sizeof err))
+        return send_error(conn, 502, err);
+    enum MHD_Result ret =
+        send_bytes(conn, (unsigned)resp.status, "application/json",
+                   resp.body.data ? resp.body.data : "",
+                   resp.body.len, 0, s, resp.status == 200 ? disposition : NULL);
+    pb_buf_free(&resp.body);
+    return ret;
+}
+
+/* Runs this executable with argv (NULL-terminated; argv[0] is replaced by the executable),
+ * collecting stdout into out and stderr into err. Returns the exit status, or -1 when it could
+ * not run or ran past UI_CHILD_TIMEOUT_S (then killed). */
+static int run_self(const ui_server *s, char **argv, pb_buf *out, pb_buf *err)
+{
+    int op[2] = {-1, -1}, ep[2] = {-1, -1}, status = -1;
+    pid_t pid = -1;
+    posix_spawn_file_actions_t fa;
+    if (pipe2(op, O_CLOEXEC) || pipe2(ep, O_CLOEXEC)) goto done;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, op[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, ep[1], 2);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    argv[0] = (char *)s->exe;
+    /* a TCP target's token goes to the child in its environment, never on its command line
+     * (which other users can read in /proc) */
+    char **env = environ, **own_env = NULL, token_var[300];
+    const pb_target *t = &s->targets[0].t;
+    if (t->kind == PB_TARGET_TCP && t->token[0]) {
+        size_t n = 0;
+        while (environ[n]) n++;
+        own_env = calloc(n + 2, sizeof *own_env);
+        if (own_env) {
+            size_t k = 0;
+            for (size_t i = 0; i < n; i++)
+                if (strncmp(environ[i], "PROBING_TOKEN=", 14)) own_env[k++] = environ[i];
+            snprintf(token_var, sizeof token_var, "PROBING_TOKEN=%s", t->token);
+            own_env[k] = token_var;
+            env = own_env;
+        }
+    }
+    int src = posix_spawn(&pid, s->exe, &fa, NULL, argv, env);
+    free(own_env);
+    posix_spawn_file_actions_destroy(&fa);
+    close(op[1]);
+    close(ep[1]);
+    op[1] = ep[1] = -1;
+    if (src) {
+        pb_buf_printf(err, "cannot run %s: %s", s->exe, strerror(src));
+        pid = -1;
+        goto done;
+    }
+    struct pollfd fds[2] = {{op[0], POLLIN, 0}, {ep[0], POLLIN, 0}};
+    int open_fds = 2, waited_ms = 0;
+    while (open_fds > 0 && waited_ms < UI_CHILD_TIMEOUT_S * 1000) {
+        int n = poll(fds, 2, 1000);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
+        if (n == 0) {
+            waited_ms += 1000;
+            continue;
+        }
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            char chunk[65536];
+            ssize_t got = read(fds[i].fd, chunk, sizeof chunk);
+            if (got > 0) {
+                pb_buf *b = i == 0 ? out : err;
+                if (b->len + (size_t)got <= PB_CLIENT_MAX_BODY) pb_buf_append(b, chunk, (size_t)got);
+            } else if (got == 0 || errno != EINTR) {
+                fds[i].fd = -1;
+                open_fds--;
+            }
+        }
+    }
+    if (open_fds > 0) {
+        kill(pid, SIGKILL);
+        pb_buf_printf(err, "gave no answer within %d s", UI_CHILD_TIMEOUT_S);
+    }
+    int ws;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
+    if (open_fds == 0 && WIFEXITED(ws)) status = WEXITSTATUS(ws);
+done:
+    for (int i = 0; i < 2; i++) {
+        if (op[i] >= 0) close(op[i]);
+        if (ep[i] >= 0) close(ep[i]);
+    }
+    return status;
+}
+
+/* Answers with the stdout of `probing <argv...>` (200), or 502 with its error message. */
+static enum MHD_Result serve_self(struct MHD_Connection *conn, ui_server *s, char **argv,
+                                  const char *type)
+{
+    pb_buf out = PB_BUF_INIT, err = PB_BUF_INIT;
+    int rc = run_self(s, argv, &out, &err);
+    enum MHD_Result ret;
+    if (rc == 0) {
+        ret = send_bytes(conn, 200, type, out.data ? out.data : "", out.len, 0, s, NULL);
+    } else {
+        pb_buf_putc(&err, '\0');
+        char *msg = err.data ? err.data : "";
+        if (!strncmp(msg, "probing: ", 9)) msg += 9;
+        size_t n = strlen(msg);
+        while (n && msg[n - 1] == '\n') msg[--n] = '\0';
+        ret = send_error(conn, 502, *msg ? msg : "the command failed without a message");
+    }
+    pb_buf_free(&out);
+    pb_buf_free(&err);
+    return ret;
+}
+
+/* ---- routes ------------------------------------------------------------------------------- */
+
+static enum MHD_Result route_targets(struct MHD_Connection *conn, ui_server *s)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; i < s->ntargets; i++)
+        json_array_append_new(list, json_pack("{s:I,s:i,s:I}", "index", (json_int_t)i, "rank",
+                                              s->targets[i].rank, "pid",
+                                              (json_int_t)s->targets[i].pid));
+    json_t *o = json_pack("{s:s,s:s,s:s,s:o}", "target", s->a->target, "kind",
+                          s->targets[0].t.kind == PB_TARGET_FILE ? "recording" : "live", "node",
+                          s->node, "targets", list);
+    enum MHD_Result ret = o ? send_json(conn, o) : send_error(conn, 500, "out of memory");
+    json_decref(o);
+    return ret;
+}
+
+static int by_name(const void *x, const void *y)
+{
+    return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+static enum MHD_Result route_queries(struct MHD_Connection *conn, ui_server *s)
+{
+    json_t *list = json_array();
+    char *names[UI_MAX_QUERIES];
+    size_t count = 0;
+    DIR *d = s->queries_dir[0] ? opendir(s->queries_dir) : NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d)) && count < UI_MAX_QUERIES) {
+        size_t n = strlen(e->d_name);
+        if (n > 4 && !strcmp(e->d_name + n - 4, ".sql") && safe_name(e->d_name))
+            if ((names[count] = strdup(e->d_name))) count++;
+    }
+    if (d) closedir(d);
+    qsort(names, count, sizeof *names, by_name);
+    for (size_t i = 0; i < count; i++) {
+        char path[PATH_MAX * 2];
+        pb_buf b = PB_BUF_INIT;
+        snprintf(path, sizeof path, "%s/%s", s->queries_dir, names[i]);
+        if (read_file(path, &b, 1 << 20) == 0 && !pb_buf_putc(&b, '\0'))
+            json_array_append_new(list, json_pack("{s:s,s:s}", "name", names[i], "sql", b.data));
+        pb_buf_free(&b);
+        free(names[i]);
+    }
+    json_t *o = json_pack("{s:s?,s:o}", "dir", s->queries_dir[0] ? s->queries_dir : NULL,
+                          "queries", list);
+    enum MHD_Result ret = o ? send_json(conn, o) : send_error(conn, 500, "out of memory");
+    json_decref(o);
+    return ret;
+}
+
+/* The ?t= argument: an index into targets, 0 when absent; -1 when out of range. */
+static long target_index(struct MHD_Connection *conn, const ui_server *s)
+{
+    const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "t");
+    if (!v) return 0;
+    char *end;
+    long i = strtol(v, &end, 10);
+    return *v && !*end && i >= 0 && (size_t)i < s->ntargets ? i : -1;
+}
+
+static enum MHD_Result route(struct MHD_Connection *conn, ui_server *s, const char *url,
+                             const char *method, const char *body, int set_cookie)
+{
+    int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    if (get && (!strcmp(url, "/") || !strcmp(url, "/index.html")))
+        return serve_asset(conn, s, "", "index.html", set_cookie);
+    if (get && !strncmp(url, "/web/vendor/", 12)) return serve_asset(conn, s, "vendor/", url + 12, 0);
+    if (get && !strncmp(url, "/web/", 5)) return serve_asset(conn, s, "", url + 5, 0);
+    if (get && !strcmp(url, "/ui/targets")) return route_targets(conn, s);
+    if (get && !strcmp(url, "/ui/queries")) return route_queries(conn, s);
+    long t = target_index(conn, s);
+    if (t < 0) return send_error(conn, 400, "t= names no target of this view (see /ui/targets)");
+    if (post && !strcmp(url, "/ui/query"))
+        return relay(conn, s, (size_t)t, "POST", "/api/query", body, PB_CLI_QUERY_TIMEOUT_MS, NULL);
+    if (get && !strcmp(url, "/ui/info"))
+        return relay(conn, s, (size_t)t, "GET", "/api/info", NULL, PB_CLI_INFO_TIMEOUT_MS, NULL);
+    if (get && !strcmp(url, "/ui/report")) {
+        char *argv[] = {NULL, (char *)s->a->target, "report", "--json", NULL};
+        return serve_self(conn, s, argv, "application/json");
+    }
+    if (get && !strcmp(url, "/ui/flamegraph")) {
+        const char *stage = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "stage");
+        if (!stage) stage = "forward";
+        if (strcmp(stage, "forward") && strcmp(stage, "backward") && strcmp(stage, "step"))
+            return send_error(conn, 400, "stage= wants forward, backward or step");
+        char *argv[] = {NULL, (char *)s->a->target, "flamegraph", "--folded", "--stage",
+                        (char *)stage, NULL};
+        return serve_self(conn, s, argv, "text/plain; charset=utf-8");
+    }
+    if (post && !strcmp(url, "/ui/capture"))
+        return relay(conn, s, 0, "POST", "/api/capture", body, PB_CLI_INFO_TIMEOUT_MS, NULL);
+    if (get && !strcmp(url, "/ui/capture"))
+        return relay(conn, s, 0, "GET", "/api/capture", NULL, PB_CLI_INFO_TIMEOUT_MS, NULL);
+    if (get && !strcmp(url, "/ui/capture/trace"))
+        return relay(conn, s, 0, "GET", "/api/capture/trace", NULL, PB_CLI_QUERY_TIMEOUT_MS,
+                     "attachment; filename=\"probing-capture.json\"");
+    if (!get && !post) return send_error(conn, 405, "the web view answers GET and POST only");
+    return send_error(conn, 404, "no such page in the web view");
+}
+
+/* [server thread] */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *data,
+                                  size_t *data_size, void **con_cls)
+{
+    ui_server *s = cls;
+    upload *up = *con_cls;
+    if (!up) {
+        if (!(up = calloc(1, sizeof *up))) return MHD_NO;
+        *con_cls = up;
+        return MHD_YES;
+    }
+    if (*data_size) {
+        if (up->body.len + *data_size > UI_MAX_UPLOAD) up->too_big = 1;
+        else if (pb_buf_append(&up->body, data, *data_size)) up->too_big = 1;
+        *data_size = 0;
+        return MHD_YES;
+    }
+    const char *q = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
+    const char *c = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, s->cookie_name);
+    int by_query = q && same_secret(q, s->token);
+    if (!by_query && !(c && same_secret(c, s->token))) {
+        static const char msg[] =
+            "403 forbidden: this web view needs its token. Open the URL that 'probing <target> "
+            "ui' printed (it ends in ?token=...); the token changes each time ui starts.\n";
+        return send_bytes(conn, 403, "text/plain; charset=utf-8", msg, sizeof msg - 1, 0, s,
+                          NULL);
+    }
+    if (up->too_big) return send_error(conn, 413, "request body over 1 MiB");
+    if (pb_buf_putc(&up->body, '\0')) return send_error(conn, 500, "out of memory");
+    return route(conn, s, url, method, up->body.data, by_query);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode code)
+{
+    upload *up = *con_cls;
+    if (up) {
+        pb_buf_free(&up->body);
+        free(up);
+    }
+    *con_cls = NULL;
+}
+
+/* ---- start-up ----------------------------------------------------------------------------- */
+
+static json_t *info_of(ui_server *s, const pb_target *t, long timeout_ms)
+{
+    char err[512];
+    pb_response resp;
+    int locked = t->kind == PB_TARGET_FILE;
+    if (locked) pthread_mutex_lock(&s->file_lock);
+    int rc = pb_client_request(t, "GET", "/api/info", NULL, timeout_ms, &resp, err, sizeof err);
+    if (locked) pthread_mutex_unlock(&s->file_lock);
+    if (rc) return NULL;
+    json_t *info = json_loadb(resp.body.data, resp.body.len, JSON_ALLOW_NUL, NULL);
+    pb_buf_free(&resp.body);
+    if (resp.status != 200 || !json_is_object(info)) {
+        json_decref(info);
+        return NULL;
+    }
+    return info;
+}
+
+static int by_rank(const void *x, const void *y)
+{
+    return ((const ui_target *)x)->rank - ((const ui_target *)y)->rank;
+}
+
+/* Adds the other local ranks of the target's job (same job and world size in /api/info, as
+ * `report` finds them) after targets[0]; prints how many were found. */
+static void find_ranks(ui_server *s, json_t *info)
+{
+    const char *job = json_string_value(json_object_get(info, "job"));
+    json_int_t world = json_integer_value(json_object_get(info, "world_size"));
+    char dir[PATH_MAX];
+    pid_t *pids = NULL;
+    if (world <= 1 || !job || s->targets[0].t.kind == PB_TARGET_FILE || pb_paths_dir(dir, sizeof dir))
+        return;
+    int count = pb_target_scan(dir, &pids);
+    ui_target *grown = count > 0 ? realloc(s->targets, ((size_t)count + 1) * sizeof *grown) : NULL;
+    if (grown) s->targets = grown;
+    for (int i = 0; grown && i < count; i++) {
+        char path[PATH_MAX];
+        ui_target *u = &s->targets[s->ntargets];
+        if (pids[i] == (pid_t)s->targets[0].pid) continue;
+        if (pb_paths_socket(pids[i], path, sizeof path) ||
+            pb_target_for_socket(pids[i], path, &u->t))
+            continue;
+        json_t *other = info_of(s, &u->t, PB_CLI_LIST_TIMEOUT_MS);
+        const char *other_job = json_string_value(json_object_get(other, "job"));
+        json_t *rank = json_object_get(other, "rank");
+        int same = other_job && !strcmp(other_job, job) &&
+                   json_integer_value(json_object_get(other, "world_size")) == world &&
+                   json_is_integer(rank);
+        for (size_t k = 0; same && k < s->ntargets; k++)
+            if (s->targets[k].rank == (int)json_integer_value(rank)) same = 0;
+        if (same) {
+            u->rank = (int)json_integer_value(rank);
+            u->pid = pids[i];
+            s->ntargets++;
+        }
+        json_decref(other);
+    }
+    free(pids);
+    qsort(s->targets + 1, s->ntargets - 1, sizeof *s->targets, by_rank);
+    fprintf(stderr, "probing: rank %d of job %s: %zu of the %lld other ranks found on this "
+                    "machine\n",
+            s->targets[0].rank, job, s->ntargets - 1, (long long)world - 1);
+}
+
+/* Parses --listen ADDR:PORT ("127.0.0.1:8080", "[::1]:0", "localhost:8080") and opens the
+ * listening socket. Returns the socket, or -1 after printing why. */
+static int open_listener(const char *spec, char *shown, size_t shownlen, int *port_out)
+{
+    char host[256];
+    const char *colon = strrchr(spec, ':');
+    const char *h = spec;
+    size_t hl = colon ? (size_t)(colon - spec) : 0;
+    if (hl >= 2 && spec[0] == '[' && spec[hl - 1] == ']') h = spec + 1, hl -= 2;
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (!colon || hl == 0 || hl >= sizeof host || !colon[1] || *end || port < 0 || port > 65535) {
+        pb_cli_error("--listen wants ADDR:PORT (127.0.0.1:8080, or port 0 for a free one), not "
+                     "'%s'",
+                     spec);
+        return -1;
+    }
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    int gai = getaddrinfo(host, colon + 1, &hints, &res);
+    if (gai) {
+        pb_cli_error("--listen: cannot use the address '%s': %s", host, gai_strerror(gai));
+        return -1;
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 64)) {
+        pb_cli_error("cannot listen on %s: %s; choose another address or port with --listen "
+                     "ADDR:PORT, or leave --listen out for a free port on 127.0.0.1",
+                     spec, strerror(errno));
+        if (fd >= 0) close(fd);
+        freeaddrinfo(res);
+        return -1;
+    }
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char addr[INET6_ADDRSTRLEN] = "?";
+    int bound_port = 0;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    if (ss.ss_family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+        inet_ntop(AF_INET, &in->sin_addr, addr, sizeof addr);
+        bound_port = ntohs(in->sin_port);
+        snprintf(shown, shownlen, "%s:%d", addr, bound_port);
+        if (in->sin_addr.s_addr != htonl(INADDR_LOOPBACK))
+            fprintf(stderr, "probing: warning: %s is reachable from other machines; anyone "
+                            "with the URL's token can read this job\n", addr);
+    } else {
+        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+        inet_ntop(AF_INET6, &in6->sin6_addr, addr, sizeof addr);
+        bound_port = ntohs(in6->sin6_port);
+        snprintf(shown, shownlen, "[%s]:%d", addr, bound_port);
+        if (!IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
+            fprintf(stderr, "probing: warning: %s is reachable from other machines; anyone "
+                            "with the URL's token can read this job\n", addr);
+    }
+    freeaddrinfo(res);
+    *port_out = bound_port;
+    return fd;
+}
+
+/* --open: the user's browser ($BROWSER, else xdg-open), not waited for: returns its pid (to
+ * reap later) or 0. */
+static pid_t open_browser(const char *url)
+{
+    const char *browser = getenv("BROWSER");
+    char *argv[] = {(char *)(browser && *browser ? browser : "xdg-open"), (char *)url, NULL};
+    pid_t pid;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc) {
+        pb_cli_error("warning: --open: cannot start %s (%s); open the URL above by hand",
+                     argv[0], strerror(rc));
+        return 0;
+    }
+    return pid;
+}
+
+int cmd_ui(const pb_cli_args *a)
+{
+    ui_server s;
+    struct MHD_Daemon *d = NULL;
+    json_t *info = NULL;
+    int rc = PB_EXIT_ERROR, fd = -1;
+    char shown[300], url[400];
+    sigset_t stop;
+    memset(&s, 0, sizeof s);
+    pthread_mutex_init(&s.file_lock, NULL);
+    s.a = a;
+    ssize_t n = readlink("/proc/self/exe", s.exe, sizeof s.exe - 1);
+    if (n <= 0) {
+        pb_cli_error("cannot find this executable (/proc/self/exe): %s", strerror(errno));
+        goto done;
+    }
+    s.exe[n] = '\0';
+    if (find_web_dir(&s)) {
+        pb_cli_error("cannot find the web view's files (index.html): reinstall probing, or set "
+                     "PROBING_WEB_DIR to the directory that holds them (web/ in the source)");
+        goto done;
+    }
+    find_queries_dir(&s);
+    if (gethostname(s.node, sizeof s.node - 1)) snprintf(s.node, sizeof s.node, "localhost");
+    if (!(s.targets = calloc(1, sizeof *s.targets))) goto oom;
+    s.targets[0].t = a->resolved;
+    s.ntargets = 1;
+    info = info_of(&s, &a->resolved, PB_CLI_INFO_TIMEOUT_MS);
+    if (!info) { /* say why, as every command does */
+        json_t *root = NULL;
+        long status = 0;
+        if (pb_client_call(&a->resolved, "GET", "/api/info", NULL, PB_CLI_INFO_TIMEOUT_MS, &root,
+                           &status) == 0)
+            pb_client_print_error(status, root);
+        json_decref(root);
+        goto done;
+    }
+    s.targets[0].rank = (int)json_integer_value(json_object_get(info, "rank"));
+    s.targets[0].pid = (long long)json_integer_value(json_object_get(info, "pid"));
+    find_ranks(&s, info);
+    if (hex_token(s.token, 24)) {
+        pb_cli_error("cannot draw a random token: %s", strerror(errno));
+        goto done;
+    }
+    int port = 0;
+    fd = open_listener(a->listen ? a->listen : "127.0.0.1:0", shown, sizeof shown, &port);
+    if (fd < 0) {
+        rc = a->listen ? PB_EXIT_USAGE : PB_EXIT_ERROR;
+        goto done;
+    }
+    snprintf(s.cookie_name, sizeof s.cookie_name, UI_COOKIE_PREFIX "%d", port);
+    /* SIGINT/SIGTERM are taken by sigwait below: block them before the server's threads start
+     * so that they inherit the mask. */
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                             MHD_USE_POLL,
+                         0, NULL, NULL, on_request, &s, MHD_OPTION_LISTEN_SOCKET, fd,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, &s,
+                         MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_CONNECTION_LIMIT, 64u,
+                         MHD_OPTION_END);
+    if (!d) {
+        pb_cli_error("cannot start the web server on %s", shown);
+        goto done;
+    }
+    fd = -1; /* the daemon owns it now and closes it when stopped */
+    snprintf(url, sizeof url, "http://%s/?token=%s", shown, s.token);
+    printf("%s\n", url);
+    fflush(stdout);
+    fprintf(stderr, "probing: the web view of %s is at the URL above; Ctrl-C stops it\n",
+            a->target);
+    pid_t browser = a->open_browser ? open_browser(url) : 0;
+    struct timespec tick = {1, 0};
+    while (sigtimedwait(&stop, NULL, &tick) < 0) /* EAGAIN each second, EINTR */
+        if (browser > 0 && waitpid(browser, NULL, WNOHANG) == browser) browser = 0;
+    rc = PB_EXIT_OK;
+    goto done;
+oom:
+    pb_cli_error("out of memory");
+done:
+    if (d) MHD_stop_daemon(d);
+    if (fd >= 0) close(fd);
+    json_decref(info);
+    free(s.targets);
+    pthread_mutex_destroy(&s.file_lock);
+    return rc;
+}
