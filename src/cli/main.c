@@ -25,7 +25,8 @@
 
 enum {
     OPT_FORMAT = 1, OPT_TIMEOUT = 2, OPT_OUTPUT = 4, OPT_JSON = 8, OPT_LAST = 16,
-    OPT_STAGE = 32, OPT_FOLDED = 64, OPT_NATIVE = 128, OPT_CAPTURE = 256, OPT_RECORD = 512
+    OPT_STAGE = 32, OPT_FOLDED = 64, OPT_NATIVE = 128, OPT_CAPTURE = 256, OPT_RECORD = 512,
+    OPT_RANKS = 1024, OPT_DEADLINE = 2048
 };
 
 typedef struct command {
@@ -44,13 +45,18 @@ static const command commands[] = {
      "list the processes traced by probing on this machine",
      "Scans the socket directory ($PROBING_DIR or /tmp/probing-<uid>) and asks each live agent\n"
      "who it is (1 s timeout each). Sockets of exited processes are skipped, not removed.\n"},
-    {"query", cmd_query, OPT_FORMAT, 1, 1, "probing <target> query \"SQL\" [-f table|csv|json]",
+    {"query", cmd_query, OPT_FORMAT | OPT_RANKS | OPT_DEADLINE, 1, 1,
+     "probing <target> query \"SQL\" [-f table|csv|json] [--ranks all|0,2-5 [--deadline S]]",
      "run a read-only SQL query in the target",
      "SQL may be split over several arguments (they are joined with spaces) or be '-' to read\n"
      "it from stdin. 'probing <target> tables' shows what can be queried.\n"
      "  -f table  aligned columns, NULL shown empty, \"(N rows)\" at the end (default)\n"
      "  -f csv    RFC 4180 with a header row\n"
-     "  -f json   an array of objects, one per row\n"},
+     "  -f json   an array of objects, one per row\n"
+     "  --ranks R   run it on ranks R of the target's torch.distributed job ('all', or a list\n"
+     "              such as 0,2-5), in parallel; the rows get 'rank' and 'host' columns first\n"
+     "  --deadline S  with --ranks: wait at most S seconds (default 5); ranks that do not\n"
+     "              answer are named on stderr and the exit status is 3 (docs/cluster.md)\n"},
     {"eval", cmd_eval, OPT_TIMEOUT, 1, 1, "probing <target> eval \"CODE\" [--timeout S]",
      "run Python code in the target's __main__",
      "The code's stdout and stderr are printed as they were captured. CODE may be '-' to read\n"
@@ -151,6 +157,23 @@ static const command commands[] = {
      "  --force     replace FILE.db when it exists\n"
      "  --stop      make the last flush, close the file and print the rows written per table\n"
      "Not over TCP (host:port targets): the agent would write a file a network client names.\n"},
+    {"ranks", cmd_ranks, OPT_FORMAT | OPT_DEADLINE, 1, 0,
+     "probing <target> ranks [-f table|csv|json] [--deadline S]",
+     "list every rank of the target's torch.distributed job, on every node",
+     "The roster comes from the job's own c10d store, where each rank's agent registers\n"
+     "(docs/cluster.md). Each rank is asked for its step and state (training, in a collective,\n"
+     "not answering, gone) at once; ranks on other hosts are reached over TCP with the job's\n"
+     "token (PROBING_TOKEN, PROBING_TOKEN_FILE or --token).\n"
+     "  --deadline S  wait at most S seconds for the ranks (default 5)\n"
+     "Exit status 3 when some ranks did not answer (their reason is in the state column).\n"},
+    {"hang", cmd_hang, OPT_DEADLINE, 1, 0, "probing <target> hang [--deadline S]",
+     "say which rank a stalled job waits for, and where that rank is",
+     "Compares every rank's last collective per process group (sequence number, entered or\n"
+     "completed) and prints the collective the others wait in, the ranks that have not entered\n"
+     "it with their Python stacks (read from outside the process), the waiting ranks' stacks\n"
+     "grouped, and mismatched collectives (docs/cluster.md).\n"
+     "  --deadline S  wait at most S seconds for the ranks (default 5)\n"
+     "Exit status 3 when some ranks did not answer (they are named).\n"},
 };
 
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
@@ -353,6 +376,22 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
                 return PB_EXIT_USAGE;
             }
             a->timeout_s = t;
+        } else if ((c->options & OPT_RANKS) &&
+                   (m = match_valued(argc, argv, &i, 0, "ranks", &value)) != 0) {
+            if (m < 0) return PB_EXIT_USAGE;
+            a->ranks = value;
+        } else if ((c->options & OPT_DEADLINE) &&
+                   (m = match_valued(argc, argv, &i, 0, "deadline", &value)) != 0) {
+            if (m < 0) return PB_EXIT_USAGE;
+            char *end;
+            errno = 0;
+            double t = strtod(value, &end);
+            if (errno || end == value || *end || !isfinite(t) || t <= 0 || t > 3600) {
+                pb_cli_error("--deadline wants a number of seconds above 0 (up to 3600), not "
+                             "'%s'", value);
+                return PB_EXIT_USAGE;
+            }
+            a->deadline_s = t;
         } else if ((c->options & OPT_NATIVE) && strcmp(arg, "--native") == 0) {
             a->native = 1;
         } else if ((c->options & OPT_JSON) && strcmp(arg, "--json") == 0) {
