@@ -337,25 +337,13 @@ static void *job_main(void *arg)
     return NULL;
 }
 
-int pb_job_register(void)
+/* Registers as rank of world in store (a new reference is taken). [GIL held] */
+static int register_with(PyObject *st, int rank, int size)
 {
-    if (registered) return 0;
-    PyObject *c10d = PyImport_ImportModule("torch.distributed.distributed_c10d");
-    PyObject *init = c10d ? PyObject_CallMethod(c10d, "is_initialized", NULL) : NULL;
-    int rc = -ENOENT;
-    if (!init || PyObject_IsTrue(init) != 1) goto out;
-    PyObject *ws = PyObject_CallMethod(c10d, "get_world_size", NULL);
-    PyObject *rk = ws ? PyObject_CallMethod(c10d, "get_rank", NULL) : NULL;
-    world = ws ? (int)PyLong_AsLong(ws) : 0;
-    my_rank = rk ? (int)PyLong_AsLong(rk) : 0;
-    Py_XDECREF(ws);
-    Py_XDECREF(rk);
-    if (world < 2) goto out;
-    store = PyObject_CallMethod(c10d, "_get_default_store", NULL);
-    if (!store) goto out;
-    Py_XDECREF(default_group);
-    default_group = PyObject_CallMethod(c10d, "_get_default_group", NULL);
-    if (!default_group) PyErr_Clear();
+    world = size;
+    my_rank = rank;
+    Py_INCREF(st);
+    Py_XSETREF(store, st);
     local_rank = env_int("LOCAL_RANK", -1);
     node_rank = env_int("GROUP_RANK", env_int("NODE_RANK", -1));
     registered_pid = getpid();
@@ -373,12 +361,42 @@ int pb_job_register(void)
     heartbeat(); /* the first entry is there before init_process_group returns */
     pthread_mutex_lock(&mu);
     stop_requested = 0;
-    rc = -pthread_create(&thread, NULL, job_main, NULL);
+    int rc = -pthread_create(&thread, NULL, job_main, NULL);
     thread_running = rc == 0;
     pthread_mutex_unlock(&mu);
-    if (rc) goto out;
+    if (rc) return rc;
     registered = 1;
-    rc = 0;
+    return 0;
+}
+
+int pb_job_register_store(PyObject *st, int rank, int size)
+{
+    if (registered || !pb_agent_endpoint()) return -EALREADY;
+    if (size < 1 || rank < 0 || rank >= size) return -EINVAL;
+    return register_with(st, rank, size);
+}
+
+int pb_job_register(void)
+{
+    if (registered || !pb_agent_endpoint()) return 0;
+    PyObject *c10d = PyImport_ImportModule("torch.distributed.distributed_c10d");
+    PyObject *init = c10d ? PyObject_CallMethod(c10d, "is_initialized", NULL) : NULL;
+    int rc = -ENOENT;
+    if (!init || PyObject_IsTrue(init) != 1) goto out;
+    PyObject *ws = PyObject_CallMethod(c10d, "get_world_size", NULL);
+    PyObject *rk = ws ? PyObject_CallMethod(c10d, "get_rank", NULL) : NULL;
+    int size = ws ? (int)PyLong_AsLong(ws) : 0;
+    int rank = rk ? (int)PyLong_AsLong(rk) : 0;
+    Py_XDECREF(ws);
+    Py_XDECREF(rk);
+    if (size < 2) goto out;
+    PyObject *st = PyObject_CallMethod(c10d, "_get_default_store", NULL);
+    if (!st) goto out;
+    Py_XDECREF(default_group);
+    default_group = PyObject_CallMethod(c10d, "_get_default_group", NULL);
+    if (!default_group) PyErr_Clear();
+    rc = register_with(st, rank, size);
+    Py_DECREF(st);
 out:
     if (PyErr_Occurred()) PyErr_Clear();
     Py_XDECREF(init);

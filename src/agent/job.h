@@ -32,6 +32,11 @@
  * [GIL held] */
 int pb_job_register(void);
 
+/* The same with any object that has the c10d Store methods set/get/check/delete_key (bench/
+ * fanout.py registers lightweight agents, without torch, through a store of files). Returns 0,
+ * -EALREADY (registered, or the agent is off) or -EINVAL. [GIL held] */
+int pb_job_register_store(PyObject *store, int rank, int world);
+
 /* Stops the heartbeat thread and deletes this rank's key, waiting at most 200 ms for the store.
  * [GIL held; lets go of it while waiting] */
 void pb_job_stop(void);
