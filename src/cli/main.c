@@ -83,12 +83,16 @@ static const command commands[] = {
      "the SQL behind them; what the data cannot support is listed as missing.\n"
      "  --json    the same content as JSON (schema in docs/report.md)\n"
      "  --last N  only the last N complete steps (default: every step recorded)\n"},
-    {"timeline", cmd_timeline, OPT_OUTPUT, 1, 0, "probing <target> timeline -o FILE.json",
+    {"timeline", cmd_timeline, OPT_OUTPUT | OPT_RANKS | OPT_DEADLINE, 1, 0,
+     "probing <target> timeline -o FILE.json [--ranks all|0,2-5 [--deadline S]]",
      "write the recorded steps, modules, data waits and collectives as a Chrome trace",
      "Writes Chrome-trace JSON (\"traceEvents\", complete events, microseconds) that\n"
      "https://ui.perfetto.dev and chrome://tracing open: one slice per step, module execution\n"
      "(forward, backward), optimizer step, data-loader wait and collective, pid = rank,\n"
-     "tid = thread. '-o -' writes to stdout. See docs/cli.md for how times are derived.\n"},
+     "tid = thread. '-o -' writes to stdout. See docs/cli.md for how times are derived.\n"
+     "  --ranks R   one trace for ranks R of the target's job ('all' or 0,2-5): a process per\n"
+     "              rank, on this machine's clock, each rank's clock offset and its uncertainty\n"
+     "              in otherData (docs/cluster.md); exit status 3 when some ranks are missing\n"},
     {"flamegraph", cmd_flamegraph, OPT_OUTPUT | OPT_STAGE | OPT_FOLDED, 1, 0,
      "probing <target> flamegraph (-o FILE.svg | --folded [-o FILE]) [--stage S]",
      "draw module self time as a flame graph (SVG) or write folded stacks",

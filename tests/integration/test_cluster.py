@@ -186,6 +186,31 @@ def test_cluster_query_all_ranks_has_rank_and_host_columns(job):
     assert r.stdout.splitlines() == ["rank,host,x", "1,node-a,7", "3,node-b,7"]
 
 
+def test_cluster_timeline_one_trace_with_a_process_per_rank(job):
+    out = job.work / "job.json"
+    r = job.run_cli(rank0(job), "timeline", "--ranks", "all", "-o", out)
+    assert r.returncode == 0, r.stderr
+    trace = json.loads(out.read_text())
+    clocks = trace["otherData"]["ranks"]
+    assert [(c["rank"], c["host"]) for c in clocks] == [
+        (0, "node-a"), (1, "node-a"), (2, "node-b"), (3, "node-b")]
+    for c in clocks:
+        # One kernel clock for both namespaces: the true offset is 0, and Cristian's bound holds.
+        assert c["uncertainty_ms"] >= 0 and abs(c["offset_ms"]) <= c["uncertainty_ms"] + 0.001, c
+    names = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
+    assert names == {0: "rank 0 (node-a)", 1: "rank 1 (node-a)", 2: "rank 2 (node-b)",
+                     3: "rank 3 (node-b)"}
+    steps = {}
+    for e in trace["traceEvents"]:
+        if e["ph"] == "X" and e["cat"] == "step":
+            steps.setdefault(e["args"]["step"], {})[e["pid"]] = e["ts"]
+    common = [s for s, by_rank in steps.items() if len(by_rank) == 4]
+    assert common, "no step of every rank in the trace"
+    colls = {e["pid"] for e in trace["traceEvents"] if e.get("cat") == "collective"}
+    assert colls == {0, 1, 2, 3}
+    assert min(e["ts"] for e in trace["traceEvents"] if e["ph"] == "X") == 0
+
+
 def test_cluster_without_token_names_what_to_do(job):
     e = dict(job.node_env[0])
     e.pop("PROBING_TOKEN_FILE")
