@@ -82,6 +82,8 @@ static int info_json(void *ctx, pb_buf *out)
     const char *tcp = pb_config_str("PROBING_LISTEN");
     if (tcp && *tcp) pb_jsonw_str(&w, tcp);
     else pb_jsonw_null(&w);
+    pb_jsonw_key(&w, "host");
+    pb_jsonw_str(&w, pb_job_host());
     pb_jsonw_key(&w, "rank");
     const char *rank = getenv("RANK");
     pb_jsonw_int(&w, rank ? atoi(rank) : 0);

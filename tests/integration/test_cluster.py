@@ -211,6 +211,35 @@ def test_cluster_timeline_one_trace_with_a_process_per_rank(job):
     assert min(e["ts"] for e in trace["traceEvents"] if e["ph"] == "X") == 0
 
 
+def test_cluster_report_names_the_slow_node_once(job):
+    slow = [Path(f"{job.control}.slow.{r}") for r in (2, 3)]
+    for f in slow:
+        f.touch()
+    try:
+        deadline = time.monotonic() + 120
+        finding = None
+        while time.monotonic() < deadline:
+            time.sleep(2)  # 30 steps of the slowed job: what --last 20 reads
+            r = job.run_cli(rank0(job), "report", "--json", "--last", "20")
+            assert r.returncode == 0, r.stderr
+            doc = json.loads(r.stdout)
+            found = [f for f in doc["findings"] if f["id"] == "stragglers"]
+            if found and found[0]["severity"] == "warning":
+                finding = found[0]
+                break
+        assert finding, found
+        claim = finding["claim"]
+        assert claim.startswith("node node-b is slow in other host time: its ranks 2,3 take "), claim
+        assert "rank 2" not in claim and "rank 3" not in claim and "node-a" not in claim, claim
+        nums = finding["numbers"]
+        assert sorted(nums["per_node"]) == ["node-a", "node-b"]
+        assert [p["rank"] for p in nums["per_rank"]] == [0, 1, 2, 3]
+        assert any("FROM python.steps" in q for q in finding["sql"]), finding["sql"]
+    finally:
+        for f in slow:
+            f.unlink()
+
+
 def test_cluster_without_token_names_what_to_do(job):
     e = dict(job.node_env[0])
     e.pop("PROBING_TOKEN_FILE")

@@ -4,7 +4,7 @@ WORLD_SIZE, MASTER_ADDR and MASTER_PORT in the environment (no torchrun, so a te
 ranks on different network namespaces).
 
 Each step: load_batch() (which sleeps while CONTROL.sleep.<rank> exists: a rank stuck in its
-input pipeline), a forward/backward on a small linear model, an optimizer step, then an
+input pipeline; CONTROL.slow.<rank> makes it take 30 ms more), a forward/backward on a small linear model, an optimizer step, then an
 all_reduce of the loss on the default group, so the other ranks wait for a sleeping one in that
 all_reduce. After 3 steps each rank prints "READY <rank>". About 20 steps a second.
 
@@ -22,6 +22,8 @@ import torch.distributed as dist
 def load_batch(control, rank):
     while os.path.exists(f"{control}.sleep.{rank}"):
         time.sleep(0.05)
+    if os.path.exists(f"{control}.slow.{rank}"):
+        time.sleep(0.03)
     return torch.randn(8, 16)
 
 
