@@ -152,8 +152,10 @@ const char *pb_job_host(void)
     return host;
 }
 
-/* The address other nodes reach us at: PROBING_ADVERTISE_ADDR, else the first IPv4 address of
- * an interface that is up and not loopback, else "" (no TCP endpoint). */
+/* The address other nodes reach us at: PROBING_ADVERTISE_ADDR, else the IPv4 address of the
+ * interface the job's own traffic uses when it names one (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME:
+ * their first name), else the first IPv4 address of an interface that is up and not loopback,
+ * else "" (no TCP endpoint). */
 static void advertise_addr(char *out, size_t outlen)
 {
     const char *given = pb_config_str("PROBING_ADVERTISE_ADDR");
@@ -162,13 +164,23 @@ static void advertise_addr(char *out, size_t outlen)
         snprintf(out, outlen, "%s", given);
         return;
     }
+    char want[IF_NAMESIZE + 1] = "";
+    const char *named = getenv("GLOO_SOCKET_IFNAME");
+    if (!named || !*named) named = getenv("NCCL_SOCKET_IFNAME");
+    if (named && *named && *named != '^' && *named != '=') {
+        snprintf(want, sizeof want, "%s", named);
+        want[strcspn(want, ",")] = '\0';
+    }
     struct ifaddrs *ifs = NULL;
     if (getifaddrs(&ifs) != 0) return;
-    for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
-        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-        if ((i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP)) continue;
-        inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out, (socklen_t)outlen);
-        break;
+    for (int pass = want[0] ? 0 : 1; pass < 2 && !out[0]; pass++) { /* 0: the named one */
+        for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+            if (pass == 0 && strcmp(i->ifa_name, want) != 0) continue;
+            if ((i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP)) continue;
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out, (socklen_t)outlen);
+            break;
+        }
     }
     freeifaddrs(ifs);
 }

@@ -100,7 +100,8 @@ int cmd_ranks(const pb_cli_args *a)
             if (!step) step = json_null();
             double started = json_number_value(json_object_get(ans, "step_started"));
             if (started > 0) ago = json_real(now - started);
-            if (!in_collective(ans, state, sizeof state)) snprintf(state, sizeof state, "training");
+            if (!in_collective(ans, state, sizeof state))
+                snprintf(state, sizeof state, started > 0 ? "training" : "running (no step yet)");
         } else {
             missing++;
             const char *why = reqs[r].root ? json_string_value(json_object_get(reqs[r].root, "error")) : NULL;

@@ -306,7 +306,7 @@ def test_cluster_ranks_outside_a_job_lists_the_process_itself(cli, lone):
     r = cli(lone.pid, "ranks", "-f", "json")
     rows = json.loads(r.stdout)
     assert len(rows) == 1 and rows[0]["rank"] == 0 and rows[0]["pid"] == lone.pid, rows
-    assert rows[0]["state"] == "training"
+    assert rows[0]["state"] == "running (no step yet)" and rows[0]["step"] == 0
     r = cli(lone.pid, "query", "--ranks", "all", "SELECT 5 AS five", "-f", "csv")
     assert r.stdout.splitlines()[0] == "rank,host,five"
     r = cli(lone.pid, "hang")
