@@ -13,6 +13,10 @@
 #include "cli.h"
 #include "client.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+
 #include <curl/curl.h>
 #include <errno.h>
 #include <stdio.h>
@@ -161,10 +165,36 @@ int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *pa
     }
     double start = mono_ms();
     int next = 0, running = 0;
+    /* Recordings are answered here, in this process (recording.c), one after the other. */
+    for (int i = 0; i < n; i++) {
+        pb_fanout_req *r = &reqs[i];
+        if (!r->usable || r->target.kind != PB_TARGET_FILE) continue;
+        pb_response resp;
+        r->sent = wall_s();
+        if (pb_client_request(&r->target, method, path, body, deadline_ms, &resp, r->err, sizeof r->err) == 0) {
+            json_t *root = json_loadb(resp.body.data, resp.body.len, 0, NULL);
+            if (json_is_object(root)) {
+                r->root = root;
+                r->status = resp.status;
+            } else {
+                json_decref(root);
+                snprintf(r->err, sizeof r->err, "the recording's answer is not JSON");
+            }
+            pb_buf_free(&resp.body);
+        }
+        r->answered = wall_s();
+        r->usable = 0; /* done: the loop below skips it */
+        r->file_done = 1;
+    }
     for (;;) {
         while (running < PB_FANOUT_PARALLEL && next < n) {
             pb_fanout_req *r = &reqs[next];
             xs[next].req = r;
+            if (r->file_done) {
+                r->usable = 1;
+                next++;
+                continue;
+            }
             r->status = 0;
             r->root = NULL;
             if (!r->usable) {
@@ -267,15 +297,109 @@ static void fill_endpoint(pb_rank_ep *e, json_t *entry)
         snprintf(e->why, sizeof e->why, "no TCP endpoint: set PROBING_TOKEN for the job");
 }
 
+/* /api/info of a recording, or NULL (quiet). */
+static json_t *recording_info(const pb_target *t)
+{
+    pb_response resp;
+    char err[512];
+    if (pb_client_request(t, "GET", "/api/info", NULL, 1000, &resp, err, sizeof err)) return NULL;
+    json_t *info = json_loadb(resp.body.data, resp.body.len, 0, NULL);
+    pb_buf_free(&resp.body);
+    if (resp.status != 200 || !json_is_object(info)) {
+        json_decref(info);
+        return NULL;
+    }
+    return info;
+}
+
+static int is_sqlite_file(const char *path)
+{
+    char head[16];
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return 0;
+    ssize_t got = read(fd, head, sizeof head);
+    close(fd);
+    return got == (ssize_t)sizeof head && memcmp(head, "SQLite format 3", 16) == 0;
+}
+
+/* The roster of a recording: the recordings in its directory that recorded the same job (job
+ * and world_size of their saved /api/info), one per rank (the first found in name order). */
+static int recording_roster(const pb_target *t, pb_rank_ep **out, int *n)
+{
+    json_t *info = recording_info(t);
+    if (!info) {
+        pb_cli_error("cannot read the recording's /api/info (%s)", t->file_path);
+        return 1;
+    }
+    const char *job = json_string_value(json_object_get(info, "job"));
+    json_int_t world = json_integer_value(json_object_get(info, "world_size"));
+    json_int_t my_rank = json_integer_value(json_object_get(info, "rank"));
+    if (world < 1 || !job) world = 1;
+    if (world > 100000 || my_rank < 0 || my_rank >= world) world = 1, my_rank = 0;
+    pb_rank_ep *eps = calloc((size_t)world, sizeof *eps);
+    if (!eps) {
+        json_decref(info);
+        pb_cli_error("out of memory");
+        return 1;
+    }
+    for (int r = 0; r < world; r++) {
+        eps[r].rank = r;
+        snprintf(eps[r].why, sizeof eps[r].why, "no recording of this rank of job %.80s beside %.120s",
+                 job ? job : "?", t->file_path);
+    }
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", t->file_path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    struct dirent **names = NULL;
+    int count = world > 1 ? scandir(dir, &names, NULL, alphasort) : 0;
+    /* the target itself first, so its rank is always its own file */
+    for (int i = -1; i < count; i++) {
+        pb_target rt;
+        memset(&rt, 0, sizeof rt);
+        rt.kind = PB_TARGET_FILE;
+        snprintf(rt.url_base, sizeof rt.url_base, "file:");
+        if (i < 0) {
+            rt = *t;
+        } else {
+            if (names[i]->d_name[0] == '.' ||
+                snprintf(rt.file_path, sizeof rt.file_path, "%s/%s", dir, names[i]->d_name) >=
+                    (int)sizeof rt.file_path ||
+                !is_sqlite_file(rt.file_path))
+                continue;
+        }
+        json_t *other = i < 0 ? json_incref(info) : recording_info(&rt);
+        const char *ojob = json_string_value(json_object_get(other, "job"));
+        json_int_t ow = json_integer_value(json_object_get(other, "world_size"));
+        json_int_t orank = json_integer_value(json_object_get(other, "rank"));
+        if (other && (i < 0 || (job && ojob && !strcmp(job, ojob) && ow == world)) && orank >= 0 &&
+            orank < world && !eps[orank].registered) {
+            pb_rank_ep *e = &eps[orank];
+            const char *host = json_string_value(json_object_get(other, "host"));
+            e->registered = 1;
+            e->why[0] = '\0';
+            snprintf(e->host, sizeof e->host, "%s", host ? host : "");
+            e->pid = (int)json_integer_value(json_object_get(other, "pid"));
+            e->local_rank = e->node_rank = -1;
+            e->target = rt;
+            snprintf(e->via, sizeof e->via, "file");
+        }
+        json_decref(other);
+    }
+    for (int i = 0; i < count; i++) free(names[i]);
+    free(names);
+    json_decref(info);
+    *out = eps;
+    *n = (int)world;
+    return 0;
+}
+
 int pb_fanout_roster(const pb_target *t, long deadline_ms, pb_rank_ep **out, int *n)
 {
     *out = NULL;
     *n = 0;
-    if (t->kind == PB_TARGET_FILE) {
-        pb_cli_error("a recording holds one rank: --ranks and the job commands need a running "
-                     "rank (a pid or host:port)");
-        return 1;
-    }
+    if (t->kind == PB_TARGET_FILE) return recording_roster(t, out, n);
     json_t *root = pb_client_call_ok(t, "GET", "/api/job", NULL, deadline_ms + 2000);
     if (!root) return 1;
     int registered = json_is_true(json_object_get(root, "registered"));

@@ -34,6 +34,7 @@ typedef struct pb_fanout_req {
     json_t *root;        /* the answer's JSON object (owned), NULL when none */
     char err[512];       /* why there is no answer */
     double sent, answered; /* wall clock, seconds */
+    int file_done;       /* internal: a recording, answered before the network requests */
 } pb_fanout_req;
 
 /* Sends method path (body: borrowed JSON text or NULL) to every usable request, waiting at most
@@ -52,7 +53,7 @@ typedef struct pb_rank_ep {
     char host[256];
     int pid, local_rank, node_rank;
     double heartbeat;    /* wall clock of its last heartbeat, 0 when none */
-    char via[16];        /* "unix", "tcp" or "" */
+    char via[16];        /* "unix", "tcp", "file" (a recording) or "" */
     char why[256];       /* when via is "": why it cannot be reached */
     pb_target target;    /* valid when via is set */
 } pb_rank_ep;

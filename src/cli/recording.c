@@ -14,6 +14,7 @@
 #include <string.h>
 
 static pb_db *db;
+static char db_path[4096]; /* the file db is open on (query --ranks reads several in turn) */
 
 static int respond_error(pb_response *resp, long status, const char *message)
 {
@@ -79,10 +80,15 @@ int pb_recording_request(const pb_target *t, const char *method, const char *pat
     int rc = 0;
     resp->status = 0;
     memset(&resp->body, 0, sizeof resp->body);
+    if (db && strcmp(db_path, t->file_path) != 0) {
+        pb_db_close(db);
+        db = NULL;
+    }
     if (!db && pb_db_open_file(t->file_path, &db, why, sizeof why) != 0) {
         snprintf(err, errlen, "cannot read the recording %s: %s", t->file_path, why);
         return -1;
     }
+    snprintf(db_path, sizeof db_path, "%s", t->file_path);
     if (strcmp(path, "/api/query") == 0 && strcmp(method, "POST") == 0) {
         json_error_t jerr;
         json_t *req = body ? json_loads(body, 0, &jerr) : NULL;

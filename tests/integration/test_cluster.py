@@ -13,7 +13,11 @@ From node A, with node A's socket directory:
     another host);
   - without the token, node B's ranks are listed with what to do;
   - a rank of node B killed: `query --ranks all --deadline 3` prints the others' rows, names it
-    on stderr and exits 3.
+    on stderr and exits 3;
+  - `timeline --ranks all` is one trace with a process per rank and each rank's clock offset;
+  - `report` names a slowed node (ranks 2 and 3 sleep 30 ms more per step) once, as the node;
+  - after the job, its per-rank recordings (`run -o rec-<rank>.db`) answer `query --ranks` as
+    one job.
 Skipped, with the reason, where `ip netns` cannot be used (needs root and iproute2). Only
 traffic between the two namespaces.
 
@@ -102,7 +106,8 @@ class Job:
             out = open(self.work / f"rank{rank}.out", "w+")
             self.outs[rank] = out
             self.procs[rank] = subprocess.Popen(
-                ["ip", "netns", "exec", NODES[node][0], self.cli.binary, "run", "--", PYTHON, "-u",
+                ["ip", "netns", "exec", NODES[node][0], self.cli.binary, "run", "-o",
+                 self.work / f"rec-{rank}.db", "--", PYTHON, "-u",
                  str(WORKLOADS / "cluster_job.py"), str(self.control)],
                 env=e, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + STEP_TIMEOUT_S
@@ -285,6 +290,22 @@ def test_cluster_killed_rank_gives_partial_results(job):
     assert {"rank": 0, "host": "node-a", "one": 1} in rows
     assert 3 not in [row["rank"] for row in rows]
     assert "probing: rank 3 (node-b) is missing: " in r.stderr, r.stderr
+
+
+def test_cluster_recordings_open_as_one_job(job):
+    """Each rank ran under `probing run -o rec-<rank>.db`: after the job is gone, any one of
+    the files is the job (the recordings beside it with the same job and world size)."""
+    job.stop()
+    rec0 = job.work / "rec-0.db"
+    r = job.cli(rec0, "query", "--ranks", "all", "-f", "json",
+                "SELECT count(*) > 0 AS has_collectives FROM python.nccl_trace")
+    rows = json.loads(r.stdout)
+    assert rows == [{"rank": 0, "host": "node-a", "has_collectives": 1},
+                    {"rank": 1, "host": "node-a", "has_collectives": 1},
+                    {"rank": 2, "host": "node-b", "has_collectives": 1},
+                    {"rank": 3, "host": "node-b", "has_collectives": 1}], rows
+    r = job.cli(rec0, "query", "--ranks", "2-3", "SELECT 1 AS one", "-f", "csv")
+    assert r.stdout.splitlines() == ["rank,host,one", "2,node-b,1", "3,node-b,1"]
 
 
 # ---------------------------------------------------------------- one process, no namespaces
