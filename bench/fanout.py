@@ -2,9 +2,9 @@
 `probing <rank 0> query --ranks all "SQL"`, and the CLI's peak memory, for N = 1, 8, 32, 128
 agents of one job.
 
-The agents are lightweight: processes that start probing (`probing run -- python -c ...`)
-without torch and join one job through probing._agent._register_job with a store of files (the
-same registry code as a torch.distributed rank, with a store the bench can make without torch:
+The agents are lightweight: tests/workloads/job_agent.py under `probing run`, without torch,
+joining one job through probing._agent._register_job with a store of files (the same registry
+code as a torch.distributed rank, with a store the bench can make without torch:
 set/get/check/delete_key over a directory). Where `ip netns` can be used (root, iproute2), half
 of the agents run in a second network namespace under another host name, listening on TCP with
 the job's token, so half the requests cross a veth pair as between two nodes; elsewhere all are
@@ -32,28 +32,7 @@ TOKEN = "pbcluster-bench-token-0123456789"
 NS = [("pb-clbench-a", "pbclbench-va", "10.231.68.1", "bench-a"),
       ("pb-clbench-b", "pbclbench-vb", "10.231.68.2", "bench-b")]
 
-AGENT = r"""
-import os, sys, time
-import probing
-
-class DirStore:
-    def __init__(self, d): self.d = d
-    def _p(self, k): return os.path.join(self.d, k.replace("/", "%"))
-    def set(self, k, v):
-        tmp = self._p(k) + ".tmp%d" % os.getpid()
-        with open(tmp, "w") as f: f.write(v)
-        os.replace(tmp, self._p(k))
-    def get(self, k):
-        with open(self._p(k), "rb") as f: return f.read()
-    def check(self, keys): return all(os.path.exists(self._p(k)) for k in keys)
-    def delete_key(self, k):
-        try: os.unlink(self._p(k)); return True
-        except OSError: return False
-
-probing._agent._register_job(DirStore(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
-print("READY", flush=True)
-while True: time.sleep(1)
-"""
+AGENT = os.path.join(REPO, "tests", "workloads", "job_agent.py")
 
 
 def find_probing():
@@ -104,7 +83,7 @@ def start_agents(probing, n, work, netns):
                    PROBING_TOKEN=TOKEN, PROBING_TORCH="0")
         if not netns:
             env["PROBING_LISTEN"] = ""
-        cmd = [probing, "run", "--", sys.executable, "-c", AGENT, store, str(r), str(n)]
+        cmd = [probing, "run", "--", sys.executable, AGENT, store, str(r), str(n)]
         if netns:
             cmd = ["ip", "netns", "exec", NS[node][0], *cmd]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))

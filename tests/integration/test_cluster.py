@@ -334,6 +334,41 @@ def test_cluster_ranks_outside_a_job_lists_the_process_itself(cli, lone):
     assert r.stdout == "no rank is waiting in a collective (1 of 1 ranks answered)\n"
 
 
+def test_cluster_rank_on_another_host_without_a_token(cli, env, session_dir):
+    """Two lightweight ranks (no torch, a store of files), rank 1 under another host name and no
+    token anywhere: it cannot listen on TCP, so it is listed with what to do, and the rows of
+    rank 0 still come back."""
+    from conftest import Launcher
+    work = session_dir / "cluster-notoken"
+    work.mkdir()
+    store = work / "store"
+    store.mkdir()
+    launcher = Launcher(cli, env, work, env["PROBING_DIR"])
+    ranks = []
+    try:
+        for rank, host in ((0, "here"), (1, "elsewhere")):
+            e = dict(env, PROBING_HOST=host, WORLD_SIZE="2")
+            t = launcher.command([cli.binary, "run", "--", PYTHON, WORKLOADS / "job_agent.py", store,
+                                  rank, 2], env=e, name=f"agent{rank}")
+            t._poll("READY", lambda: "READY" in t.stdout(), 60)
+            ranks.append(t)
+        cli_env = dict(env, PROBING_HOST="here")
+        r = cli(ranks[0].pid, "ranks", "-f", "json", env=cli_env, check=False)
+        assert r.returncode == 3, r.stderr
+        rows = json.loads(r.stdout)
+        assert [(x["rank"], x["host"]) for x in rows] == [(0, "here"), (1, "elsewhere")]
+        assert rows[0]["state"] == "running (no step yet)"
+        assert rows[1]["state"] == "unreachable: no TCP endpoint: set PROBING_TOKEN for the job"
+        r = cli(ranks[0].pid, "query", "--ranks", "all", "SELECT 2 AS two", "-f", "csv",
+                env=cli_env, check=False)
+        assert r.returncode == 3
+        assert r.stdout.splitlines() == ["rank,host,two", "0,here,2"]
+        assert r.stderr == ("probing: rank 1 (elsewhere) is missing: no TCP endpoint: set "
+                            "PROBING_TOKEN for the job\n")
+    finally:
+        launcher.cleanup()
+
+
 def test_cluster_usage_errors(cli, lone):
     r = cli(lone.pid, "query", "--ranks", "0-x", "SELECT 1", check=False)
     assert r.returncode == 2
