@@ -11,10 +11,11 @@
  * group's store is already private to one run of init_process_group; the run id keeps an
  * elastic restart's entries apart).
  *
- * Reading the roster: store.check([key]) first (a get on a missing key would wait for the
- * store's timeout), then store.get. That is 2 round trips per rank, done only when someone asks
- * (GET /api/job), never on a timer: a 1,000-rank job does not load its store with probing's
- * reads unless a user runs `probing ranks`.
+ * Reading the roster: store.check(every key), then store.multi_get(every key) when all are
+ * there: two round trips for the whole job. When some are missing (a get on a missing key would
+ * wait for the store's timeout), key by key: store.check([key]), then store.get, 2 round trips
+ * per rank. Done only when someone asks (GET /api/job), never on a timer: a 1,000-rank job does
+ * not load its store with probing's reads unless a user runs `probing ranks`.
  */
 #include "job.h"
 
@@ -259,9 +260,53 @@ static void heartbeat(void)
     Py_XDECREF(r);
 }
 
+static void add_entry(pb_buf *items, PyObject *v)
+{
+    char *data = NULL;
+    Py_ssize_t len = 0;
+    if (v && PyBytes_Check(v) && PyBytes_AsStringAndSize(v, &data, &len) == 0 && len > 0 &&
+        len < ENTRY_MAX) {
+        pb_buf_puts(items, items->len ? "," : "");
+        pb_json_escape(items, data, (size_t)len); /* a JSON string, quotes included */
+    }
+}
+
+/* When every rank has an entry: all of them in two round trips (store.check of every key, then
+ * store.multi_get). Returns 1 when done, 0 to read key by key. [thread, GIL held] */
+static int read_roster_at_once(pb_buf *items)
+{
+    PyObject *keys = PyList_New(world), *has = NULL, *values = NULL;
+    int done = 0;
+    for (int r = 0; keys && r < world; r++) {
+        char key[sizeof key_prefix + 16];
+        snprintf(key, sizeof key, "%s%d", key_prefix, r);
+        PyObject *k = PyUnicode_FromString(key);
+        if (!k) goto out;
+        PyList_SET_ITEM(keys, r, k);
+    }
+    if (!keys) goto out;
+    PyObject *check = PyObject_GetAttrString(store, "check");
+    has = check ? PyObject_CallOneArg(check, keys) : NULL;
+    Py_XDECREF(check);
+    if (!has || PyObject_IsTrue(has) != 1) goto out;
+    PyObject *multi = PyObject_GetAttrString(store, "multi_get");
+    values = multi ? PyObject_CallOneArg(multi, keys) : NULL;
+    Py_XDECREF(multi);
+    if (!values || !PyList_Check(values) || PyList_GET_SIZE(values) != world) goto out;
+    for (int r = 0; r < world; r++) add_entry(items, PyList_GET_ITEM(values, r));
+    done = 1;
+out:
+    PyErr_Clear();
+    Py_XDECREF(values);
+    Py_XDECREF(has);
+    Py_XDECREF(keys);
+    return done;
+}
+
 /* Reads every rank's entry. [thread, GIL held] */
 static void read_roster(pb_buf *items, pb_buf *miss)
 {
+    if (read_roster_at_once(items)) return;
     for (int r = 0; r < world; r++) {
         char key[sizeof key_prefix + 16];
         snprintf(key, sizeof key, "%s%d", key_prefix, r);
@@ -276,13 +321,9 @@ static void read_roster(pb_buf *items, pb_buf *miss)
         Py_XDECREF(keys);
         PyObject *v = has && PyObject_IsTrue(has) == 1 ? store_call("get", "(s)", key) : NULL;
         Py_XDECREF(has);
-        char *data = NULL;
-        Py_ssize_t len = 0;
-        if (v && PyBytes_Check(v) && PyBytes_AsStringAndSize(v, &data, &len) == 0 && len > 0 &&
-            len < ENTRY_MAX) {
-            pb_buf_puts(items, items->len ? "," : "");
-            pb_json_escape(items, data, (size_t)len); /* a JSON string, quotes included */
-        } else {
+        size_t before = items->len;
+        add_entry(items, v);
+        if (items->len == before) {
             pb_buf_printf(miss, "%s%d", miss->len ? "," : "", r);
         }
         Py_XDECREF(v);
