@@ -12,8 +12,9 @@ From node A, with node A's socket directory:
     the others wait for in all_reduce, with its Python stack (read by its own agent: it is on
     another host);
   - without the token, node B's ranks are listed with what to do;
-  - a rank of node B killed: `query --ranks all --deadline 3` prints the others' rows, names it
-    on stderr and exits 3;
+  - a rank of node B stopped (SIGSTOP): `query --ranks all --deadline 2` prints the others'
+    rows after the deadline and names it; a rank of node B killed: `query --ranks all
+    --deadline 3` prints the others' rows, names it on stderr and exits 3;
   - `timeline --ranks all` is one trace with a process per rank and each rank's clock offset;
   - `report` names a slowed node (ranks 2 and 3 sleep 30 ms more per step) once, as the node;
   - after the job, its per-rank recordings (`run -o rec-<rank>.db`) answer `query --ranks` as
@@ -278,6 +279,21 @@ def test_cluster_hang_names_the_sleeping_rank_with_its_stack(job):
         assert any(l.startswith("waiting ranks 0-2 are in ") for l in lines), out
     finally:
         sleep_file.unlink()
+
+
+def test_cluster_stopped_rank_is_named_at_the_deadline(job):
+    """Rank 2 (node B) stopped (SIGSTOP): its agent cannot answer; the others' rows come back
+    once the deadline passes, and it is named with the deadline."""
+    os.kill(job.procs[2].pid, signal.SIGSTOP)
+    try:
+        r = job.run_cli(rank0(job), "query", "--ranks", "all", "--deadline", "2", "-f", "csv",
+                        "SELECT 1 AS one")
+    finally:
+        os.kill(job.procs[2].pid, signal.SIGCONT)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert r.stdout.splitlines() == ["rank,host,one", "0,node-a,1", "1,node-a,1", "3,node-b,1"]
+    assert r.stderr == ("probing: rank 2 (node-b) is missing: did not answer within 2.0 s "
+                        "(stopped, overloaded or its node unreachable?)\n"), r.stderr
 
 
 def test_cluster_killed_rank_gives_partial_results(job):
