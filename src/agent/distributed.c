@@ -23,6 +23,7 @@
 #include "clock.h"
 #include "config.h"
 #include "intern.h"
+#include "job.h"
 #include "tables.h"
 #include "torch_hooks.h"
 
@@ -222,25 +223,30 @@ static PyObject *collective_call(PyObject *self, PyObject *args, PyObject *kwarg
     const op_spec *spec = c->spec;
     int64_t step = pb_torch_current_step();
     int64_t step_start = pb_torch_step_start_ns();
+    pb_nccl_row r = {0};
+    PyObject *saved_type, *saved_value, *saved_tb;
+    PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
+    if (spec->payload_pos >= 0 || spec->payload_kw)
+        add_payload(arg_at(args, kwargs, spec->payload_pos, spec->payload_kw), 0, &r.bytes, &r.dtype);
+    PyErr_Restore(saved_type, saved_value, saved_tb);
+    /* Sequence number and state per group, for `probing hang` (job.h). */
+    int slot = pb_job_coll_enter(arg_at(args, kwargs, spec->group_pos, "group"), c->op_id, r.bytes);
     depth++;
     int64_t start = pb_now_ns();
     PyObject *result = PyObject_Call(c->original, args, kwargs);
     int64_t end = pb_now_ns();
     depth--;
+    pb_job_coll_exit(slot, result != NULL);
     if (!result) return NULL;
 
     pb_step_collectives_ns += end - start;
-    pb_nccl_row r = {0};
     r.step = step;
     r.time_offset_ns = step_start ? start - step_start : 0;
     r.duration_ns = end - start;
     r.operation_type = c->op_id;
     r.origin = origin_call;
     r.rank = rank;
-    PyObject *saved_type, *saved_value, *saved_tb;
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
-    if (spec->payload_pos >= 0 || spec->payload_kw)
-        add_payload(arg_at(args, kwargs, spec->payload_pos, spec->payload_kw), 0, &r.bytes, &r.dtype);
     describe_group(arg_at(args, kwargs, spec->group_pos, "group"), &r);
     int async_op = spec->always_async;
     PyObject *flag = spec->async_pos >= 0 ? arg_at(args, kwargs, spec->async_pos, "async_op") : NULL;
@@ -611,6 +617,31 @@ int pb_distributed_ready_types(void)
     return 0;
 }
 
+/* ---------------------------------------------------------------- the job registry [GIL held]
+ * init_process_group registers this rank in the job's store once it returns (job.h);
+ * destroy_process_group stops the heartbeat first, while the store still exists. */
+
+static PyObject *wrap_init_pg, *wrap_destroy_pg;
+
+static PyObject *init_pg(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *r = PyObject_Vectorcall(orig, args, nargsf, kwnames);
+    if (r && atomic_load_explicit(&enabled, memory_order_relaxed)) pb_job_register();
+    return r;
+}
+
+static PyObject *destroy_pg(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    int whole = n == 0 || args[0] == Py_None;
+    if (kwnames) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++)
+            if (args[n + i] != Py_None) whole = 0;
+    }
+    if (whole) pb_job_stop();
+    return PyObject_Vectorcall(orig, args, nargsf, kwnames);
+}
+
 /* ---------------------------------------------------------------- install / remove [GIL held] */
 
 int pb_distributed_install(void)
@@ -665,9 +696,25 @@ int pb_distributed_install(void)
         }
         originals[i] = orig;
     }
+    if (pb_wrap_attr(c10d, "init_process_group", init_pg, &wrap_init_pg) ||
+        pb_wrap_attr(c10d, "destroy_process_group", destroy_pg, &wrap_destroy_pg)) {
+        PyErr_Clear(); /* the job registry is off; collectives are still recorded */
+    } else if (dist) {
+        const char *names[2] = {"init_process_group", "destroy_process_group"};
+        for (int i = 0; i < 2; i++) {
+            PyObject *there = PyObject_GetAttrString(dist, names[i]);
+            PyObject *wrapped = PyObject_GetAttrString(c10d, names[i]);
+            if (there && wrapped && there != wrapped && Py_TYPE(there) == &PyFunction_Type)
+                PyObject_SetAttrString(dist, names[i], wrapped);
+            Py_XDECREF(there);
+            Py_XDECREF(wrapped);
+            PyErr_Clear();
+        }
+    }
     Py_XDECREF(dist);
     installed = 1;
     atomic_store(&enabled, 1);
+    pb_job_register(); /* attached after init_process_group (inject): register now */
     return 0;
 fail:
     Py_XDECREF(dist);
@@ -692,6 +739,10 @@ void pb_distributed_remove(void)
             PyErr_Clear();
         }
         Py_CLEAR(originals[i]);
+    }
+    if (c10d) {
+        pb_unwrap_attr(c10d, "init_process_group", &wrap_init_pg);
+        pb_unwrap_attr(c10d, "destroy_process_group", &wrap_destroy_pg);
     }
     Py_CLEAR(get_world_size);
     Py_CLEAR(get_backend);

@@ -13,6 +13,7 @@
 #include "distributed.h"
 #include "eval.h"
 #include "intern.h"
+#include "job.h"
 #include "jsonw.h"
 #include "log.h"
 #include "memsample.h"
@@ -81,6 +82,8 @@ static int info_json(void *ctx, pb_buf *out)
     const char *tcp = pb_config_str("PROBING_LISTEN");
     if (tcp && *tcp) pb_jsonw_str(&w, tcp);
     else pb_jsonw_null(&w);
+    pb_jsonw_key(&w, "host");
+    pb_jsonw_str(&w, pb_job_host());
     pb_jsonw_key(&w, "rank");
     const char *rank = getenv("RANK");
     pb_jsonw_int(&w, rank ? atoi(rank) : 0);
@@ -214,8 +217,37 @@ static void atfork_child(void)
     pb_sysmon_forget_after_fork();
     pb_eval_forget_after_fork();
     pb_capture_forget_after_fork();
+    pb_job_forget_after_fork();
     started = 0;
 }
+
+/* A rank of a multi-process job (WORLD_SIZE > 1) with a token (PROBING_TOKEN, or the first
+ * line of PROBING_TOKEN_FILE) listens on TCP, all interfaces, a port the kernel picks, unless
+ * PROBING_LISTEN says where: its job registry entry advertises it (docs/cluster.md). Without a
+ * token it does not listen. Returns 0, or -1 when the token file cannot be read. */
+static int job_tcp(char *token, size_t len, pb_server_opts *opts)
+{
+    const char *ws = getenv("WORLD_SIZE");
+    const char *given = pb_config_str("PROBING_TOKEN");
+    const char *file = pb_config_str("PROBING_TOKEN_FILE");
+    token[0] = '\0';
+    if ((!given || !*given) && file && *file) {
+        FILE *f = fopen(file, "re");
+        if (!f || !fgets(token, (int)len, f)) {
+            if (f) fclose(f);
+            token[0] = '\0';
+            return -1;
+        }
+        fclose(f);
+        token[strcspn(token, "\r\n")] = '\0';
+        opts->token = token;
+        given = token;
+    }
+    if (!opts->tcp_listen && given && *given && ws && atoi(ws) > 1) opts->tcp_listen = ":0";
+    return 0;
+}
+
+int pb_agent_tcp_port(void) { return started && server ? pb_server_tcp_port(server) : 0; }
 
 int pb_agent_start(void)
 {
@@ -272,6 +304,11 @@ int pb_agent_start(void)
     opts.unix_path = socket_path;
     const char *tcp = pb_config_str("PROBING_LISTEN");
     opts.tcp_listen = (tcp && *tcp) ? tcp : NULL;
+    char job_token[PB_SERVER_TOKEN_MAX + 2];
+    if (job_tcp(job_token, sizeof job_token, &opts)) pb_buf_printf(&off, "%sTCP for the job (cannot read PROBING_TOKEN_FILE)", off.len ? ", " : "");
+    opts.job = pb_job_json;
+    opts.rank = pb_job_rank_json;
+    opts.stack = pb_job_stack_json;
     opts.eval = pb_eval_run;
     opts.info = info_json;
     opts.detach = detach_requested_cb;
@@ -323,6 +360,7 @@ void pb_agent_stop(void)
     if (!started || stopping) return;
     stopping = 1;
     pb_torch_hooks_remove();
+    pb_job_stop();
     pb_distributed_remove();
     pb_eval_shutdown();
     pb_server *s = server;

@@ -20,4 +20,7 @@ void pb_agent_stop(void);
 /* Unix socket path, or NULL when not running. */
 const char *pb_agent_endpoint(void);
 
+/* The TCP port the agent listens on, 0 when none. [any thread] */
+int pb_agent_tcp_port(void);
+
 #endif

@@ -19,6 +19,9 @@
 #include "eval.h"
 #include "torch_hooks.h"
 #include "distributed.h"
+#include "job.h"
+
+#include <errno.h>
 
 static PyObject *py_start(PyObject *self, PyObject *unused)
 {
@@ -109,6 +112,22 @@ static PyObject *py_install_ddp(PyObject *self, PyObject *unused)
     Py_RETURN_TRUE;
 }
 
+/* _register_job(store, rank, world): joins a job through any object with the c10d Store
+ * methods (job.h); for bench/fanout.py's agents without torch. */
+static PyObject *py_register_job(PyObject *self, PyObject *args)
+{
+    PyObject *store;
+    int rank, world;
+    if (!PyArg_ParseTuple(args, "Oii", &store, &rank, &world)) return NULL;
+    int rc = pb_job_register_store(store, rank, world);
+    if (rc) {
+        PyErr_Format(PyExc_RuntimeError, "cannot register in the job: %s",
+                     rc == -EINVAL ? "rank must be in 0..world-1" : "already registered, or the agent is off");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_hook_functions(PyObject *self, PyObject *unused) { return pb_torch_hook_functions(); }
 
 static PyMethodDef methods[] = {
@@ -121,6 +140,7 @@ static PyMethodDef methods[] = {
     {"install_torch_hooks", py_install_torch_hooks, METH_NOARGS, "Register torch hooks (torch must be imported)."},
     {"install_distributed", py_install_distributed, METH_NOARGS, "Record torch.distributed collectives (c10d must be imported)."},
     {"install_ddp", py_install_ddp, METH_NOARGS, "Record DistributedDataParallel's gradient all-reduces."},
+    {"_register_job", py_register_job, METH_VARARGS, "Join a job through a store object (bench)."},
     {"_release_inject_page", py_release_inject_page, METH_VARARGS, "inject's bootstrap gives its page back."},
     {"_capture_finished", pb_capture_finished_py, METH_VARARGS, "probing._capture hands over a capture's rows (capture_id, rows, error, info)."},
     {NULL, NULL, 0, NULL},

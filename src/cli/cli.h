@@ -17,6 +17,7 @@ enum {
     PB_EXIT_USAGE = 2,   /* bad command line */
     PB_EXIT_TIMEOUT = 2, /* eval or capture timed out in the target */
     PB_EXIT_INTERRUPTED = 130, /* capture: Ctrl-C (the capture was cancelled) */
+    PB_EXIT_PARTIAL = 3, /* --ranks, ranks, hang: some ranks did not answer (the others' output is printed) */
 };
 
 /* Timeouts of the client, in milliseconds. */
@@ -45,6 +46,8 @@ typedef struct pb_cli_args {
     int steps;              /* --steps N (capture); 0 when not given */
     int memory, shapes, stack; /* capture: --memory, --shapes, --stack given */
     int stop, force;        /* record: --stop, --force given */
+    const char *ranks;      /* --ranks all|0,2-5 (query, timeline), NULL when not given */
+    double deadline_s;      /* --deadline S (ranks, hang, --ranks); 0 when not given */
     char **exec_argv;       /* run: the command after "--" (NULL-terminated, borrowed) */
     int exec_argc;
     const char *listen;     /* exporter, ui: --listen ADDR:PORT, NULL when not given */
@@ -84,5 +87,8 @@ int cmd_record(const pb_cli_args *a);
 int cmd_exporter(const pb_cli_args *a);
 int cmd_export(const pb_cli_args *a);
 int cmd_ui(const pb_cli_args *a);
+int cmd_ranks(const pb_cli_args *a);
+int cmd_hang(const pb_cli_args *a);
+int pb_query_ranks(const pb_cli_args *a, const char *sql); /* cmd_ranks.c: query --ranks */
 
 #endif

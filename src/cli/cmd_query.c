@@ -45,6 +45,16 @@ int cmd_query(const pb_cli_args *a)
     if (rc) return rc;
     char *sql = pb_cli_positional_text(a, "SQL");
     if (!sql) return PB_EXIT_USAGE;
+    if (a->ranks) { /* every selected rank of the job (cmd_ranks.c) */
+        rc = pb_query_ranks(a, sql);
+        free(sql);
+        return rc;
+    }
+    if (a->deadline_s > 0) {
+        free(sql);
+        pb_cli_error("--deadline goes with --ranks (the time to wait for every rank)");
+        return PB_EXIT_USAGE;
+    }
 
     json_t *request = NULL, *root = NULL;
     long status;

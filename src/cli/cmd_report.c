@@ -14,6 +14,7 @@
  */
 #include "cli.h"
 #include "client.h"
+#include "fanout.h"
 #include "paths.h"
 #include "report.h"
 
@@ -142,7 +143,54 @@ typedef struct peers {
     char (*names)[16];
     size_t count;
     char note[PATH_MAX + 200];
+    pb_rank_ep *roster; /* job_peers: the roster the hosts point into */
 } peers;
+
+/* The other ranks from the job's roster in its c10d store, on every node (docs/cluster.md).
+ * Returns 1 when the target is registered in a job (p filled), 0 to look in the socket
+ * directory instead (an agent without /api/job, or not in a registered job). */
+static int job_peers(const pb_cli_args *a, long long my_rank, peers *p)
+{
+    char err[512];
+    pb_response resp;
+    if (pb_client_request(&a->resolved, "GET", "/api/job", NULL, PB_CLI_INFO_TIMEOUT_MS, &resp,
+                          err, sizeof err))
+        return 0;
+    json_t *job = json_loadb(resp.body.data, resp.body.len, 0, NULL);
+    pb_buf_free(&resp.body);
+    int registered = resp.status == 200 && json_is_true(json_object_get(job, "registered"));
+    json_decref(job);
+    int n = 0;
+    if (!registered || pb_fanout_roster(&a->resolved, PB_FANOUT_DEADLINE_MS, &p->roster, &n))
+        return 0;
+    p->targets = calloc((size_t)n, sizeof *p->targets);
+    p->list = calloc((size_t)n, sizeof *p->list);
+    p->names = calloc((size_t)n, sizeof *p->names);
+    int unreachable = 0;
+    for (int r = 0; r < n && p->targets && p->list && p->names; r++) {
+        pb_rank_ep *e = &p->roster[r];
+        if (r == my_rank) continue;
+        if (!e->via[0] || (e->target.kind == PB_TARGET_TCP && !e->target.token[0])) {
+            unreachable++;
+            continue;
+        }
+        p->targets[p->count] = e->target;
+        if (e->target.kind == PB_TARGET_UNIX)
+            snprintf(p->names[p->count], sizeof p->names[p->count], "%d", e->pid);
+        else
+            snprintf(p->names[p->count], sizeof p->names[p->count], "rank %d", r);
+        p->list[p->count].rank = r;
+        p->list[p->count].target = p->names[p->count];
+        p->list[p->count].query = query_target;
+        p->list[p->count].ctx = &p->targets[p->count];
+        p->list[p->count].host = e->host;
+        p->count++;
+    }
+    snprintf(p->note, sizeof p->note, "%zu of the %d other ranks reached through the job's roster "
+             "(its c10d store)%s", p->count, n - 1,
+             unreachable ? "; the others have no reachable endpoint (see probing <target> ranks)" : "");
+    return 1;
+}
 
 /* Finds the other ranks of the target's job among this user's agents (see the file header).
  * Fills p (free with peers_free); p->note says how they were looked for or why not. */
@@ -161,6 +209,7 @@ static void find_peers(const pb_cli_args *a, json_t *info, peers *p)
         snprintf(p->note, sizeof p->note, "the target is a recording, which holds one rank");
         return;
     }
+    if (job_peers(a, my_rank, p)) return;
     if (!job) {
         snprintf(p->note, sizeof p->note,
                  "the agent names no job (MASTER_ADDR/MASTER_PORT unset), so its other ranks "
@@ -217,6 +266,7 @@ static void peers_free(peers *p)
     free(p->targets);
     free(p->list);
     free(p->names);
+    free(p->roster);
 }
 
 int cmd_report(const pb_cli_args *a)

@@ -21,6 +21,7 @@
  */
 #include "cli.h"
 #include "client.h"
+#include "fanout.h"
 #include "jsonw.h"
 
 #include <errno.h>
@@ -111,11 +112,32 @@ static int write_us(FILE *f, int64_t ns)
     return fprintf(f, "%lld.%03lld", (long long)(ns / 1000), (long long)(ns % 1000));
 }
 
-static int write_trace(FILE *f, const slices *s)
+/* meta (borrowed, may be NULL): timeline --ranks' clock notes, put in otherData, and its
+ * "process_names" as metadata events naming each pid. */
+static int write_trace(FILE *f, const slices *s, json_t *meta)
 {
     pb_buf name = PB_BUF_INIT;
-    fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"source\":\"probing timeline\"},"
-          "\"traceEvents\":[", f);
+    fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"source\":\"probing timeline\"", f);
+    const char *key;
+    json_t *v;
+    json_object_foreach(meta, key, v) {
+        if (strcmp(key, "process_names") == 0) continue;
+        char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!text) return -ENOMEM;
+        fprintf(f, ",\"%s\":%s", key, text);
+        free(text);
+    }
+    fputs("},\"traceEvents\":[", f);
+    size_t k;
+    int first = 1;
+    json_array_foreach(json_object_get(meta, "process_names"), k, v) {
+        char *text = json_dumps(json_object_get(v, "name"), JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!text) return -ENOMEM;
+        fprintf(f, "%s\n{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%lld,\"args\":{\"name\":%s}}",
+                first ? "" : ",", (long long)json_integer_value(json_object_get(v, "pid")), text);
+        free(text);
+        first = 0;
+    }
     for (size_t i = 0; i < s->count; i++) {
         const slice *e = &s->items[i];
         name.len = 0;
@@ -123,8 +145,9 @@ static int write_trace(FILE *f, const slices *s)
             pb_buf_free(&name);
             return -ENOMEM;
         }
-        fprintf(f, "%s\n{\"name\":%.*s,\"cat\":\"%s\",\"ph\":\"X\",\"ts\":", i ? "," : "",
+        fprintf(f, "%s\n{\"name\":%.*s,\"cat\":\"%s\",\"ph\":\"X\",\"ts\":", first ? "" : ",",
                 (int)name.len, name.data, e->cat);
+        first = 0;
         write_us(f, e->ts_ns);
         fputs(",\"dur\":", f);
         write_us(f, e->dur_ns);
@@ -138,23 +161,22 @@ static int write_trace(FILE *f, const slices *s)
 #define INT(row, i) ((long long)json_integer_value(json_array_get(row, i)))
 #define STR(row, i) json_string_value(json_array_get(row, i))
 
-int cmd_timeline(const pb_cli_args *a)
+/* Reads t's steps, module executions, data waits and collectives into s. pid: the process id
+ * the slices get (< 0: the rank column of each row). anchor_step / anchor_ns: when anchor_ns is
+ * not 0, step anchor_step started at anchor_ns on the common clock and every slice is moved by
+ * the same amount (timeline --ranks); else the first recorded step starts at 0. *nsteps: steps
+ * read. Returns 0, 1 (the error was printed) or -ENOMEM. */
+static int collect_slices(const pb_target *t, long long pid, long long anchor_step, int64_t anchor_ns,
+                          slices *s, size_t *nsteps)
 {
-    const pb_target *t = &a->resolved;
     json_t *steps = NULL, *main_thread = NULL, *modules = NULL, *waits = NULL, *colls = NULL;
     json_t *row;
-    slices s = {0};
     step_starts ss = {0};
-    long long tid_main = 0, rank = 0;
-    size_t i;
-    int rc = PB_EXIT_ERROR;
-    FILE *out = NULL;
+    long long tid_main = 0;
+    size_t i, first_slice = s->count;
+    int rc = 1;
     char label[256];
 
-    if (!a->output) {
-        pb_cli_error("timeline needs an output file: probing <target> timeline -o run.json");
-        return PB_EXIT_USAGE;
-    }
     if (pb_client_query_rows(t, "SELECT step, wall, rank FROM python.steps ORDER BY step", &steps) ||
         pb_client_query_rows(t, "SELECT thread, rank FROM python.torch_trace WHERE depth = 0 AND "
                                 "stage = 'forward' GROUP BY thread, rank ORDER BY COUNT(*) DESC "
@@ -166,14 +188,12 @@ int cmd_timeline(const pb_cli_args *a)
         pb_client_query_rows(t, "SELECT step, operation_type, time_offset, duration_ms, rank "
                                 "FROM python.nccl_trace ORDER BY step, time_offset", &colls))
         goto done;
-
-    if ((row = json_array_get(main_thread, 0))) {
-        tid_main = INT(row, 0);
-        rank = INT(row, 1);
-    }
+    rc = -ENOMEM;
+    if ((row = json_array_get(main_thread, 0))) tid_main = INT(row, 0);
     ss.count = json_array_size(steps);
     ss.start_ns = calloc(ss.count + 1, sizeof *ss.start_ns);
-    if (!ss.start_ns) goto oom;
+    if (!ss.start_ns) goto done;
+#define PID(row, col) (pid >= 0 ? pid : INT(row, col))
     json_array_foreach(steps, i, row) {
         long long step = INT(row, 0);
         if (i == 0) ss.first = step;
@@ -183,70 +203,190 @@ int cmd_timeline(const pb_cli_args *a)
         }
         ss.start_ns[i + 1] = ss.start_ns[i] + seconds_ns(json_array_get(row, 1));
         snprintf(label, sizeof label, "step %lld", step);
-        if (add_slice(&s, ss.start_ns[i], ss.start_ns[i + 1] - ss.start_ns[i], INT(row, 2),
+        if (add_slice(s, ss.start_ns[i], ss.start_ns[i + 1] - ss.start_ns[i], PID(row, 2),
                       tid_main, label, "step", step))
-            goto oom;
+            goto done;
     }
     json_array_foreach(modules, i, row) {
         int64_t start = step_start(&ss, INT(row, 0));
         if (start < 0) continue;
-        if (add_slice(&s, start + seconds_ns(json_array_get(row, 3)),
-                      seconds_ns(json_array_get(row, 4)), INT(row, 6), INT(row, 5), STR(row, 1),
+        if (add_slice(s, start + seconds_ns(json_array_get(row, 3)),
+                      seconds_ns(json_array_get(row, 4)), PID(row, 6), INT(row, 5), STR(row, 1),
                       STR(row, 2) && strcmp(STR(row, 2), "backward") == 0 ? "backward"
                       : STR(row, 2) && strcmp(STR(row, 2), "step") == 0 ? "optimizer"
                                                                          : "forward",
                       INT(row, 0)))
-            goto oom;
+            goto done;
     }
     json_array_foreach(waits, i, row) {
         int64_t start = step_start(&ss, INT(row, 0));
         if (start < 0) continue;
-        if (add_slice(&s, start + seconds_ns(json_array_get(row, 2)),
-                      seconds_ns(json_array_get(row, 3)), INT(row, 4), tid_main, "data wait",
+        if (add_slice(s, start + seconds_ns(json_array_get(row, 2)),
+                      seconds_ns(json_array_get(row, 3)), PID(row, 4), tid_main, "data wait",
                       "data", INT(row, 0)))
-            goto oom;
+            goto done;
     }
     json_array_foreach(colls, i, row) {
         int64_t start = step_start(&ss, INT(row, 0));
         if (start < 0) continue;
         double ms = json_number_value(json_array_get(row, 3));
-        if (add_slice(&s, start + seconds_ns(json_array_get(row, 2)),
-                      isfinite(ms) ? (int64_t)llround(ms * 1e6) : 0, INT(row, 4), tid_main,
+        if (add_slice(s, start + seconds_ns(json_array_get(row, 2)),
+                      isfinite(ms) ? (int64_t)llround(ms * 1e6) : 0, PID(row, 4), tid_main,
                       STR(row, 1), "collective", INT(row, 0)))
-            goto oom;
+            goto done;
     }
-    (void)rank;
-    qsort(s.items, s.count, sizeof *s.items, by_thread_then_time);
-    make_nested(&s);
-
-    out = strcmp(a->output, "-") == 0 ? stdout : fopen(a->output, "w");
-    if (!out) {
-        pb_cli_error("cannot write %s: %s", a->output, strerror(errno));
-        goto done;
+#undef PID
+    if (anchor_ns) {
+        int64_t rel = step_start(&ss, anchor_step);
+        int64_t shift = anchor_ns - (rel >= 0 ? rel : ss.start_ns[ss.count]);
+        for (i = first_slice; i < s->count; i++) s->items[i].ts_ns += shift;
     }
-    if (write_trace(out, &s)) goto oom;
-    if ((out != stdout && fclose(out) != 0) || (out == stdout && fflush(out) != 0)) {
-        out = NULL;
-        pb_cli_error("cannot write %s: %s", a->output, strerror(errno));
-        goto done;
-    }
-    out = NULL;
-    if (strcmp(a->output, "-") != 0)
-        fprintf(stderr, "probing: wrote %zu slices over %zu steps to %s (open it in "
-                "https://ui.perfetto.dev or chrome://tracing)\n", s.count, ss.count, a->output);
-    rc = PB_EXIT_OK;
-    goto done;
-oom:
-    pb_cli_error("out of memory");
+    *nsteps += ss.count;
+    rc = 0;
 done:
-    if (out && out != stdout) fclose(out);
-    for (i = 0; i < s.count; i++) free(s.items[i].name);
-    free(s.items);
     free(ss.start_ns);
     json_decref(steps);
     json_decref(main_thread);
     json_decref(modules);
     json_decref(waits);
     json_decref(colls);
+    return rc;
+}
+
+/* Writes s (sorted and nested) to a->output. Returns the exit status. */
+static int write_output(const pb_cli_args *a, const slices *s, json_t *meta, size_t nsteps)
+{
+    FILE *out = strcmp(a->output, "-") == 0 ? stdout : fopen(a->output, "w");
+    if (!out) {
+        pb_cli_error("cannot write %s: %s", a->output, strerror(errno));
+        return PB_EXIT_ERROR;
+    }
+    if (write_trace(out, s, meta)) {
+        if (out != stdout) fclose(out);
+        pb_cli_error("out of memory");
+        return PB_EXIT_ERROR;
+    }
+    if ((out != stdout && fclose(out) != 0) || (out == stdout && fflush(out) != 0)) {
+        pb_cli_error("cannot write %s: %s", a->output, strerror(errno));
+        return PB_EXIT_ERROR;
+    }
+    if (strcmp(a->output, "-") != 0)
+        fprintf(stderr, "probing: wrote %zu slices over %zu steps to %s (open it in "
+                "https://ui.perfetto.dev or chrome://tracing)\n", s->count, nsteps, a->output);
+    return PB_EXIT_OK;
+}
+
+static void free_slices(slices *s)
+{
+    for (size_t i = 0; i < s->count; i++) free(s->items[i].name);
+    free(s->items);
+}
+
+/* timeline --ranks: one process per rank on the CLI's clock (see the header). */
+static int timeline_ranks(const pb_cli_args *a)
+{
+    long deadline = a->deadline_s > 0 ? (long)(a->deadline_s * 1000) : PB_FANOUT_DEADLINE_MS;
+    pb_rank_ep *eps = NULL;
+    int n = 0, rc = PB_EXIT_ERROR, missing = 0;
+    size_t nsteps = 0;
+    slices s = {0};
+    if (pb_fanout_roster(&a->resolved, deadline, &eps, &n)) return PB_EXIT_ERROR;
+    unsigned char *sel = calloc((size_t)n, 1);
+    pb_fanout_req *reqs = calloc((size_t)n, sizeof *reqs);
+    json_t *meta = json_object(), *clocks = json_array(), *names = json_array();
+    if (!sel || !reqs || !meta || !clocks || !names) {
+        pb_cli_error("out of memory");
+        goto done;
+    }
+    if ((rc = pb_fanout_parse_ranks(a->ranks, n, sel))) goto done;
+    rc = PB_EXIT_ERROR;
+    for (int r = 0; r < n; r++) {
+        if (!sel[r]) continue;
+        if (eps[r].via[0] && !(eps[r].target.kind == PB_TARGET_TCP && !eps[r].target.token[0])) {
+            reqs[r].target = eps[r].target;
+            reqs[r].usable = 1;
+        } else {
+            snprintf(reqs[r].err, sizeof reqs[r].err, "%s", eps[r].why);
+        }
+    }
+    pb_fanout_run(reqs, n, "GET", "/api/rank", NULL, deadline);
+    int64_t t0 = 0;
+    for (int r = 0; r < n; r++) {
+        if (!sel[r]) continue;
+        json_t *ans = reqs[r].status == 200 ? reqs[r].root : NULL;
+        double now = json_number_value(json_object_get(ans, "now"));
+        double started = json_number_value(json_object_get(ans, "step_started"));
+        if (!ans || now <= 0) {
+            pb_cli_error("rank %d (%s) is missing: %s", r, eps[r].host[0] ? eps[r].host : "host unknown",
+                         reqs[r].err[0] ? reqs[r].err : "no clock in its answer");
+            missing++;
+            continue;
+        }
+        /* Cristian: the rank read its clock between sent and answered (CLI clock). */
+        double offset = now - (reqs[r].sent + reqs[r].answered) / 2;
+        double unc = (reqs[r].answered - reqs[r].sent) / 2;
+        json_array_append_new(clocks, json_pack("{s:i,s:s,s:f,s:f}", "rank", r, "host", eps[r].host,
+                                                "offset_ms", offset * 1e3, "uncertainty_ms", unc * 1e3));
+        size_t before = s.count;
+        int64_t anchor = started > 0 ? (int64_t)llround((started - offset) * 1e9) : 1;
+        int c = collect_slices(&reqs[r].target, r, json_integer_value(json_object_get(ans, "step")),
+                               anchor, &s, &nsteps);
+        if (c == -ENOMEM) {
+            pb_cli_error("out of memory");
+            goto done;
+        }
+        if (c) {
+            missing++;
+            continue;
+        }
+        for (size_t i = before; i < s.count; i++)
+            if (!t0 || s.items[i].ts_ns < t0) t0 = s.items[i].ts_ns;
+        char label[400];
+        snprintf(label, sizeof label, "rank %d (%s)", r, eps[r].host);
+        json_array_append_new(names, json_pack("{s:i,s:s}", "pid", r, "name", label));
+    }
+    for (size_t i = 0; i < s.count; i++) s.items[i].ts_ns -= t0;
+    qsort(s.items, s.count, sizeof *s.items, by_thread_then_time);
+    make_nested(&s);
+    json_object_set_new(meta, "clock", json_string(
+        "each rank's times moved to the CLI's wall clock by offset = rank clock - (request sent + "
+        "answer received) / 2 (Cristian); the true offset is within uncertainty of it; ts 0 is "
+        "start_unix"));
+    json_object_set_new(meta, "start_unix", json_real((double)t0 / 1e9));
+    json_object_set(meta, "ranks", clocks);
+    json_object_set(meta, "process_names", names);
+    rc = write_output(a, &s, meta, nsteps);
+    if (rc == PB_EXIT_OK && missing) rc = PB_EXIT_PARTIAL;
+done:
+    free_slices(&s);
+    if (reqs) pb_fanout_free(reqs, n);
+    free(reqs);
+    free(sel);
+    free(eps);
+    json_decref(meta);
+    json_decref(clocks);
+    json_decref(names);
+    return rc;
+}
+
+int cmd_timeline(const pb_cli_args *a)
+{
+    if (!a->output) {
+        pb_cli_error("timeline needs an output file: probing <target> timeline -o run.json");
+        return PB_EXIT_USAGE;
+    }
+    if (a->ranks) return timeline_ranks(a);
+    slices s = {0};
+    size_t nsteps = 0;
+    int rc = collect_slices(&a->resolved, -1, 0, 0, &s, &nsteps);
+    if (rc == -ENOMEM) pb_cli_error("out of memory");
+    if (rc) {
+        free_slices(&s);
+        return PB_EXIT_ERROR;
+    }
+    qsort(s.items, s.count, sizeof *s.items, by_thread_then_time);
+    make_nested(&s);
+    rc = write_output(a, &s, NULL, nsteps);
+    free_slices(&s);
     return rc;
 }

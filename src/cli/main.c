@@ -27,7 +27,8 @@ enum {
     OPT_FORMAT = 1, OPT_TIMEOUT = 2, OPT_OUTPUT = 4, OPT_JSON = 8, OPT_LAST = 16,
     OPT_STAGE = 32, OPT_FOLDED = 64, OPT_NATIVE = 128, OPT_CAPTURE = 256, OPT_RECORD = 512,
     OPT_FORCE = 1024, OPT_EXPORTER = 2048, OPT_PARQUET = 4096,
-    OPT_UI = 8192
+    OPT_UI = 8192,
+    OPT_RANKS = 16384, OPT_DEADLINE = 32768
 };
 
 typedef struct command {
@@ -46,13 +47,18 @@ static const command commands[] = {
      "list the processes traced by probing on this machine",
      "Scans the socket directory ($PROBING_DIR or /tmp/probing-<uid>) and asks each live agent\n"
      "who it is (1 s timeout each). Sockets of exited processes are skipped, not removed.\n"},
-    {"query", cmd_query, OPT_FORMAT, 1, 1, "probing <target> query \"SQL\" [-f table|csv|json]",
+    {"query", cmd_query, OPT_FORMAT | OPT_RANKS | OPT_DEADLINE, 1, 1,
+     "probing <target> query \"SQL\" [-f table|csv|json] [--ranks all|0,2-5 [--deadline S]]",
      "run a read-only SQL query in the target",
      "SQL may be split over several arguments (they are joined with spaces) or be '-' to read\n"
      "it from stdin. 'probing <target> tables' shows what can be queried.\n"
      "  -f table  aligned columns, NULL shown empty, \"(N rows)\" at the end (default)\n"
      "  -f csv    RFC 4180 with a header row\n"
-     "  -f json   an array of objects, one per row\n"},
+     "  -f json   an array of objects, one per row\n"
+     "  --ranks R   run it on ranks R of the target's torch.distributed job ('all', or a list\n"
+     "              such as 0,2-5), in parallel; the rows get 'rank' and 'host' columns first\n"
+     "  --deadline S  with --ranks: wait at most S seconds (default 5); ranks that do not\n"
+     "              answer are named on stderr and the exit status is 3 (docs/cluster.md)\n"},
     {"eval", cmd_eval, OPT_TIMEOUT, 1, 1, "probing <target> eval \"CODE\" [--timeout S]",
      "run Python code in the target's __main__",
      "The code's stdout and stderr are printed as they were captured. CODE may be '-' to read\n"
@@ -85,12 +91,16 @@ static const command commands[] = {
      "the SQL behind them; what the data cannot support is listed as missing.\n"
      "  --json    the same content as JSON (schema in docs/report.md)\n"
      "  --last N  only the last N complete steps (default: every step recorded)\n"},
-    {"timeline", cmd_timeline, OPT_OUTPUT, 1, 0, "probing <target> timeline -o FILE.json",
+    {"timeline", cmd_timeline, OPT_OUTPUT | OPT_RANKS | OPT_DEADLINE, 1, 0,
+     "probing <target> timeline -o FILE.json [--ranks all|0,2-5 [--deadline S]]",
      "write the recorded steps, modules, data waits and collectives as a Chrome trace",
      "Writes Chrome-trace JSON (\"traceEvents\", complete events, microseconds) that\n"
      "https://ui.perfetto.dev and chrome://tracing open: one slice per step, module execution\n"
      "(forward, backward), optimizer step, data-loader wait and collective, pid = rank,\n"
-     "tid = thread. '-o -' writes to stdout. See docs/cli.md for how times are derived.\n"},
+     "tid = thread. '-o -' writes to stdout. See docs/cli.md for how times are derived.\n"
+     "  --ranks R   one trace for ranks R of the target's job ('all' or 0,2-5): a process per\n"
+     "              rank, on this machine's clock, each rank's clock offset and its uncertainty\n"
+     "              in otherData (docs/cluster.md); exit status 3 when some ranks are missing\n"},
     {"flamegraph", cmd_flamegraph, OPT_OUTPUT | OPT_STAGE | OPT_FOLDED, 1, 0,
      "probing <target> flamegraph (-o FILE.svg | --folded [-o FILE]) [--stage S]",
      "draw module self time as a flame graph (SVG) or write folded stacks",
@@ -189,6 +199,23 @@ static const command commands[] = {
      "For one rank of a job, every rank of that job on this machine is shown. See docs/ui.md.\n"
      "  --listen ADDR:PORT  listen there (default 127.0.0.1 and a free port)\n"
      "  --open             open the URL in a browser ($BROWSER, else xdg-open)\n"},
+    {"ranks", cmd_ranks, OPT_FORMAT | OPT_DEADLINE, 1, 0,
+     "probing <target> ranks [-f table|csv|json] [--deadline S]",
+     "list every rank of the target's torch.distributed job, on every node",
+     "The roster comes from the job's own c10d store, where each rank's agent registers\n"
+     "(docs/cluster.md). Each rank is asked for its step and state (training, in a collective,\n"
+     "not answering, gone) at once; ranks on other hosts are reached over TCP with the job's\n"
+     "token (PROBING_TOKEN, PROBING_TOKEN_FILE or --token).\n"
+     "  --deadline S  wait at most S seconds for the ranks (default 5)\n"
+     "Exit status 3 when some ranks did not answer (their reason is in the state column).\n"},
+    {"hang", cmd_hang, OPT_DEADLINE, 1, 0, "probing <target> hang [--deadline S]",
+     "say which rank a stalled job waits for, and where that rank is",
+     "Compares every rank's last collective per process group (sequence number, entered or\n"
+     "completed) and prints the collective the others wait in, the ranks that have not entered\n"
+     "it with their Python stacks (read from outside the process), the waiting ranks' stacks\n"
+     "grouped, and mismatched collectives (docs/cluster.md).\n"
+     "  --deadline S  wait at most S seconds for the ranks (default 5)\n"
+     "Exit status 3 when some ranks did not answer (they are named).\n"},
 };
 
 #define COMMAND_COUNT (sizeof commands / sizeof commands[0])
@@ -466,6 +493,22 @@ static int parse_command_args(const command *c, int argc, char **argv, int i, pb
                 return PB_EXIT_USAGE;
             }
             a->timeout_s = t;
+        } else if ((c->options & OPT_RANKS) &&
+                   (m = match_valued(argc, argv, &i, 0, "ranks", &value)) != 0) {
+            if (m < 0) return PB_EXIT_USAGE;
+            a->ranks = value;
+        } else if ((c->options & OPT_DEADLINE) &&
+                   (m = match_valued(argc, argv, &i, 0, "deadline", &value)) != 0) {
+            if (m < 0) return PB_EXIT_USAGE;
+            char *end;
+            errno = 0;
+            double t = strtod(value, &end);
+            if (errno || end == value || *end || !isfinite(t) || t <= 0 || t > 3600) {
+                pb_cli_error("--deadline wants a number of seconds above 0 (up to 3600), not "
+                             "'%s'", value);
+                return PB_EXIT_USAGE;
+            }
+            a->deadline_s = t;
         } else if ((c->options & OPT_NATIVE) && strcmp(arg, "--native") == 0) {
             a->native = 1;
         } else if ((c->options & OPT_JSON) && strcmp(arg, "--json") == 0) {

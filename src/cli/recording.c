@@ -17,7 +17,7 @@
 #include <string.h>
 
 static pb_db *db;
-static char db_path[4096]; /* the file db has open */
+static char db_path[4096]; /* the file db is open on (export and query --ranks read several in turn) */
 
 static int respond_error(pb_response *resp, long status, const char *message)
 {

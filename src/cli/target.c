@@ -62,8 +62,21 @@ static void find_token(int port, char *out, size_t outlen)
 {
     const char *given = token_option;
     if (!given || !*given) given = getenv("PROBING_TOKEN");
-    if (given && *given) snprintf(out, outlen, "%s", given);
-    else token_from_files(port, out, outlen);
+    if (given && *given) {
+        snprintf(out, outlen, "%s", given);
+        return;
+    }
+    /* A job's token file (docs/cluster.md): its first line. */
+    const char *file = getenv("PROBING_TOKEN_FILE");
+    FILE *f = file && *file ? fopen(file, "re") : NULL;
+    if (f) {
+        int ok = fgets(out, (int)outlen, f) != NULL;
+        fclose(f);
+        if (ok) out[strcspn(out, "\r\n")] = '\0';
+        if (ok && out[0]) return;
+        out[0] = '\0';
+    }
+    token_from_files(port, out, outlen);
 }
 
 int pb_target_is_pid(const char *s)

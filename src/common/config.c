@@ -35,6 +35,10 @@ static pb_config_entry entries[] = {
     {"PROBING_RECORD_FLUSH_MS", "1000", "how often the recorder copies new rows to its file (PROBING_RECORD, or 'probing <pid> record -o')", NULL},
     {"PROBING_RECORD_PID", "", "pid of the process 'probing run -o' started; other processes that inherit PROBING_RECORD record into <name>.rank<R>.<ext> (torchrun ranks) or <name>.pid<P>.<ext>", NULL},
     {"PROBING_RECORD_FORCE", "0", "1 lets PROBING_RECORD replace an existing recording (set by 'probing run -o FILE --force')", NULL},
+    {"PROBING_TOKEN_FILE", "", "file whose first line is the TCP token (used when PROBING_TOKEN is unset); a rank of a torch.distributed job with a token listens on TCP (docs/cluster.md)", NULL},
+    {"PROBING_HOST", "", "host name this process is listed under by 'probing <target> ranks' (default: gethostname())", NULL},
+    {"PROBING_ADVERTISE_ADDR", "", "address other nodes reach this rank's TCP endpoint at (default: the address of GLOO_SOCKET_IFNAME or NCCL_SOCKET_IFNAME when set, else the first IPv4 address of an interface that is up and not loopback)", NULL},
+    {"PROBING_JOB_HEARTBEAT", "5", "seconds between refreshes of this rank's entry in the job's c10d store (docs/cluster.md)", NULL},
     {"PROBING_DEBUG", "", "1 prints the agent's debug messages to stderr", NULL},
 };
 

@@ -101,5 +101,6 @@ double pb__report_percentile(const double *v, size_t n, double p);
 void pb__report_memory(pb__report *r);
 void pb__report_amp_hardware(pb__report *r);
 void pb__report_ranks(pb__report *r);
+void pb__report_cluster(pb__report *r); /* cluster.c: stragglers by node */
 
 #endif

@@ -1266,6 +1266,7 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
         json_object_set_new(r.doc, "memory", json_null());
     }
     pb__report_ranks(&r);
+    pb__report_cluster(&r);
     check_amp(&r);
     if (r.count) {
         pb__report_amp_hardware(&r);

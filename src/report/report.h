@@ -28,6 +28,7 @@ typedef struct pb_report_peer {
     const char *target;       /* how to name it in suggested commands (its pid), borrowed */
     pb_report_query_fn query; /* required */
     void *ctx;                /* passed to query, borrowed */
+    const char *host;         /* its host (the job's roster), borrowed; NULL when unknown */
 } pb_report_peer;
 
 typedef struct pb_report_source {

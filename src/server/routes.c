@@ -37,6 +37,9 @@ static int route_capture_trace(pb_server *s, const request *req, pb_buf *out);
 static int route_record_start(pb_server *s, const request *req, pb_buf *out);
 static int route_record_status(pb_server *s, const request *req, pb_buf *out);
 static int route_record_stop(pb_server *s, const request *req, pb_buf *out);
+static int route_job(pb_server *s, const request *req, pb_buf *out);
+static int route_rank(pb_server *s, const request *req, pb_buf *out);
+static int route_stack(pb_server *s, const request *req, pb_buf *out);
 
 static const struct route {
     const char *method;
@@ -56,6 +59,9 @@ static const struct route {
     {"POST", "/api/record", route_record_start, "GET, POST"},
     {"GET", "/api/record", route_record_status, "GET, POST"},
     {"POST", "/api/record/stop", route_record_stop, NULL},
+    {"GET", "/api/job", route_job, NULL},
+    {"GET", "/api/rank", route_rank, NULL},
+    {"GET", "/api/stack", route_stack, NULL},
 };
 
 #define NROUTES (sizeof routes / sizeof routes[0])
@@ -373,4 +379,33 @@ static int route_record_stop(pb_server *s, const request *req, pb_buf *out)
         status = o->record(o->ctx, PB_RECORD_STOP, NULL, out);
     json_decref(body);
     return status;
+}
+
+/* ---- the job (docs/cluster.md): callbacks of the agent's job registry ---- */
+
+static int route_job_fn(pb_server *s, pb_info_fn fn, const char *what, pb_buf *out)
+{
+    const pb_server_opts *o = pb__server_opts(s);
+    if (!fn) return pb__route_error(out, 503, "%s is not available in this process", what);
+    int rc = fn(o->ctx, out);
+    if (rc) return pb__route_error(out, 500, "cannot describe the %s: %s", what, pb_strerror(rc));
+    return 200;
+}
+
+static int route_job(pb_server *s, const request *req, pb_buf *out)
+{
+    (void)req;
+    return route_job_fn(s, pb__server_opts(s)->job, "job", out);
+}
+
+static int route_rank(pb_server *s, const request *req, pb_buf *out)
+{
+    (void)req;
+    return route_job_fn(s, pb__server_opts(s)->rank, "rank", out);
+}
+
+static int route_stack(pb_server *s, const request *req, pb_buf *out)
+{
+    (void)req;
+    return route_job_fn(s, pb__server_opts(s)->stack, "stack", out);
 }

@@ -106,6 +106,9 @@ typedef struct pb_server_opts {
     size_t max_request_bytes; /* larger request bodies get 413; 0: 4 MB */
     const char *token;        /* TCP bearer token (copied); NULL: PROBING_TOKEN, else generated */
     int tcp_eval;             /* 1: serve /api/eval on TCP; 0: only if PROBING_TCP_EVAL=1 */
+    pb_info_fn job;           /* GET /api/job (the job's roster); NULL: 503 */
+    pb_info_fn rank;          /* GET /api/rank (this rank's step and collectives); NULL: 503 */
+    pb_info_fn stack;         /* GET /api/stack (this process's Python stacks); NULL: 503 */
 } pb_server_opts;
 
 /* Opens the listeners and starts serving. *out is owned by the caller (pb_server_stop).

@@ -1,0 +1,666 @@
+/*
+ * job.c - the job registry in the c10d store and per-group collective state; see job.h.
+ *
+ * Why the job's own store: every rank of a torch.distributed job already talks to it (it is how
+ * init_process_group found the others), it is scoped to the job, and it needs no new service or
+ * port. What goes there is small JSON per rank, written by that rank only:
+ *   {"rank":3,"local_rank":1,"node_rank":1,"world":4,"host":"node-b","pid":123,
+ *    "unix":"/tmp/probing-0/123.sock","tcp":"10.0.0.2:41234","started":1700000000.1,
+ *    "hb":1700000100.2}
+ * Keys: "probing/v1/<job>/rank/<rank>", <job> being TORCHELASTIC_RUN_ID or "-" (the default
+ * group's store is already private to one run of init_process_group; the run id keeps an
+ * elastic restart's entries apart).
+ *
+ * Reading the roster: store.check(every key), then store.multi_get(every key) when all are
+ * there: two round trips for the whole job. When some are missing (a get on a missing key would
+ * wait for the store's timeout), key by key: store.check([key]), then store.get, 2 round trips
+ * per rank. Done only when someone asks (GET /api/job), never on a timer: a 1,000-rank job does
+ * not load its store with probing's reads unless a user runs `probing ranks`.
+ */
+#include "job.h"
+
+#include "clock.h"
+#include "config.h"
+#include "intern.h"
+#include "jsonw.h"
+#include "lifecycle.h"
+#include "log.h"
+#include "pystack.h"
+#include "torch_hooks.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_GROUPS 16
+#define ENTRY_MAX 1024
+
+/* ---------------------------------------------------------------- collective state */
+
+enum { COLL_NONE, COLL_ENTERED, COLL_COMPLETED, COLL_FAILED };
+
+typedef struct coll_slot {
+    PyObject *group;          /* strong ref; NULL for the default group [GIL held] */
+    _Atomic uint32_t version; /* odd while being written */
+    _Atomic uint32_t name_id; /* interned group name; 0: slot unused */
+    _Atomic uint64_t seq;
+    _Atomic uint32_t op_id;
+    _Atomic int state;
+    _Atomic int64_t bytes;
+    _Atomic int64_t enter_wall_ns, enter_mono_ns, exit_mono_ns;
+} coll_slot;
+
+static coll_slot slots[MAX_GROUPS];
+static _Atomic int nslots;
+static PyObject *default_group; /* the default process group object, to call it WORLD */
+
+/* The slot of group, made on first use. -1 when the table is full. [GIL held] */
+static int slot_of(PyObject *group)
+{
+    if (group == Py_None) group = NULL;
+    if (group && group == default_group) group = NULL;
+    int n = atomic_load(&nslots);
+    for (int i = 0; i < n; i++)
+        if (slots[i].group == group) return i;
+    if (n >= MAX_GROUPS) return -1;
+    uint32_t name = 0;
+    if (!group) {
+        name = pb_intern_cstr("WORLD");
+    } else {
+        PyObject *v = PyObject_GetAttrString(group, "group_name");
+        PyObject *s = v ? PyObject_Str(v) : NULL;
+        const char *t = s ? PyUnicode_AsUTF8(s) : NULL;
+        char buf[80];
+        snprintf(buf, sizeof buf, "%s", t && *t ? t : "?");
+        name = pb_intern_cstr(buf);
+        Py_XDECREF(s);
+        Py_XDECREF(v);
+        PyErr_Clear();
+        Py_INCREF(group);
+    }
+    slots[n].group = group;
+    atomic_store(&slots[n].name_id, name);
+    atomic_store(&nslots, n + 1);
+    return n;
+}
+
+int pb_job_coll_enter(PyObject *group, uint32_t op_id, int64_t bytes)
+{
+    int i = slot_of(group);
+    if (i < 0) return -1;
+    coll_slot *s = &slots[i];
+    atomic_fetch_add(&s->version, 1);
+    atomic_store_explicit(&s->seq, atomic_load_explicit(&s->seq, memory_order_relaxed) + 1, memory_order_relaxed);
+    atomic_store_explicit(&s->op_id, op_id, memory_order_relaxed);
+    atomic_store_explicit(&s->bytes, bytes, memory_order_relaxed);
+    atomic_store_explicit(&s->enter_wall_ns, pb_wall_ns(), memory_order_relaxed);
+    atomic_store_explicit(&s->enter_mono_ns, pb_now_ns(), memory_order_relaxed);
+    atomic_store_explicit(&s->state, COLL_ENTERED, memory_order_relaxed);
+    atomic_fetch_add(&s->version, 1);
+    return i;
+}
+
+void pb_job_coll_exit(int slot, int ok)
+{
+    if (slot < 0 || slot >= MAX_GROUPS) return;
+    coll_slot *s = &slots[slot];
+    atomic_fetch_add(&s->version, 1);
+    atomic_store_explicit(&s->exit_mono_ns, pb_now_ns(), memory_order_relaxed);
+    atomic_store_explicit(&s->state, ok ? COLL_COMPLETED : COLL_FAILED, memory_order_relaxed);
+    atomic_fetch_add(&s->version, 1);
+}
+
+/* ---------------------------------------------------------------- registry state */
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static pthread_t thread;
+static int registered;        /* [GIL held] */
+static int thread_running;    /* under mu */
+static int stop_requested;    /* under mu */
+static int roster_wanted;     /* under mu */
+static uint64_t roster_gen;   /* under mu: bumped after each roster read */
+static int64_t roster_read_ns; /* under mu */
+static pb_buf roster;         /* under mu: ",\"...\"" items of the "ranks" array */
+static pb_buf missing;        /* under mu: "1,5" */
+static char job_id[256];
+static char key_prefix[320];
+static char self_key[340];
+static int world, my_rank, local_rank, node_rank;
+static pid_t registered_pid;
+static double started_unix;
+static PyObject *store; /* strong ref, used by the thread with the GIL */
+static char host[256];
+static char tcp_addr[300];
+
+const char *pb_job_host(void)
+{
+    if (!host[0]) {
+        const char *h = pb_config_str("PROBING_HOST");
+        if (h && *h) snprintf(host, sizeof host, "%s", h);
+        else if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "localhost");
+        host[sizeof host - 1] = '\0';
+    }
+    return host;
+}
+
+/* The address other nodes reach us at: PROBING_ADVERTISE_ADDR, else the IPv4 address of the
+ * interface the job's own traffic uses when it names one (GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME:
+ * their first name), else the first IPv4 address of an interface that is up and not loopback,
+ * else "" (no TCP endpoint). */
+static void advertise_addr(char *out, size_t outlen)
+{
+    const char *given = pb_config_str("PROBING_ADVERTISE_ADDR");
+    out[0] = '\0';
+    if (given && *given) {
+        snprintf(out, outlen, "%s", given);
+        return;
+    }
+    char want[IF_NAMESIZE + 1] = "";
+    const char *named = getenv("GLOO_SOCKET_IFNAME");
+    if (!named || !*named) named = getenv("NCCL_SOCKET_IFNAME");
+    if (named && *named && *named != '^' && *named != '=') {
+        snprintf(want, sizeof want, "%s", named);
+        want[strcspn(want, ",")] = '\0';
+    }
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0) return;
+    for (int pass = want[0] ? 0 : 1; pass < 2 && !out[0]; pass++) { /* 0: the named one */
+        for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+            if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+            if (pass == 0 && strcmp(i->ifa_name, want) != 0) continue;
+            if ((i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP)) continue;
+            inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out, (socklen_t)outlen);
+            break;
+        }
+    }
+    freeifaddrs(ifs);
+}
+
+static int env_int(const char *name, int deflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : deflt;
+}
+
+/* This rank's entry as JSON (into a fixed buffer). */
+static void entry_text(char *out, size_t outlen)
+{
+    pb_buf b = PB_BUF_INIT;
+    pb_jsonw w;
+    pb_jsonw_init(&w, &b);
+    pb_jsonw_obj_begin(&w);
+    pb_jsonw_key(&w, "rank");
+    pb_jsonw_int(&w, my_rank);
+    pb_jsonw_key(&w, "local_rank");
+    pb_jsonw_int(&w, local_rank);
+    pb_jsonw_key(&w, "node_rank");
+    pb_jsonw_int(&w, node_rank);
+    pb_jsonw_key(&w, "world");
+    pb_jsonw_int(&w, world);
+    pb_jsonw_key(&w, "host");
+    pb_jsonw_str(&w, pb_job_host());
+    pb_jsonw_key(&w, "pid");
+    pb_jsonw_int(&w, registered_pid);
+    pb_jsonw_key(&w, "unix");
+    const char *ep = pb_agent_endpoint();
+    if (ep) pb_jsonw_str(&w, ep);
+    else pb_jsonw_null(&w);
+    pb_jsonw_key(&w, "tcp");
+    if (tcp_addr[0]) pb_jsonw_str(&w, tcp_addr);
+    else pb_jsonw_null(&w);
+    pb_jsonw_key(&w, "started");
+    pb_jsonw_double(&w, started_unix);
+    pb_jsonw_key(&w, "hb");
+    pb_jsonw_double(&w, (double)pb_wall_ns() / 1e9);
+    pb_jsonw_obj_end(&w);
+    snprintf(out, outlen, "%s", b.data ? b.data : "{}");
+    pb_buf_free(&b);
+}
+
+/* store.method(*args) with the GIL taken; returns a new reference or NULL (error cleared). */
+static PyObject *store_call(const char *method, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    PyObject *args = Py_VaBuildValue(fmt, ap);
+    va_end(ap);
+    PyObject *fn = args ? PyObject_GetAttrString(store, method) : NULL;
+    PyObject *r = fn ? PyObject_CallObject(fn, args) : NULL;
+    if (!r) {
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        PyObject *s = v ? PyObject_Str(v) : NULL;
+        pb_log_debug("job: store.%s failed: %s", method, s ? PyUnicode_AsUTF8(s) : "?");
+        Py_XDECREF(s);
+        Py_XDECREF(t);
+        Py_XDECREF(v);
+        Py_XDECREF(tb);
+        PyErr_Clear();
+    }
+    Py_XDECREF(fn);
+    Py_XDECREF(args);
+    return r;
+}
+
+static void heartbeat(void)
+{
+    char text[ENTRY_MAX];
+    entry_text(text, sizeof text);
+    PyObject *r = store_call("set", "(ss)", self_key, text);
+    Py_XDECREF(r);
+}
+
+static void add_entry(pb_buf *items, PyObject *v)
+{
+    char *data = NULL;
+    Py_ssize_t len = 0;
+    if (v && PyBytes_Check(v) && PyBytes_AsStringAndSize(v, &data, &len) == 0 && len > 0 &&
+        len < ENTRY_MAX) {
+        pb_buf_puts(items, items->len ? "," : "");
+        pb_json_escape(items, data, (size_t)len); /* a JSON string, quotes included */
+    }
+}
+
+/* When every rank has an entry: all of them in two round trips (store.check of every key, then
+ * store.multi_get). Returns 1 when done, 0 to read key by key. [thread, GIL held] */
+static int read_roster_at_once(pb_buf *items)
+{
+    PyObject *keys = PyList_New(world), *has = NULL, *values = NULL;
+    int done = 0;
+    for (int r = 0; keys && r < world; r++) {
+        char key[sizeof key_prefix + 16];
+        snprintf(key, sizeof key, "%s%d", key_prefix, r);
+        PyObject *k = PyUnicode_FromString(key);
+        if (!k) goto out;
+        PyList_SET_ITEM(keys, r, k);
+    }
+    if (!keys) goto out;
+    PyObject *check = PyObject_GetAttrString(store, "check");
+    has = check ? PyObject_CallOneArg(check, keys) : NULL;
+    Py_XDECREF(check);
+    if (!has || PyObject_IsTrue(has) != 1) goto out;
+    PyObject *multi = PyObject_GetAttrString(store, "multi_get");
+    values = multi ? PyObject_CallOneArg(multi, keys) : NULL;
+    Py_XDECREF(multi);
+    if (!values || !PyList_Check(values) || PyList_GET_SIZE(values) != world) goto out;
+    for (int r = 0; r < world; r++) add_entry(items, PyList_GET_ITEM(values, r));
+    done = 1;
+out:
+    PyErr_Clear();
+    Py_XDECREF(values);
+    Py_XDECREF(has);
+    Py_XDECREF(keys);
+    return done;
+}
+
+/* Reads every rank's entry. [thread, GIL held] */
+static void read_roster(pb_buf *items, pb_buf *miss)
+{
+    if (read_roster_at_once(items)) return;
+    for (int r = 0; r < world; r++) {
+        char key[sizeof key_prefix + 16];
+        snprintf(key, sizeof key, "%s%d", key_prefix, r);
+        PyObject *keys = Py_BuildValue("[s]", key);
+        PyObject *has = NULL;
+        if (keys) {
+            PyObject *fn = PyObject_GetAttrString(store, "check");
+            has = fn ? PyObject_CallOneArg(fn, keys) : NULL;
+            Py_XDECREF(fn);
+            PyErr_Clear();
+        }
+        Py_XDECREF(keys);
+        PyObject *v = has && PyObject_IsTrue(has) == 1 ? store_call("get", "(s)", key) : NULL;
+        Py_XDECREF(has);
+        size_t before = items->len;
+        add_entry(items, v);
+        if (items->len == before) {
+            pb_buf_printf(miss, "%s%d", miss->len ? "," : "", r);
+        }
+        Py_XDECREF(v);
+        PyErr_Clear();
+    }
+}
+
+static void *job_main(void *arg)
+{
+    (void)arg;
+    int64_t period_ns = (int64_t)(pb_config_double("PROBING_JOB_HEARTBEAT", 5) * 1e9);
+    if (period_ns < 100000000) period_ns = 100000000;
+    int64_t next_hb = 0;
+    pthread_mutex_lock(&mu);
+    for (;;) {
+        while (!stop_requested && !roster_wanted && pb_now_ns() < next_hb) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            int64_t wait = next_hb - pb_now_ns();
+            if (wait > 1000000000) wait = 1000000000;
+            if (wait < 1000000) wait = 1000000;
+            until.tv_sec += wait / 1000000000;
+            until.tv_nsec += wait % 1000000000;
+            if (until.tv_nsec >= 1000000000) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&cv, &mu, &until);
+        }
+        int stop = stop_requested, want = roster_wanted;
+        pthread_mutex_unlock(&mu);
+        pb_buf items = PB_BUF_INIT, miss = PB_BUF_INIT;
+        PyGILState_STATE g = PyGILState_Ensure();
+        if (stop) {
+            PyObject *r = store_call("delete_key", "(s)", self_key);
+            Py_XDECREF(r);
+        } else {
+            if (pb_now_ns() >= next_hb) {
+                heartbeat();
+                next_hb = pb_now_ns() + period_ns;
+            }
+            if (want) read_roster(&items, &miss);
+        }
+        PyGILState_Release(g);
+        pthread_mutex_lock(&mu);
+        if (stop) break;
+        if (want) {
+            roster_wanted = 0;
+            pb_buf_free(&roster);
+            pb_buf_free(&missing);
+            roster = items;
+            missing = miss;
+            roster_read_ns = pb_now_ns();
+            roster_gen++;
+            pthread_cond_broadcast(&cv);
+        } else {
+            pb_buf_free(&items);
+            pb_buf_free(&miss);
+        }
+    }
+    thread_running = 0;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+    return NULL;
+}
+
+/* Registers as rank of world in store (a new reference is taken). [GIL held] */
+static int register_with(PyObject *st, int rank, int size)
+{
+    world = size;
+    my_rank = rank;
+    Py_INCREF(st);
+    Py_XSETREF(store, st);
+    local_rank = env_int("LOCAL_RANK", -1);
+    node_rank = env_int("GROUP_RANK", env_int("NODE_RANK", -1));
+    registered_pid = getpid();
+    started_unix = (double)pb_wall_ns() / 1e9;
+    const char *run = getenv("TORCHELASTIC_RUN_ID");
+    snprintf(job_id, sizeof job_id, "%s", run && *run ? run : "-");
+    snprintf(key_prefix, sizeof key_prefix, "probing/v1/%s/rank/", job_id);
+    snprintf(self_key, sizeof self_key, "%s%d", key_prefix, my_rank);
+    int port = pb_agent_tcp_port();
+    if (port > 0) {
+        char addr[256];
+        advertise_addr(addr, sizeof addr);
+        if (addr[0]) snprintf(tcp_addr, sizeof tcp_addr, "%s:%d", addr, port);
+    }
+    heartbeat(); /* the first entry is there before init_process_group returns */
+    pthread_mutex_lock(&mu);
+    stop_requested = 0;
+    int rc = -pthread_create(&thread, NULL, job_main, NULL);
+    thread_running = rc == 0;
+    pthread_mutex_unlock(&mu);
+    if (rc) return rc;
+    registered = 1;
+    return 0;
+}
+
+int pb_job_register_store(PyObject *st, int rank, int size)
+{
+    if (registered || !pb_agent_endpoint()) return -EALREADY;
+    if (size < 1 || rank < 0 || rank >= size) return -EINVAL;
+    return register_with(st, rank, size);
+}
+
+int pb_job_register(void)
+{
+    if (registered || !pb_agent_endpoint()) return 0;
+    PyObject *c10d = PyImport_ImportModule("torch.distributed.distributed_c10d");
+    PyObject *init = c10d ? PyObject_CallMethod(c10d, "is_initialized", NULL) : NULL;
+    int rc = -ENOENT;
+    if (!init || PyObject_IsTrue(init) != 1) goto out;
+    PyObject *ws = PyObject_CallMethod(c10d, "get_world_size", NULL);
+    PyObject *rk = ws ? PyObject_CallMethod(c10d, "get_rank", NULL) : NULL;
+    int size = ws ? (int)PyLong_AsLong(ws) : 0;
+    int rank = rk ? (int)PyLong_AsLong(rk) : 0;
+    Py_XDECREF(ws);
+    Py_XDECREF(rk);
+    if (size < 2) goto out;
+    PyObject *st = PyObject_CallMethod(c10d, "_get_default_store", NULL);
+    if (!st) goto out;
+    Py_XDECREF(default_group);
+    default_group = PyObject_CallMethod(c10d, "_get_default_group", NULL);
+    if (!default_group) PyErr_Clear();
+    rc = register_with(st, rank, size);
+    Py_DECREF(st);
+out:
+    if (PyErr_Occurred()) PyErr_Clear();
+    Py_XDECREF(init);
+    Py_XDECREF(c10d);
+    if (rc && rc != -ENOENT) pb_log_debug("job: not registered (%d)", rc);
+    return rc;
+}
+
+void pb_job_stop(void)
+{
+    if (!registered || registered_pid != getpid()) return;
+    registered = 0;
+    int joined = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&mu);
+    stop_requested = 1;
+    pthread_cond_broadcast(&cv);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 200 * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    while (thread_running && pthread_cond_timedwait(&cv, &mu, &until) == 0) {}
+    joined = !thread_running;
+    pthread_mutex_unlock(&mu);
+    if (joined) pthread_join(thread, NULL);
+    else pthread_detach(thread); /* the store does not answer: never delay the exit for it */
+    Py_END_ALLOW_THREADS
+    if (joined) Py_CLEAR(store); /* else the thread may still use it */
+}
+
+void pb_job_forget_after_fork(void)
+{
+    registered = 0;
+    thread_running = 0;
+    pthread_mutex_init(&mu, NULL);
+    pthread_cond_init(&cv, NULL);
+}
+
+/* ---------------------------------------------------------------- the routes [server thread] */
+
+static void self_fields(pb_jsonw *w)
+{
+    pb_jsonw_key(w, "rank");
+    pb_jsonw_int(w, registered ? my_rank : env_int("RANK", 0));
+    pb_jsonw_key(w, "host");
+    pb_jsonw_str(w, pb_job_host());
+    pb_jsonw_key(w, "pid");
+    pb_jsonw_int(w, getpid());
+    pb_jsonw_key(w, "now");
+    pb_jsonw_double(w, (double)pb_wall_ns() / 1e9);
+}
+
+int pb_job_json(void *ctx, pb_buf *out)
+{
+    (void)ctx;
+    pb_jsonw w;
+    pb_jsonw_init(&w, out);
+    pb_jsonw_obj_begin(&w);
+    pb_jsonw_key(&w, "registered");
+    pb_jsonw_bool(&w, registered);
+    self_fields(&w);
+    pb_jsonw_key(&w, "world");
+    pb_jsonw_int(&w, registered ? world : 1);
+    if (!registered) {
+        pb_jsonw_key(&w, "reason");
+        pb_jsonw_str(&w, "not part of a torch.distributed job: init_process_group has not run in "
+                         "this process, or its world size is 1");
+        pb_jsonw_obj_end(&w);
+        return 0;
+    }
+    pb_jsonw_key(&w, "job");
+    pb_jsonw_str(&w, job_id);
+    pthread_mutex_lock(&mu);
+    uint64_t gen = roster_gen;
+    roster_wanted = 1;
+    pthread_cond_broadcast(&cv);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 2;
+    while (thread_running && roster_gen == gen && pthread_cond_timedwait(&cv, &mu, &until) == 0) {}
+    int fresh = roster_gen != gen;
+    pb_jsonw_key(&w, "fresh");
+    pb_jsonw_bool(&w, fresh);
+    pb_jsonw_key(&w, "roster_age_s");
+    if (roster_read_ns) pb_jsonw_double(&w, (double)(pb_now_ns() - roster_read_ns) / 1e9);
+    else pb_jsonw_null(&w);
+    pb_buf_printf(out, ",\"ranks\":[%s],\"missing\":[%s]", roster.data ? roster.data : "",
+                  missing.data ? missing.data : "");
+    pthread_mutex_unlock(&mu);
+    pb_jsonw_obj_end(&w);
+    return 0;
+}
+
+static const char *state_name(int s)
+{
+    switch (s) {
+    case COLL_ENTERED: return "entered";
+    case COLL_COMPLETED: return "completed";
+    case COLL_FAILED: return "failed";
+    default: return "none";
+    }
+}
+
+int pb_job_rank_json(void *ctx, pb_buf *out)
+{
+    (void)ctx;
+    pb_jsonw w;
+    pb_jsonw_init(&w, out);
+    pb_jsonw_obj_begin(&w);
+    self_fields(&w);
+    pb_jsonw_key(&w, "world");
+    pb_jsonw_int(&w, registered ? world : 1);
+    int64_t now = pb_now_ns(), wall = pb_wall_ns();
+    pb_jsonw_key(&w, "step");
+    pb_jsonw_int(&w, pb_torch_current_step());
+    int64_t start = pb_torch_step_start_ns();
+    pb_jsonw_key(&w, "step_started");
+    if (start > 0) pb_jsonw_double(&w, (double)(wall - (now - start)) / 1e9);
+    else pb_jsonw_null(&w);
+    pb_jsonw_key(&w, "collectives");
+    pb_jsonw_arr_begin(&w);
+    int n = atomic_load(&nslots);
+    for (int i = 0; i < n; i++) {
+        coll_slot *s = &slots[i];
+        uint32_t v0, v1, name, op;
+        uint64_t seq;
+        int state;
+        int64_t bytes, ew, em, xm;
+        int tries = 0;
+        do {
+            v0 = atomic_load(&s->version);
+            name = atomic_load(&s->name_id);
+            seq = atomic_load(&s->seq);
+            op = atomic_load(&s->op_id);
+            state = atomic_load(&s->state);
+            bytes = atomic_load(&s->bytes);
+            ew = atomic_load(&s->enter_wall_ns);
+            em = atomic_load(&s->enter_mono_ns);
+            xm = atomic_load(&s->exit_mono_ns);
+            v1 = atomic_load(&s->version);
+        } while ((v0 != v1 || (v0 & 1)) && ++tries < 100);
+        if (!name || !seq) continue;
+        pb_jsonw_obj_begin(&w);
+        pb_jsonw_key(&w, "group");
+        pb_jsonw_str(&w, pb_intern_get(name));
+        pb_jsonw_key(&w, "seq");
+        pb_jsonw_int(&w, (int64_t)seq);
+        pb_jsonw_key(&w, "op");
+        pb_jsonw_str(&w, pb_intern_get(op));
+        pb_jsonw_key(&w, "bytes");
+        pb_jsonw_int(&w, bytes);
+        pb_jsonw_key(&w, "state");
+        pb_jsonw_str(&w, state_name(state));
+        pb_jsonw_key(&w, "entered");
+        pb_jsonw_double(&w, (double)ew / 1e9);
+        pb_jsonw_key(&w, "for_s");
+        pb_jsonw_double(&w, (double)((state == COLL_ENTERED ? now : xm) - em) / 1e9);
+        pb_jsonw_obj_end(&w);
+    }
+    pb_jsonw_arr_end(&w);
+    pb_jsonw_obj_end(&w);
+    return 0;
+}
+
+int pb_job_stack_json(void *ctx, pb_buf *out)
+{
+    (void)ctx;
+    char why[512] = "";
+    pb_pystack *st = NULL;
+    int rc = pb_pystack_read(getpid(), &st, why, sizeof why);
+    pb_jsonw w;
+    pb_jsonw_init(&w, out);
+    pb_jsonw_obj_begin(&w);
+    self_fields(&w);
+    if (rc) {
+        pb_jsonw_key(&w, "error");
+        pb_jsonw_str(&w, why[0] ? why : "cannot read this process's Python stacks");
+        pb_jsonw_obj_end(&w);
+        return 0;
+    }
+    pb_jsonw_key(&w, "threads");
+    pb_jsonw_arr_begin(&w);
+    for (int t = 0; t < st->thread_count; t++) {
+        pb_pythread *th = &st->threads[t];
+        pb_jsonw_obj_begin(&w);
+        pb_jsonw_key(&w, "native_id");
+        pb_jsonw_int(&w, (int64_t)th->native_id);
+        pb_jsonw_key(&w, "name");
+        pb_jsonw_str(&w, th->name);
+        pb_jsonw_key(&w, "main");
+        pb_jsonw_bool(&w, (pid_t)th->native_id == getpid());
+        pb_jsonw_key(&w, "frames");
+        pb_jsonw_arr_begin(&w);
+        for (int f = 0; f < th->frame_count; f++) {
+            pb_jsonw_obj_begin(&w);
+            pb_jsonw_key(&w, "function");
+            pb_jsonw_str(&w, th->frames[f].function ? th->frames[f].function : "?");
+            pb_jsonw_key(&w, "file");
+            pb_jsonw_str(&w, th->frames[f].file ? th->frames[f].file : "?");
+            pb_jsonw_key(&w, "line");
+            pb_jsonw_int(&w, th->frames[f].line);
+            pb_jsonw_obj_end(&w);
+        }
+        pb_jsonw_arr_end(&w);
+        pb_jsonw_obj_end(&w);
+    }
+    pb_jsonw_arr_end(&w);
+    pb_jsonw_obj_end(&w);
+    pb_pystack_free(st);
+    return 0;
+}

@@ -1,0 +1,68 @@
+/*
+ * job.h - the job registry: every rank of a torch.distributed job finds the others through the
+ * job's own c10d store, and the state of each rank's collectives for `probing hang`.
+ *
+ * After init_process_group (world size > 1) each agent writes its endpoint (host, rank, local
+ * rank, node rank, pid, Unix socket, TCP address when it listens) as JSON under
+ * "probing/v1/<run id>/rank/<rank>" in the default group's store, refreshes it every
+ * PROBING_JOB_HEARTBEAT seconds and deletes it at exit (best effort, at most 200 ms). The store
+ * holds endpoints only, never the token. One thread ("probing-job") does all store traffic with
+ * the GIL taken for the duration of one store call (the store's bindings let go of it while they
+ * wait on the network); the server thread never takes the GIL: GET /api/job asks that thread for
+ * a fresh roster and waits at most 2 s for it, else answers with the last one it has.
+ *
+ * Collective state: every recorded collective (distributed.c) goes through pb_job_coll_enter /
+ * pb_job_coll_exit, which keep per process group a sequence number (1 for the first call on that
+ * group), the operation, its payload bytes, and whether it is entered or completed, with the
+ * times. GET /api/rank reads them without a lock (a per-slot sequence counter makes the read
+ * consistent). See docs/cluster.md.
+ */
+#ifndef PB_AGENT_JOB_H
+#define PB_AGENT_JOB_H
+
+#include <Python.h>
+
+#include "buf.h"
+
+#include <stdint.h>
+
+/* Registers this rank in the default group's store and starts the heartbeat thread, when
+ * torch.distributed is initialised with a world size above 1; else does nothing. Idempotent.
+ * Never raises: returns 0, or a negative code with the reason logged at debug level.
+ * [GIL held] */
+int pb_job_register(void);
+
+/* The same with any object that has the c10d Store methods set/get/check/delete_key (bench/
+ * fanout.py registers lightweight agents, without torch, through a store of files). Returns 0,
+ * -EALREADY (registered, or the agent is off) or -EINVAL. [GIL held] */
+int pb_job_register_store(PyObject *store, int rank, int world);
+
+/* Stops the heartbeat thread and deletes this rank's key, waiting at most 200 ms for the store.
+ * [GIL held; lets go of it while waiting] */
+void pb_job_stop(void);
+
+/* The child after fork(): forgets the registry without touching the thread (the parent's). */
+void pb_job_forget_after_fork(void);
+
+/* Per-group collective state. group: the call's group argument (borrowed; NULL or None = the
+ * default group). Returns a slot handle for pb_job_coll_exit, or -1 when untracked.
+ * [GIL held] */
+int pb_job_coll_enter(PyObject *group, uint32_t op_id, int64_t bytes);
+void pb_job_coll_exit(int slot, int ok);
+
+/* GET /api/job: {"registered", "job", "world", "self": {...}, "ranks": [entry text...],
+ * "missing": [...], "roster_age_s", "reason"}. [server thread] */
+int pb_job_json(void *ctx, pb_buf *out);
+
+/* GET /api/rank: this rank's state: rank, host, pid, step, step times, collectives.
+ * [server thread] */
+int pb_job_rank_json(void *ctx, pb_buf *out);
+
+/* GET /api/stack: this process's Python stacks, read from outside the interpreter (pystack.h,
+ * on its own pid: no GIL needed, so it works while the main thread holds it). [server thread] */
+int pb_job_stack_json(void *ctx, pb_buf *out);
+
+/* The host name ranks are listed under: PROBING_HOST, else gethostname(). [any thread] */
+const char *pb_job_host(void);
+
+#endif

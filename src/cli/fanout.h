@@ -1,0 +1,73 @@
+/*
+ * fanout.h - one request to many agents at once, and the roster of a job.
+ *
+ * pb_fanout_run sends the same kind of request to N targets through one libcurl multi handle,
+ * at most `parallel` at a time, and stops waiting at a deadline: a rank that does not answer
+ * in time gets a reason ("did not answer within 3 s") and the others' answers are kept. Each
+ * request records the wall-clock times it was sent and answered, for the Cristian-style clock
+ * offset of `timeline --ranks` (offset = rank's clock - (sent + answered) / 2, uncertainty
+ * (answered - sent) / 2).
+ *
+ * pb_fanout_roster asks one agent for its job's roster (GET /api/job) and turns each rank's
+ * entry into a target: the Unix socket when the rank is on this host (PROBING_HOST or
+ * gethostname() equal to the entry's host), else its TCP address with the job's token
+ * (--token, PROBING_TOKEN, PROBING_TOKEN_FILE); ranks without either keep a reason.
+ * See docs/cluster.md.
+ */
+#ifndef PB_CLI_FANOUT_H
+#define PB_CLI_FANOUT_H
+
+#include "target.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+#define PB_FANOUT_PARALLEL 64      /* requests in flight at once */
+#define PB_FANOUT_DEADLINE_MS 5000L /* default --deadline */
+
+typedef struct pb_fanout_req {
+    /* in */
+    pb_target target;
+    int usable;          /* 0: not sent (err says why) */
+    /* out */
+    long status;         /* HTTP status, 0 when no answer */
+    json_t *root;        /* the answer's JSON object (owned), NULL when none */
+    char err[512];       /* why there is no answer */
+    double sent, answered; /* wall clock, seconds */
+    int file_done;       /* internal: a recording, answered before the network requests */
+} pb_fanout_req;
+
+/* Sends method path (body: borrowed JSON text or NULL) to every usable request, waiting at most
+ * deadline_ms in all. Fills status/root/err of each. Returns 0, or -1 when libcurl could not
+ * start (err of each says so). [main thread] */
+int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *path,
+                  const char *body, long deadline_ms);
+
+/* Frees the answers of n requests (not the array). */
+void pb_fanout_free(pb_fanout_req *reqs, int n);
+
+/* One rank of the roster. */
+typedef struct pb_rank_ep {
+    int rank;
+    int registered;      /* has an entry in the store */
+    char host[256];
+    int pid, local_rank, node_rank;
+    double heartbeat;    /* wall clock of its last heartbeat, 0 when none */
+    char via[16];        /* "unix", "tcp", "file" (a recording) or "" */
+    char why[256];       /* when via is "": why it cannot be reached */
+    pb_target target;    /* valid when via is set */
+} pb_rank_ep;
+
+/* The roster of the job t belongs to, ranks 0..world-1 in order (*out malloc'ed, caller frees;
+ * *n = world). A process outside a distributed job gives a roster of itself (world 1). On
+ * failure prints why ("probing: ...") and returns 1. [main thread] */
+int pb_fanout_roster(const pb_target *t, long deadline_ms, pb_rank_ep **out, int *n);
+
+/* Parses "all", "3", "0,2-5" into sel[0..n-1] (1 = selected). Returns 0, or prints why and
+ * returns 2 (usage). */
+int pb_fanout_parse_ranks(const char *spec, int n, unsigned char *sel);
+
+/* This host's name as the roster means it (PROBING_HOST, else gethostname()). */
+const char *pb_fanout_local_host(void);
+
+#endif

@@ -1,0 +1,52 @@
+"""One rank of a small gloo job that keeps training until it is killed: the workload of the
+multi-node tests (tests/integration/test_cluster.py). Started once per rank with RANK,
+WORLD_SIZE, MASTER_ADDR and MASTER_PORT in the environment (no torchrun, so a test can put
+ranks on different network namespaces).
+
+Each step: load_batch() (which sleeps while CONTROL.sleep.<rank> exists: a rank stuck in its
+input pipeline; CONTROL.slow.<rank> makes it take 30 ms more), a forward/backward on a small linear model, an optimizer step, then an
+all_reduce of the loss on the default group, so the other ranks wait for a sleeping one in that
+all_reduce. After 3 steps each rank prints "READY <rank>". About 20 steps a second.
+
+    RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python cluster_job.py CONTROL
+"""
+import datetime
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def load_batch(control, rank):
+    while os.path.exists(f"{control}.sleep.{rank}"):
+        time.sleep(0.05)
+    if os.path.exists(f"{control}.slow.{rank}"):
+        time.sleep(0.03)
+    return torch.randn(8, 16)
+
+
+def main():
+    control = sys.argv[1]
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
+    rank = dist.get_rank()
+    model = torch.nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    step = 0
+    while True:
+        x = load_batch(control, rank)
+        loss = model(x).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        step += 1
+        if step == 3:
+            print(f"READY {rank}", flush=True)
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    main()
