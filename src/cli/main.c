@@ -69,14 +69,16 @@ static const command commands[] = {
      "  -o FILE.db  keep the whole record in the SQLite file FILE.db, flushed every second,\n"
      "              at exit and on SIGTERM; read it later with 'probing FILE.db query ...'\n"
      "              (docs/recordings.md)\n"},
-    {"report", cmd_report, OPT_JSON | OPT_LAST, 1, 0, "probing <target> report [--json] [--last N]",
+    {"report", cmd_report, OPT_JSON | OPT_LAST, 1, 1, "probing <target> report [--json] [--last N] [RANK.db ...]",
      "diagnose the training: baseline, bottleneck, component, what to look at next",
      "Follows the four phases of the profiling method (baseline, bottleneck type, component,\n"
      "operation) and its checks (memory growth, collectives, load imbalance, AMP, host syncs,\n"
      "first-iteration overhead) over the recorded steps. Every finding shows its numbers and\n"
      "the SQL behind them; what the data cannot support is listed as missing.\n"
      "  --json    the same content as JSON (schema in docs/report.md)\n"
-     "  --last N  only the last N complete steps (default: every step recorded)\n"},
+     "  --last N  only the last N complete steps (default: every step recorded)\n"
+     "  RANK.db   when the target is a recording: the recordings of the job's other ranks,\n"
+     "            read together for the load-imbalance check (probing r0.db report r1.db)\n"},
     {"timeline", cmd_timeline, OPT_OUTPUT, 1, 0, "probing <target> timeline -o FILE.json",
      "write the recorded steps, modules, data waits and collectives as a Chrome trace",
      "Writes Chrome-trace JSON (\"traceEvents\", complete events, microseconds) that\n"
