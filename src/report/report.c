@@ -26,7 +26,8 @@
 #define WARMUP_FACTOR 1.5        /* a leading step this much above the later median is warm-up */
 #define OUTLIER_FACTOR 3.0       /* a steady step this much above the median is an outlier */
 #define SLOW_FACTOR 1.8          /* ... this much above it counts as slow (periods, shares) */
-#define PERIOD_AGREE 0.6         /* share of the gaps between slow steps that must agree */
+#define PERIOD_MIN 3             /* slow steps on the period's lattice needed */
+#define PERIOD_COVER 0.75        /* share of the period's steps in the window that are slow */
 #define SLOW_WARNING_SHARE 0.25  /* slow steps' share of the wall time worth a warning */
 #define SLOW_CRITICAL_SHARE 0.50 /* ... that makes them the headline */
 #define UNACCOUNTED_SHARE 0.30   /* time outside modules/optimizer worth a warning */
@@ -571,31 +572,75 @@ static void slow_steps(pb__report *r)
         if (worst == r->count || s->wall > r->steps[worst].wall) worst = i;
     }
     if (!nslow || (over == 0 && nslow < 3)) goto done;
-    /* A period: the gap between consecutive slow steps that most of the gaps have. */
-    long long period = 0;
+    /* A period: for each gap g between consecutive slow steps, the slow steps on the lattice
+     * phase + k g (the most common step % g) and the share of that lattice, over the window,
+     * that is slow. The period connects the most slow steps (the smallest such g); a stray slow
+     * step on a busy machine, or a cycle that missed the cut, does not break it. */
+    long long period = 0, phase = 0, lo_step = r->steps[r->warmup].step,
+              hi_step = r->steps[r->count - 1].step;
     size_t agree = 0;
     for (size_t a = 1; a < nslow; a++) {
-        long long gap = r->steps[slow[a]].step - r->steps[slow[a - 1]].step;
-        size_t same = 0;
-        for (size_t b = 1; b < nslow; b++)
-            same += r->steps[slow[b]].step - r->steps[slow[b - 1]].step == gap;
-        if (same > agree) agree = same, period = gap;
+        long long g = r->steps[slow[a]].step - r->steps[slow[a - 1]].step;
+        if (g <= 1 || g == period) continue;
+        size_t best = 0;
+        long long best_ph = 0;
+        for (size_t b = 0; b < nslow; b++) {
+            long long ph = r->steps[slow[b]].step % g;
+            size_t on = 0;
+            for (size_t c = 0; c < nslow; c++) on += r->steps[slow[c]].step % g == ph;
+            if (on > best) best = on, best_ph = ph;
+        }
+        long long first = lo_step + ((best_ph - lo_step % g) % g + g) % g;
+        double points = first > hi_step ? 0 : (double)((hi_step - first) / g + 1);
+        double cover = points > 0 ? (double)best / points : 0;
+        if (best >= PERIOD_MIN && cover >= PERIOD_COVER &&
+            (best > agree || (best == agree && g < period)))
+            agree = best, period = g, phase = best_ph;
     }
-    int periodic = nslow >= 3 && period > 1 && (double)agree >= PERIOD_AGREE * (double)(nslow - 1);
+    int periodic = period > 0;
     if (!periodic && over == 0) goto done;
-    /* Which part of the step grew: the slow steps' mean parts over the other steps' means. */
-    double slow_part[6] = {0}, rest_part[6] = {0};
-    size_t rest = 0;
-    for (size_t i = r->warmup; i < r->count; i++) {
-        const pb__step_row *s = &r->steps[i];
-        if (!pb__report_timing_step(r, i) || (kind >= 0 && s->detail != kind)) continue;
-        double p[6] = {s->forward, s->backward, s->optimizer, s->data,
-                       s->collectives + s->grad_sync, 0};
-        p[5] = s->wall - p[0] - p[1] - p[2] - p[3] - p[4];
-        int is_slow = s->wall > SLOW_FACTOR * median;
-        for (int k = 0; k < 6; k++) (is_slow ? slow_part : rest_part)[k] += p[k];
-        rest += !is_slow;
+    /* The steps the finding is about: the period's slow steps, or the outliers (over
+     * OUTLIER_FACTOR x the median) when there is no period; stray slow steps are neither. */
+    size_t k2 = 0;
+    slow_wall = 0;
+    worst = r->count;
+    for (size_t a = 0; a < nslow; a++) {
+        const pb__step_row *s = &r->steps[slow[a]];
+        if (periodic ? s->step % period != phase : !(s->wall > OUTLIER_FACTOR * median)) continue;
+        slow[k2++] = slow[a];
+        slow_wall += s->wall;
+        if (worst == r->count || s->wall > r->steps[worst].wall) worst = slow[a];
     }
+    nslow = k2;
+    /* Which part of the step grew: the median of each part over those steps minus its median
+     * over the other steps (medians: a descheduled step on a busy machine must not decide). */
+    double delta[6];
+    double *sv = malloc(cap * sizeof *sv), *rv = malloc(cap * sizeof *rv);
+    if (!sv || !rv) {
+        free(sv);
+        free(rv);
+        goto done;
+    }
+    for (int k = 0; k < 6; k++) {
+        size_t ns = 0, nr = 0, at = 0;
+        for (size_t i = r->warmup; i < r->count; i++) {
+            const pb__step_row *s = &r->steps[i];
+            if (!pb__report_timing_step(r, i) || (kind >= 0 && s->detail != kind)) continue;
+            double p[6] = {s->forward, s->backward, s->optimizer, s->data,
+                           s->collectives + s->grad_sync, 0};
+            p[5] = s->wall - p[0] - p[1] - p[2] - p[3] - p[4];
+            while (at < nslow && slow[at] < i) at++;
+            if (at < nslow && slow[at] == i)
+                sv[ns++] = p[k];
+            else
+                rv[nr++] = p[k];
+        }
+        qsort(sv, ns, sizeof *sv, pb__report_cmp_double);
+        qsort(rv, nr, sizeof *rv, pb__report_cmp_double);
+        delta[k] = pb__report_percentile(sv, ns, 50) - (nr ? pb__report_percentile(rv, nr, 50) : 0);
+    }
+    free(sv);
+    free(rv);
     static const char *const part_text[6] = {
         "the forward, without a backward to match: an evaluation pass (forwards under no_grad)",
         "backward",
@@ -607,16 +652,13 @@ static void slow_steps(pb__report *r)
     static const char *const part_key[6] = {"forward", "backward", "optimizer", "data",
                                             "communication", "other"};
     int grew = 0;
-    double delta[6];
-    for (int k = 0; k < 6; k++) {
-        delta[k] = slow_part[k] / (double)nslow - (rest ? rest_part[k] / (double)rest : 0);
+    for (int k = 0; k < 6; k++)
         if (delta[k] > delta[grew]) grew = k;
-    }
     if (grew == 0 && delta[1] > 0.5 * delta[0]) grew = 1; /* forward and backward: more work */
     double share = total > 0 ? slow_wall / total : 0;
     /* one or two slow steps without a period are a one-off (a GC pause, the machine), not a
      * pattern of the program */
-    const char *severity = !periodic && nslow < 3          ? "info"
+    const char *severity = !periodic && nslow < PERIOD_MIN ? "info"
                            : share >= SLOW_CRITICAL_SHARE  ? "critical"
                            : share >= SLOW_WARNING_SHARE ? "warning"
                                                          : "info";
@@ -641,18 +683,21 @@ static void slow_steps(pb__report *r)
                         "SELECT module, stage, duration, total_duration FROM python.torch_trace "
                         "WHERE step = %lld ORDER BY duration DESC LIMIT 10",
                         r->steps[worst].step);
+    double least = r->steps[slow[0]].wall;
+    for (size_t a = 1; a < nslow; a++)
+        if (r->steps[slow[a]].wall < least) least = r->steps[slow[a]].wall;
     char *claim;
     if (periodic)
         claim = pb__report_textf(
             "every %lld steps a slow step: %zu steps at %.1f-%.1fx the median hold %.0f%% of "
             "the wall time; in them %s takes %.3g ms more",
-            period, nslow, r->steps[slow[0]].wall / median, r->steps[worst].wall / median,
+            period, nslow, least / median, r->steps[worst].wall / median,
             100 * share, part_text[grew], 1e3 * delta[grew]);
     else
         claim = pb__report_textf(
             "%zu steady step%s took over %.1fx the median (%.0f%% of the wall time); the worst, "
             "step %lld, took %.1fx; in them %s takes %.3g ms more",
-            nslow, nslow == 1 ? "" : "s", SLOW_FACTOR, 100 * share, r->steps[worst].step,
+            nslow, nslow == 1 ? "" : "s", OUTLIER_FACTOR, 100 * share, r->steps[worst].step,
             r->steps[worst].wall / median, part_text[grew], 1e3 * delta[grew]);
     pb__report_finding(
         r, "outlier_steps", "baseline", severity, claim, nums, sql,
