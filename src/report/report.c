@@ -27,7 +27,7 @@
 #define OUTLIER_FACTOR 3.0       /* a steady step this much above the median is an outlier */
 #define SLOW_FACTOR 1.8          /* ... this much above it counts as slow (periods, shares) */
 #define PERIOD_MIN 3             /* slow steps on the period's lattice needed */
-#define PERIOD_COVER 0.75        /* share of the period's steps in the window that are slow */
+#define PERIOD_COVER 0.6         /* share of the period's steps in the window that are slow */
 #define SLOW_WARNING_SHARE 0.25  /* slow steps' share of the wall time worth a warning */
 #define SLOW_CRITICAL_SHARE 0.50 /* ... that makes them the headline */
 #define UNACCOUNTED_SHARE 0.30   /* time outside modules/optimizer worth a warning */

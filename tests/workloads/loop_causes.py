@@ -29,6 +29,7 @@ parser = wl.make_parser(__doc__.splitlines()[0], steps=60)
 parser.add_argument("--case", choices=CASES, default="healthy")
 parser.add_argument("--every", type=int, default=20, help="eval/checkpoint period in steps")
 parser.add_argument("--batch-size", type=int, default=64)
+parser.add_argument("--hidden", type=int, default=512, help="hidden width of the MLP")
 
 feature_bank = []  # the leak: every step's features, never cleared
 
@@ -68,7 +69,7 @@ def batches_from_text(records, batch_size):
 def main():
     args = parser.parse_args()
     wl.make_deterministic(args.seed)
-    width, hidden, classes = 256, 512, 8
+    width, hidden, classes = 256, args.hidden, 8
     g = torch.Generator().manual_seed(4321)
     inputs = torch.randn(4096, width, generator=g)
     labels = inputs[:, :classes].argmax(dim=1)
