@@ -2,6 +2,8 @@
  * recording.c - the agent's API over a recording file; see recording.h.
  *
  * The file is opened once per run of the CLI and kept open (a report makes dozens of queries).
+ * Several files can be open at once (`report` over the recordings of a job's ranks): each
+ * request selects the one of its target.
  */
 #include "recording.h"
 
@@ -13,7 +15,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-static pb_db *db;
+#define OPEN_MAX 64
+
+static pb_db *db; /* the file of the request being answered */
+static struct {
+    char path[4096];
+    pb_db *db;
+} open_files[OPEN_MAX];
+static int nopen;
+
+/* Makes db the open database of path, opening it the first time. Returns 0 or -1 (why set). */
+static int select_file(const char *path, char *why, size_t len)
+{
+    for (int i = 0; i < nopen; i++)
+        if (strcmp(open_files[i].path, path) == 0) {
+            db = open_files[i].db;
+            return 0;
+        }
+    if (nopen == OPEN_MAX) {
+        snprintf(why, len, "more than %d recordings at once", OPEN_MAX);
+        return -1;
+    }
+    pb_db *opened = NULL;
+    if (pb_db_open_file(path, &opened, why, len) != 0) return -1;
+    snprintf(open_files[nopen].path, sizeof open_files[nopen].path, "%s", path);
+    open_files[nopen++].db = opened;
+    db = opened;
+    return 0;
+}
 
 static int respond_error(pb_response *resp, long status, const char *message)
 {
@@ -79,7 +108,7 @@ int pb_recording_request(const pb_target *t, const char *method, const char *pat
     int rc = 0;
     resp->status = 0;
     memset(&resp->body, 0, sizeof resp->body);
-    if (!db && pb_db_open_file(t->file_path, &db, why, sizeof why) != 0) {
+    if (select_file(t->file_path, why, sizeof why) != 0) {
         snprintf(err, errlen, "cannot read the recording %s: %s", t->file_path, why);
         return -1;
     }

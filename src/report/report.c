@@ -657,11 +657,12 @@ static void slow_steps(pb__report *r)
     if (grew == 0 && delta[1] > 0.5 * delta[0]) grew = 1; /* forward and backward: more work */
     double share = total > 0 ? slow_wall / total : 0;
     /* one or two slow steps without a period are a one-off (a GC pause, the machine), not a
-     * pattern of the program */
+     * pattern of the program; without a period they can be the machine's (other processes on
+     * the cores), so never more than a warning */
     const char *severity = !periodic && nslow < PERIOD_MIN ? "info"
-                           : share >= SLOW_CRITICAL_SHARE  ? "critical"
-                           : share >= SLOW_WARNING_SHARE ? "warning"
-                                                         : "info";
+                           : share >= SLOW_CRITICAL_SHARE && periodic ? "critical"
+                           : share >= SLOW_WARNING_SHARE              ? "warning"
+                                                                      : "info";
     json_t *nums = json_object();
     json_object_set_new(nums, "slow_steps", json_integer((json_int_t)nslow));
     json_object_set_new(nums, "over_outlier_factor", json_integer((json_int_t)over));
