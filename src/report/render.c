@@ -1,7 +1,7 @@
 /*
  * render.c - the report (the JSON of pb_report_build) as text for a terminal.
  *
- * Walks the document in seed 002's order: baseline, bottleneck type, component, operation,
+ * Walks the document in the method's order: baseline, bottleneck type, component, operation,
  * then the checks, then what data was missing. Times are shown in ms, shares in %. Every
  * finding prints its SQL indented under it so it can be copied into `probing <target> query`.
  */
@@ -173,7 +173,7 @@ static void print_part(FILE *out, const char *name, json_t *mem, const char *key
     fputc('\n', out);
 }
 
-/* The memory section (seed 002's breakdown), then its findings. */
+/* The memory section (the breakdown of docs/report.md, "Memory"), then its findings. */
 static void print_memory(FILE *out, json_t *doc)
 {
     json_t *mem = json_object_get(doc, "memory");

@@ -1,6 +1,6 @@
 /*
- * report.c - the rules of `probing <target> report`: seed 002's four phases and the checks of
- * seeds 000/002/004, each computed from SQL the report prints beside its numbers.
+ * report.c - the rules of `probing <target> report`: the four phases and the checks of the
+ * method in docs/report.md, each computed from SQL the report prints beside its numbers.
  *
  * How it works: one query gives a row per step (python.steps when the agent records it, else
  * derived from python.torch_trace: the optimizer's `step` row ends at time_offset +
@@ -11,9 +11,10 @@
  * Optional tables (data loader, memory, AMP, collectives, GPU) are probed with a count first; a
  * missing or empty one is listed in "missing" and the rules that need it say so.
  *
- * Thresholds are the seeds' where they give one (GPU utilisation <70% / >90%, collectives
- * 20-30% normal and >50% flagged, load imbalance >10%, data loading time > compute time) and
- * otherwise named constants below.
+ * Thresholds are the method's (GPU utilisation <70% / >90%, collectives 20-30% normal, load
+ * imbalance >10%, data loading time > compute time) and otherwise named constants below; every
+ * one is listed in docs/report.md. Causes of lost time are not exclusive: each one above its
+ * threshold becomes a finding, costliest first.
  */
 #include "internal.h"
 
@@ -776,7 +777,7 @@ static void phase_baseline(pb__report *r)
                                 json_string("batch size unknown: no python.dataloader_trace, "
                                             "python.steps samples or DataLoader found by eval"));
         }
-        /* First-iteration overhead (seed 002: first iterations have 10-100x overhead). */
+        /* First-iteration overhead (docs/report.md, "Baseline"). */
         if (r->warmup > 0) {
             double median = pb__report_percentile(v, n, 50);
             json_t *nums = json_object();
