@@ -18,6 +18,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "gil.h"
 #include "intern.h"
 #include "log.h"
 #include "memsample.h"
@@ -40,6 +41,7 @@ static int64_t grad_sync_ns;
 static int64_t samples;
 static int32_t syncs;
 static int32_t batches;          /* DataLoader batches fetched in the step */
+static int gil_tried;            /* pb_gil_start was called */
 static double cpu_limit_mb = -1; /* read once: cgroup limit or RAM; NaN when unknown */
 static double cuda_total_mb = -1; /* read once: the current GPU's total memory; NaN unknown */
 static uint64_t optimizer_steps; /* optimizer.step() calls seen, ever */
@@ -105,6 +107,16 @@ static const pb_column steps_cols[] = {
     COL("rank", PB_COL_U16, pb_steps_row, rank, "distributed rank (RANK), 0 when not distributed"),
     COL("batches", PB_COL_I32, pb_steps_row, batches, "DataLoader batches fetched during the step: 0 means no DataLoader was seen (an input pipeline of its own), so data_wait 0 is then not a measured wait"),
     COL("detail", PB_COL_U8, pb_steps_row, detail, "1 when the step's module executions are in torch_trace (a detail step); 0 for a summary step (PROBING_DETAIL_EVERY)"),
+};
+
+static const pb_column gil_cols[] = {
+    COL("step", PB_COL_I64, pb_gil_row, step, "training step"),
+    COL("thread_id", PB_COL_I64, pb_gil_row, thread_id, "threading.get_ident() of the thread that held the GIL; 0 when it has exited since"),
+    COL("thread_name", PB_COL_STR_ID, pb_gil_row, name, "the thread's name (threading), e.g. MainThread"),
+    COL("training", PB_COL_U8, pb_gil_row, training, "1 for the thread that runs the training steps"),
+    COL("held", PB_COL_I32, pb_gil_row, held, "samples of the step in which this thread held the GIL"),
+    COL("samples", PB_COL_I32, pb_gil_row, samples, "GIL samples taken during the step (every PROBING_GIL_SAMPLE_MS, held or not)"),
+    COL("rank", PB_COL_U16, pb_gil_row, rank, "distributed rank (RANK), 0 when not distributed"),
 };
 
 static const char *const phase_names[] = {"step", "after_data", "after_forward", "after_loss",
@@ -188,14 +200,19 @@ TABLE(pb_table_layers, "layers", layer_cols, pb_layer_row,
       "one row per nn.Linear and convolution module, at its first forward: GEMM dimensions, dtypes, device",
       "empty until a Linear or convolution module runs outside a compiled region");
 
+TABLE(pb_table_gil, "gil", gil_cols, pb_gil_row,
+      "per step, the threads that held the GIL when sampled (every PROBING_GIL_SAMPLE_MS): a thread other than the training one holding it for a real share of the step slows the step",
+      "empty until the first step ends; always empty on a Python without a readable GIL (3.14+, free-threaded builds) or with PROBING_GIL_SAMPLE_MS=0");
+
 static pb_table *const tables[] = {&pb_table_dataloader_trace, &pb_table_steps, &pb_table_memory,
                                    &pb_table_amp_trace, &pb_table_memory_breakdown,
-                                   &pb_table_layers};
+                                   &pb_table_layers, &pb_table_gil};
 #define NTABLES (sizeof tables / sizeof tables[0])
 
 int pb_collect_tables_init(void)
 {
-    static const uint64_t capacity[NTABLES] = {1 << 16, 1 << 16, 1 << 17, 1 << 16, 1 << 14, 1 << 14};
+    static const uint64_t capacity[NTABLES] = {1 << 16, 1 << 16, 1 << 17, 1 << 16, 1 << 14, 1 << 14,
+                                               1 << 16};
     int rc = 0;
     for (size_t i = 0; i < NTABLES; i++)
         if ((rc = pb_ring_create(&tables[i]->ring, tables[i]->row_size, capacity[i]))) goto fail;
@@ -796,6 +813,15 @@ void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail)
     m.step = step;
     push(&pb_table_memory, &m);
 
+    /* The GIL's holders in this step; the sampler starts with the first step. */
+    pb_gil_row g[8];
+    if (!gil_tried) {
+        gil_tried = 1;
+        pb_gil_start();
+    }
+    int ng = pb_gil_take(step, s.rank, g, 8);
+    for (int i = 0; i < ng; i++) push(&pb_table_gil, &g[i]);
+
     memset(stage_ns, 0, sizeof stage_ns);
     data_wait_ns = samples = grad_sync_ns = 0;
     syncs = batches = 0;
@@ -1017,4 +1043,6 @@ void pb_collect_remove(void)
     autocast_device = 0;
     breakdown_first_step = -1;
     breakdown_count = 0;
+    pb_gil_stop();
+    gil_tried = 0;
 }

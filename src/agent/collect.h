@@ -106,6 +106,7 @@ typedef struct pb_layer_row {
     uint16_t rank;
 } pb_layer_row;
 
+extern pb_table pb_table_gil;
 extern pb_table pb_table_dataloader_trace, pb_table_steps, pb_table_memory, pb_table_amp_trace,
     pb_table_memory_breakdown, pb_table_layers;
 

@@ -12,6 +12,7 @@
 #include "error.h"
 #include "distributed.h"
 #include "eval.h"
+#include "gil.h"
 #include "intern.h"
 #include "jsonw.h"
 #include "log.h"
@@ -208,6 +209,7 @@ static void atfork_child(void)
     pb_sysmon_forget_after_fork();
     pb_eval_forget_after_fork();
     pb_capture_forget_after_fork();
+    pb_gil_forget_after_fork();
     started = 0;
 }
 

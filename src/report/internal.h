@@ -37,7 +37,7 @@ typedef struct pb__report {
     long long lo, hi; /* window bounds */
     int have_optimizer, from_steps_table;
     /* rows of each optional table: -1 missing, else the count */
-    long long n_steps, n_loader, n_memory, n_amp, n_nccl, n_gpu, n_breakdown, n_layers;
+    long long n_steps, n_loader, n_memory, n_amp, n_nccl, n_gpu, n_breakdown, n_layers, n_gil;
     double mean_wall;
     int device;             /* where the model runs: 0 unknown, 1 CPU, 2 GPU */
     int have_grad_sync;     /* python.steps has grad_sync */

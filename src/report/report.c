@@ -44,6 +44,7 @@
 #define LEAK_CRITICAL_H 6.0     /* out of memory sooner than this: critical */
 #define LEAK_WARNING_H 72.0     /* ... sooner than this: warning; later: info */
 #define SYNCS_PER_STEP 3.0
+#define GIL_SHARE 0.20           /* another thread's share of the GIL samples worth a warning */
 
 const char pb_report_conditions_code[] =
     "import json as _j, sys as _s\n"
@@ -1423,6 +1424,84 @@ static void check_collectives(pb__report *r)
             nums, sql, NULL);
 }
 
+/* The GIL: a thread other than the training one holding it for a real share of the sampled
+ * time ("Host time" in docs/report.md). python.gil (the agent's GIL sampler) per step and
+ * holder. */
+static void check_gil(pb__report *r)
+{
+    char sql[SQL_MAX];
+    if (r->n_gil <= 0) {
+        pb__report_finding(
+            r, "gil_contention", "bottleneck", "skipped",
+            pb__report_textf("GIL holders not checked: python.gil is %s",
+                             r->n_gil < 0 ? "absent (an agent or recording without the GIL "
+                                            "sampler)"
+                                          : "empty (no step yet, a Python whose GIL state "
+                                            "cannot be read, or PROBING_GIL_SAMPLE_MS=0)"),
+            NULL, NULL, NULL);
+        return;
+    }
+    long long first = pb__report_steady_first(r);
+    pb__report_sqlf(sql,
+                    "SELECT thread_id, thread_name, MAX(training) AS training, SUM(held) AS held,\n"
+                    "       (SELECT SUM(s) FROM (SELECT MAX(samples) AS s FROM python.gil WHERE step "
+                    "BETWEEN %lld AND %lld GROUP BY step)) AS samples\n"
+                    "FROM python.gil WHERE step BETWEEN %lld AND %lld\n"
+                    "GROUP BY thread_id, thread_name ORDER BY held DESC",
+                    first, r->hi, first, r->hi);
+    json_t *rows = pb__report_run(r, sql), *row, *top = NULL;
+    size_t i;
+    double total = 0, training = 0;
+    json_array_foreach(rows, i, row) {
+        total = pb__report_num(row, "samples", NULL);
+        if (pb__report_num(row, "training", NULL) != 0)
+            training += pb__report_num(row, "held", NULL);
+        else if (!top)
+            top = row;
+    }
+    if (!(total > 0)) {
+        pb__report_finding(r, "gil_contention", "bottleneck", "skipped",
+                           pb__report_textf("GIL holders not checked: no GIL sample in the "
+                                            "steady steps of the window"),
+                           NULL, sql, NULL);
+        json_decref(rows);
+        return;
+    }
+    double share = top ? pb__report_num(top, "held", NULL) / total : 0;
+    const char *name = top ? json_string_value(json_object_get(top, "thread_name")) : NULL;
+    json_t *nums = json_object();
+    json_object_set_new(nums, "samples", pb__report_real(total));
+    json_object_set_new(nums, "training_thread_share", pb__report_real(training / total));
+    json_object_set_new(nums, "thread", name ? json_string(name) : json_null());
+    json_object_set_new(nums, "thread_id", top ? json_integer((json_int_t)pb__report_num(top, "thread_id", NULL)) : json_null());
+    json_object_set_new(nums, "share", pb__report_real(share));
+    if (top && share >= GIL_SHARE) {
+        pb__report_finding(
+            r, "gil_contention", "bottleneck", "warning",
+            pb__report_textf("thread '%s' holds the GIL %.0f%% of the sampled time (the training "
+                             "thread %.0f%%): the training loop waits for it between its torch "
+                             "calls",
+                             name ? name : "?", 100 * share, 100 * training / total),
+            nums, sql,
+            "Python code on another thread competes with the training loop for the GIL: do that "
+            "work less often, in batches, or in another process (multiprocessing, a DataLoader "
+            "worker), or let it release the GIL (I/O, time.sleep) (docs/report.md, \"Host "
+            "time\"). See what it runs: `probing <target> backtrace` shows every thread's stack "
+            "and which one holds the GIL.");
+        pb__report_suggest(r, "see the stack of the thread that holds the GIL",
+                           "probing %s backtrace", pb__report_target(r));
+    } else {
+        pb__report_finding(
+            r, "gil_contention", "bottleneck", "ok",
+            top ? pb__report_textf("no other thread holds the GIL for long: the most, '%s', %.0f%% "
+                                   "of the sampled time (%.0f%% is flagged)",
+                                   name ? name : "?", 100 * share, 100 * GIL_SHARE)
+                : pb__report_textf("only the training thread held the GIL when sampled"),
+            nums, sql, NULL);
+    }
+    json_decref(rows);
+}
+
 static void check_amp(pb__report *r)
 {
     char sql[SQL_MAX];
@@ -1604,6 +1683,7 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
     r.n_amp = probe_table(&r, "python.amp_trace", "GradScaler scale and skipped steps");
     r.n_nccl = probe_table(&r, "python.nccl_trace", "collectives share");
     r.n_gpu = probe_table(&r, "system.gpu", "GPU utilisation (bottleneck type on a GPU)");
+    r.n_gil = probe_table(&r, "python.gil", "which threads hold the GIL (GIL contention)");
     r.n_layers = probe_table(&r, "python.layers",
                              "Linear/convolution shapes and dtypes (tensor-core alignment)");
     r.from_steps_table = r.n_steps > 0;
@@ -1668,6 +1748,7 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
         phase_baseline(&r);
         slow_steps(&r);
         phases_bottleneck_component(&r);
+        check_gil(&r);
         size_t steady = r.count - r.warmup;
         if (r.count > 1 && steady < PB_REPORT_MIN_STEADY)
             pb__report_finding(

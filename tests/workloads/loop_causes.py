@@ -11,11 +11,14 @@ cases:
   leak        keeps every step's hidden features in a list "for later analysis"
   eval        every --every steps: an evaluation pass over a validation loader (no_grad)
   checkpoint  every --every steps: torch.save of the model and the optimizer
+  gil_thread  a background thread ("metrics-aggregator") summarising the losses in pure Python
 """
 import json
 import os
 import random
 import tempfile
+import threading
+import time
 
 import torch
 from torch import nn
@@ -23,7 +26,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import _workload as wl
 
-CASES = ("healthy", "generator", "logging", "leak", "eval", "checkpoint")
+CASES = ("healthy", "generator", "logging", "leak", "eval", "checkpoint", "gil_thread")
 
 parser = wl.make_parser(__doc__.splitlines()[0], steps=60)
 parser.add_argument("--case", choices=CASES, default="healthy")
@@ -66,6 +69,15 @@ def batches_from_text(records, batch_size):
             xs, ys = [], []
 
 
+def aggregate_forever(history, stop):
+    """A metrics thread as people write them: recomputes running statistics over everything
+    seen so far, in Python, without pause; it holds the GIL for most of its time slice."""
+    while not stop.is_set():
+        values = list(history) or [0.0]
+        mean = sum(values) / len(values)
+        _ = sorted((v - mean) ** 2 for v in values * 50)
+
+
 def main():
     args = parser.parse_args()
     wl.make_deterministic(args.seed)
@@ -91,6 +103,10 @@ def main():
         while True:
             yield from train_loader
 
+    history, stop = [], threading.Event()
+    if args.case == "gil_thread":
+        threading.Thread(target=aggregate_forever, args=(history, stop),
+                         name="metrics-aggregator", daemon=True).start()
     model.train()
     loss = None
     data = batches()
@@ -120,7 +136,9 @@ def main():
         elif args.case == "checkpoint" and step % args.every == 0:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                         "step": step}, os.path.join(workdir, "checkpoint.pt"))
+        history.append(loss.item())
         wl.report_step(step, loss, args.print_every)
+    stop.set()
     log.close()
     wl.report_final(loss)
     wl.hold(args.hold_file)
