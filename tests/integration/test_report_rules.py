@@ -50,6 +50,8 @@ def test_healthy_twin_stays_clean(cli, traced):
     # throughput from python.steps.samples: 64 per step
     assert doc["baseline"]["batch_size"] == 64
     assert doc["baseline"]["batch_size_source"] == "python.steps samples"
+    gil = every(doc)["gil_contention"]
+    assert gil["severity"] == "ok" and gil["numbers"]["samples"] > 0, gil
     out = cli(t.target(), "report").stdout
     assert "seed 00" not in out and "GPU" not in out.split("\nMemory")[0], out
     assert out.splitlines()[1] == "primary finding: none - no problem found in the recorded data"
@@ -109,6 +111,19 @@ def test_checkpoint_every_n_steps_has_a_period(cli, traced):
     assert f["numbers"]["period_steps"] == 10, dump(doc)
     assert f["numbers"]["grew"] == "other", f
     assert "torch.save" in f["claim"]
+
+
+def test_background_thread_holding_the_gil_is_named(cli, traced):
+    t, doc = run_report(cli, traced, "gil_thread", 40)
+    f = problems(doc).get("gil_contention")
+    assert f is not None, dump(doc)
+    assert f["numbers"]["thread"] == "metrics-aggregator", f
+    assert f["numbers"]["share"] >= 0.2, f
+    assert "thread 'metrics-aggregator' holds the GIL" in f["claim"], f["claim"]
+    assert any(n["command"] == f"probing {t.target()} backtrace" for n in doc["next"]), doc["next"]
+    rows = cli.query(t.target(), "SELECT DISTINCT thread_name, training FROM python.gil "
+                                 "ORDER BY thread_name")
+    assert {"thread_name": "MainThread", "training": 1} in rows, rows
 
 
 def test_extra_arguments_need_a_recording(cli, traced):

@@ -1295,6 +1295,40 @@ static void test_straggler_mirror(void)
     json_decref(doc);
 }
 
+/* python.gil: a background thread holding the GIL 70% of the samples, and a quiet twin. */
+static void test_gil(void)
+{
+    for (int busy = 1; busy >= 0; busy--) {
+        fresh_now();
+        exec("CREATE TABLE python.gil (step INTEGER, thread_id INTEGER, thread_name TEXT,"
+             " training INTEGER, held INTEGER, samples INTEGER, rank INTEGER)");
+        for (int s = 0; s < 30; s++) {
+            char sql[256];
+            step_now(s, 80, 0.2, 20, 30, 5, 0, 64, 1, "cpu", 500, 24000);
+            snprintf(sql, sizeof sql,
+                     "INSERT INTO python.gil VALUES (%d, 1, 'MainThread', 1, %d, 8, 0),"
+                     " (%d, 7, 'metrics-aggregator', 0, %d, 8, 0)",
+                     s, busy ? 1 : 6, s, busy ? 6 : 0);
+            exec(sql);
+        }
+        json_t *doc = build(0, NULL);
+        if (busy) {
+            CHECK_STR(severity(doc, "gil_contention"), "warning", "GIL held by another thread");
+            CHECK(strstr(claim(doc, "gil_contention"), "thread 'metrics-aggregator' holds the GIL 75%")
+                      != NULL, "names the thread and its share");
+            CHECK(sql_reruns(finding(doc, "gil_contention")), "the GIL SQL re-runs");
+        } else {
+            CHECK_STR(severity(doc, "gil_contention"), "ok", "quiet twin: GIL ok");
+        }
+        json_decref(doc);
+    }
+    fresh_now();
+    for (int s = 0; s < 30; s++) step_now(s, 80, 0.2, 20, 30, 5, 0, 64, 1, "cpu", 500, 24000);
+    json_t *doc = build(0, NULL);
+    CHECK_STR(severity(doc, "gil_contention"), "skipped", "no python.gil: skipped");
+    json_decref(doc);
+}
+
 int main(void)
 {
     test_missing_trace();
@@ -1324,6 +1358,7 @@ int main(void)
     test_periodic();
     test_causes_throughput_sample();
     test_straggler_mirror();
+    test_gil();
     json_decref(test_info);
     sqlite3_close(db);
     return check_summary();
