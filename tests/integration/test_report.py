@@ -199,7 +199,7 @@ def test_report_needs_a_target(cli):
     r = cli("report", check=False)
     assert r.returncode == 2
     assert r.stderr == ("probing: report needs a target: probing <target> report [--json] "
-                        "[--last N] (see 'probing list')\n")
+                        "[--last N] [RANK.db ...] (see 'probing list')\n")
 
 
 def test_help_lists_report(cli):
