@@ -2,7 +2,7 @@
 tutorial's way) are traced like torchrun's, and the report finds a straggler from either rank
 live, and offline from the ranks' recordings read together (`probing r0.db report r1.db`).
 
-Rank 1 gets a 3x larger batch: it does 3x the forward and backward work, and rank 0 waits for
+Rank 1 gets a 6x larger batch: it does 6x the forward and backward work, and rank 0 waits for
 it in DDP's gradient all-reduce (python.steps.grad_sync): the step times are equal, the work
 and the wait are mirror images.
 """
@@ -37,7 +37,8 @@ def spawn_job(cli, env, session_dir):
     hold = work / "hold"
     job = launcher.command([cli.binary, "run", "--", PYTHON, "-u", WORKLOADS / "spawn_ddp.py",
                             "--steps", STEPS, "--port", free_port(), "--hold-file", hold,
-                            "--slow-rank", 1, "--print-every", 0], name="spawn")
+                            "--slow-rank", 1, "--slow-factor", 6, "--print-every", 0],
+                           name="spawn")
     job._poll("HOLDING from both ranks",
               lambda: len(re.findall(r"^HOLDING$", job.stdout(), re.M)) == 2, STEP_TIMEOUT_S)
     pids = {int(r): p for r, p in re.findall(r"^rank (\d) pid (\d+)$", job.stdout(), re.M)}
