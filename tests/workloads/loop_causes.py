@@ -92,7 +92,8 @@ def main():
     model = Net(width, hidden, classes)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     criterion = nn.CrossEntropyLoss()
-    workdir = tempfile.mkdtemp(prefix="probing-report-loop-")
+    tmp = tempfile.TemporaryDirectory(prefix="probing-report-loop-")  # removed at the end
+    workdir = tmp.name
     log = open(os.path.join(workdir, "metrics.jsonl"), "w")
 
     def batches():
@@ -140,6 +141,7 @@ def main():
         wl.report_step(step, loss, args.print_every)
     stop.set()
     log.close()
+    tmp.cleanup()
     wl.report_final(loss)
     wl.hold(args.hold_file)
 
