@@ -75,11 +75,46 @@ def _tell_where_ranks_recorded(template, started, pid):
         sys.stderr.write("probing: no rank wrote a recording matching %s\n" % pattern)
 
 
+def _start_with_process_group():
+    """In a multiprocessing child (spawn/forkserver), start the agent only once the child calls
+    torch.distributed.init_process_group: then it is a rank (torch.multiprocessing.spawn, a
+    multiprocessing.Process per rank), not a DataLoader worker, which never calls it. The
+    wrapper calls the original first, so the program sees the same result or exception; the
+    rank and world size it passed become RANK and WORLD_SIZE when the launcher did not set
+    them, so the agent names the rank as torchrun's would."""
+    def wrap():
+        c10d = sys.modules["torch.distributed.distributed_c10d"]
+        original = c10d.init_process_group
+        if getattr(original, "_probing_original", None) is not None:
+            return
+
+        def init_process_group(*args, **kwargs):
+            result = original(*args, **kwargs)
+            try:
+                if c10d.is_initialized():
+                    os.environ.setdefault("RANK", str(c10d.get_rank()))
+                    os.environ.setdefault("WORLD_SIZE", str(c10d.get_world_size()))
+                init()
+            except Exception as exc:  # never break the user's program
+                sys.stderr.write(f"probing: {exc}\n")
+            return result
+
+        init_process_group._probing_original = original
+        init_process_group.__wrapped__ = original
+        init_process_group.__doc__ = original.__doc__
+        init_process_group.__name__ = original.__name__
+        # Before torch.distributed copies c10d's names, so both see the wrapper.
+        c10d.init_process_group = init_process_group
+
+    from . import _importhook
+
+    _importhook.when_imported("torch.distributed.distributed_c10d", wrap)
+
+
 def init():
     """Starts the agent (once) and arranges for torch hooks whenever torch is imported.
-    Returns the Unix socket path, or None when the agent could not start."""
-    if _is_worker_child():
-        return None
+    Returns the Unix socket path, or None when the agent could not start. Called explicitly
+    (or by `probing <pid> inject`), it starts in any process, a multiprocessing child too."""
     if _is_launcher():
         template = os.environ.get("PROBING_RECORD", "")
         if template and not getattr(init, "_launcher_noted", False):
@@ -145,4 +180,7 @@ def endpoint():
 
 
 if os.environ.get("PROBING", "") != "0":
-    init()
+    if _is_worker_child():
+        _start_with_process_group()
+    else:
+        init()

@@ -18,6 +18,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "gil.h"
 #include "intern.h"
 #include "log.h"
 #include "memsample.h"
@@ -26,6 +27,8 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 int64_t pb_step_collectives_ns;
@@ -37,6 +40,10 @@ static int64_t data_wait_ns;
 static int64_t grad_sync_ns;
 static int64_t samples;
 static int32_t syncs;
+static int32_t batches;          /* DataLoader batches fetched in the step */
+static int gil_tried;            /* pb_gil_start was called */
+static double cpu_limit_mb = -1; /* read once: cgroup limit or RAM; NaN when unknown */
+static double cuda_total_mb = -1; /* read once: the current GPU's total memory; NaN unknown */
 static uint64_t optimizer_steps; /* optimizer.step() calls seen, ever */
 static int in_scaler_step;       /* inside GradScaler.step: it writes the amp row itself */
 static int autocast_on;
@@ -98,7 +105,18 @@ static const pb_column steps_cols[] = {
     COL("samples", PB_COL_I64, pb_steps_row, samples, "sum of the batch_size of the step's batches; 0 when unknown"),
     COL("syncs", PB_COL_I32, pb_steps_row, syncs, "host-device synchronisations in the step: torch.cuda.synchronize(), and .item()/.tolist()/.cpu() on CUDA tensors (0 on CPU)"),
     COL("rank", PB_COL_U16, pb_steps_row, rank, "distributed rank (RANK), 0 when not distributed"),
+    COL("batches", PB_COL_I32, pb_steps_row, batches, "DataLoader batches fetched during the step: 0 means no DataLoader was seen (an input pipeline of its own), so data_wait 0 is then not a measured wait"),
     COL("detail", PB_COL_U8, pb_steps_row, detail, "1 when the step's module executions are in torch_trace (a detail step); 0 for a summary step (PROBING_DETAIL_EVERY)"),
+};
+
+static const pb_column gil_cols[] = {
+    COL("step", PB_COL_I64, pb_gil_row, step, "training step"),
+    COL("thread_id", PB_COL_I64, pb_gil_row, thread_id, "threading.get_ident() of the thread that held the GIL; 0 when it has exited since"),
+    COL("thread_name", PB_COL_STR_ID, pb_gil_row, name, "the thread's name (threading), e.g. MainThread"),
+    COL("training", PB_COL_U8, pb_gil_row, training, "1 for the thread that runs the training steps"),
+    COL("held", PB_COL_I32, pb_gil_row, held, "samples of the step in which this thread held the GIL"),
+    COL("samples", PB_COL_I32, pb_gil_row, samples, "GIL samples taken during the step (every PROBING_GIL_SAMPLE_MS, held or not)"),
+    COL("rank", PB_COL_U16, pb_gil_row, rank, "distributed rank (RANK), 0 when not distributed"),
 };
 
 static const char *const phase_names[] = {"step", "after_data", "after_forward", "after_loss",
@@ -113,6 +131,7 @@ static const pb_column memory_cols[] = {
     COL("max_allocated_mb", PB_COL_F64, pb_memory_row, max_allocated_mb, "MB: torch.cuda.max_memory_allocated(); on CPU the peak sampled RSS since the step began"),
     COL("reserved_mb", PB_COL_F64, pb_memory_row, reserved_mb, "MB: torch.cuda.memory_reserved(); NULL on CPU"),
     COL("rss_mb", PB_COL_F64, pb_memory_row, rss_mb, "MB: process resident set size"),
+    COL("limit_mb", PB_COL_F64, pb_memory_row, limit_mb, "MB the process can use: on CUDA the device's total memory; on CPU the cgroup's memory.max, or MemTotal of /proc/meminfo when lower or unlimited; NULL when unknown"),
     COL("rank", PB_COL_U16, pb_memory_row, rank, "distributed rank (RANK), 0 when not distributed"),
 };
 
@@ -181,14 +200,19 @@ TABLE(pb_table_layers, "layers", layer_cols, pb_layer_row,
       "one row per nn.Linear and convolution module, at its first forward: GEMM dimensions, dtypes, device",
       "empty until a Linear or convolution module runs outside a compiled region");
 
+TABLE(pb_table_gil, "gil", gil_cols, pb_gil_row,
+      "per step, the threads that held the GIL when sampled (every PROBING_GIL_SAMPLE_MS): a thread other than the training one holding it for a real share of the step slows the step",
+      "empty until the first step ends; always empty on a Python without a readable GIL (3.14+, free-threaded builds) or with PROBING_GIL_SAMPLE_MS=0");
+
 static pb_table *const tables[] = {&pb_table_dataloader_trace, &pb_table_steps, &pb_table_memory,
                                    &pb_table_amp_trace, &pb_table_memory_breakdown,
-                                   &pb_table_layers};
+                                   &pb_table_layers, &pb_table_gil};
 #define NTABLES (sizeof tables / sizeof tables[0])
 
 int pb_collect_tables_init(void)
 {
-    static const uint64_t capacity[NTABLES] = {1 << 16, 1 << 16, 1 << 17, 1 << 16, 1 << 14, 1 << 14};
+    static const uint64_t capacity[NTABLES] = {1 << 16, 1 << 16, 1 << 17, 1 << 16, 1 << 14, 1 << 14,
+                                               1 << 16};
     int rc = 0;
     for (size_t i = 0; i < NTABLES; i++)
         if ((rc = pb_ring_create(&tables[i]->ring, tables[i]->row_size, capacity[i]))) goto fail;
@@ -291,6 +315,60 @@ static int cuda_in_use(void)
     return on;
 }
 
+/* The first number in file `path` (bytes, or kB with kb set, after `key` when key is not NULL);
+ * NaN when the file is absent, says "max" or has no such line. [any thread] */
+static double read_limit_bytes(const char *path, const char *key)
+{
+    char buf[4096];
+    FILE *f = fopen(path, "re");
+    if (!f) return NAN;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = buf;
+    if (key) {
+        p = strstr(buf, key);
+        if (!p) return NAN;
+        p += strlen(key);
+    }
+    char *end = NULL;
+    double v = strtod(p, &end);
+    if (end == p || !(v > 0)) return NAN;
+    return key ? v * 1024.0 : v;
+}
+
+/* MB of memory this process can use on the CPU: the cgroup's limit (v2 memory.max, v1
+ * memory.limit_in_bytes) or the machine's RAM, whichever is lower; NaN when neither can be read.
+ * Read once: a leak's projection needs the order of magnitude, not a live figure. [GIL held] */
+static double cpu_limit(void)
+{
+    if (cpu_limit_mb >= 0 || isnan(cpu_limit_mb)) return cpu_limit_mb;
+    double ram = read_limit_bytes("/proc/meminfo", "MemTotal:");
+    double cg = read_limit_bytes("/sys/fs/cgroup/memory.max", NULL);
+    if (isnan(cg)) cg = read_limit_bytes("/sys/fs/cgroup/memory/memory.limit_in_bytes", NULL);
+    double b = isnan(cg) || (!isnan(ram) && ram < cg) ? ram : cg;
+    cpu_limit_mb = isnan(b) ? NAN : b / (1024.0 * 1024.0);
+    return cpu_limit_mb;
+}
+
+/* MB of the current CUDA device, read once; NaN when it cannot be had. [GIL held] */
+static double cuda_limit(double dev)
+{
+    if (cuda_total_mb >= 0 || isnan(cuda_total_mb)) return cuda_total_mb;
+    cuda_total_mb = NAN;
+    if (!cuda_get_device_properties || isnan(dev)) return cuda_total_mb;
+    PyObject *idx = PyLong_FromLong((long)dev);
+    PyObject *props = idx ? PyObject_CallOneArg(cuda_get_device_properties, idx) : NULL;
+    PyObject *total = props ? PyObject_GetAttr(props, str_total_memory) : NULL;
+    double bytes = total ? PyFloat_AsDouble(total) : NAN;
+    if (!PyErr_Occurred() && bytes > 0) cuda_total_mb = bytes / (1024.0 * 1024.0);
+    Py_XDECREF(total);
+    Py_XDECREF(props);
+    Py_XDECREF(idx);
+    PyErr_Clear();
+    return cuda_total_mb;
+}
+
 static void read_memory(pb_memory_row *r, int phase)
 {
     r->step = pb_torch_current_step();
@@ -305,12 +383,14 @@ static void read_memory(pb_memory_row *r, int phase)
         r->allocated_mb = call_double(cuda_memory_allocated) / (1024.0 * 1024.0);
         r->max_allocated_mb = call_double(cuda_max_memory_allocated) / (1024.0 * 1024.0);
         r->reserved_mb = call_double(cuda_memory_reserved) / (1024.0 * 1024.0);
+        r->limit_mb = cuda_limit(dev);
     } else {
         double peak = pb_memsample_peak_mb();
         r->device = device_cpu;
         r->allocated_mb = r->rss_mb;
         r->max_allocated_mb = peak > r->rss_mb ? peak : r->rss_mb;
         r->reserved_mb = NAN;
+        r->limit_mb = cpu_limit();
     }
 }
 
@@ -722,6 +802,7 @@ void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail)
                           s.grad_sync_ns);
     s.samples = samples;
     s.syncs = syncs;
+    s.batches = batches;
     s.rank = pb_torch_rank();
     s.detail = (uint8_t)(detail != 0);
     push(&pb_table_steps, &s);
@@ -732,9 +813,18 @@ void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail)
     m.step = step;
     push(&pb_table_memory, &m);
 
+    /* The GIL's holders in this step; the sampler starts with the first step. */
+    pb_gil_row g[8];
+    if (!gil_tried) {
+        gil_tried = 1;
+        pb_gil_start();
+    }
+    int ng = pb_gil_take(step, s.rank, g, 8);
+    for (int i = 0; i < ng; i++) push(&pb_table_gil, &g[i]);
+
     memset(stage_ns, 0, sizeof stage_ns);
     data_wait_ns = samples = grad_sync_ns = 0;
-    syncs = 0;
+    syncs = batches = 0;
     phases_seen = 0;
     breakdown_count = 0;
     pb_step_collectives_ns = 0;
@@ -766,6 +856,7 @@ static PyObject *dataloader_next(PyObject *orig, PyObject *const *args, size_t n
     push(&pb_table_dataloader_trace, &r);
     data_wait_ns += r.wait_ns;
     samples += r.batch_size;
+    batches++;
     pb_collect_phase(PB_PHASE_AFTER_DATA);
     return batch;
 }
@@ -944,7 +1035,7 @@ void pb_collect_remove(void)
     PyErr_Restore(et, ev, tb);
     memset(stage_ns, 0, sizeof stage_ns);
     data_wait_ns = samples = grad_sync_ns = 0;
-    syncs = 0;
+    syncs = batches = 0;
     pb_step_collectives_ns = 0;
     in_scaler_step = 0;
     phases_seen = 0;
@@ -952,4 +1043,6 @@ void pb_collect_remove(void)
     autocast_device = 0;
     breakdown_first_step = -1;
     breakdown_count = 0;
+    pb_gil_stop();
+    gil_tried = 0;
 }

@@ -59,6 +59,7 @@ typedef struct pb_steps_row {
     int64_t grad_sync_ns;
     int64_t samples;
     int32_t syncs;
+    int32_t batches; /* DataLoader batches fetched in the step: 0 = no DataLoader, not "no wait" */
     uint16_t rank;
     uint8_t detail; /* the step's module executions are in torch_trace */
 } pb_steps_row;
@@ -66,6 +67,7 @@ typedef struct pb_steps_row {
 typedef struct pb_memory_row {
     int64_t step;
     double allocated_mb, max_allocated_mb, reserved_mb, rss_mb; /* NaN reads as NULL */
+    double limit_mb; /* memory the process may use: GPU total on CUDA, cgroup/RAM on CPU */
     uint32_t device; /* intern id: "cpu", "cuda:0", ... */
     uint16_t rank;
     uint8_t phase;   /* PB_PHASE_* */
@@ -104,6 +106,7 @@ typedef struct pb_layer_row {
     uint16_t rank;
 } pb_layer_row;
 
+extern pb_table pb_table_gil;
 extern pb_table pb_table_dataloader_trace, pb_table_steps, pb_table_memory, pb_table_amp_trace,
     pb_table_memory_breakdown, pb_table_layers;
 

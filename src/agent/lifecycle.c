@@ -12,6 +12,7 @@
 #include "error.h"
 #include "distributed.h"
 #include "eval.h"
+#include "gil.h"
 #include "intern.h"
 #include "job.h"
 #include "jsonw.h"
@@ -218,6 +219,7 @@ static void atfork_child(void)
     pb_eval_forget_after_fork();
     pb_capture_forget_after_fork();
     pb_job_forget_after_fork();
+    pb_gil_forget_after_fork();
     started = 0;
 }
 

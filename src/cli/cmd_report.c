@@ -11,6 +11,10 @@
  * job: the rendezvous address every rank of a torchrun job shares), the agents in the socket
  * directory are asked for their /api/info (as `probing list` does, 1 s each) and those of the
  * same job and world size with another rank become the report's peers, queried the same way.
+ *
+ * Recordings hold one rank each: `probing rank0.db report rank1.db ...` reads the files named
+ * after `report` as the other ranks of the same job (each must be a recording of another rank
+ * of the same world size), so load imbalance is checked offline too.
  */
 #include "cli.h"
 #include "client.h"
@@ -261,6 +265,68 @@ static void find_peers(const pb_cli_args *a, json_t *info, peers *p)
                  : "");
 }
 
+/* The recordings named after `report`, as the other ranks of the target recording's job. Returns
+ * 0, or prints why one cannot be used and returns PB_EXIT_USAGE / PB_EXIT_ERROR. */
+static int recording_peers(const pb_cli_args *a, json_t *info, peers *p)
+{
+    size_t n = (size_t)a->positional_count;
+    json_t *rank_v = json_object_get(info, "rank"), *world_v = json_object_get(info, "world_size");
+    memset(p, 0, sizeof *p);
+    if (a->resolved.kind != PB_TARGET_FILE) {
+        pb_cli_error("report takes other recordings only when the target is a recording (got "
+                     "'%s' after report; a live rank's other ranks are found by themselves)",
+                     a->positional[0]);
+        return PB_EXIT_USAGE;
+    }
+    p->targets = calloc(n, sizeof *p->targets);
+    p->list = calloc(n, sizeof *p->list);
+    p->names = calloc(n, sizeof *p->names);
+    if (!p->targets || !p->list || !p->names) {
+        pb_cli_error("out of memory");
+        return PB_EXIT_ERROR;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *spec = a->positional[i];
+        pb_target *t = &p->targets[i];
+        int rc = pb_target_resolve(spec, t);
+        if (rc) return rc;
+        if (t->kind != PB_TARGET_FILE) {
+            pb_cli_error("'%s' is not a recording: report reads the other ranks of a recording "
+                         "from their recordings (probing rank0.db report rank1.db ...)",
+                         spec);
+            return PB_EXIT_USAGE;
+        }
+        json_t *other = peer_info(t);
+        json_t *r = json_object_get(other, "rank"), *w = json_object_get(other, "world_size");
+        const char *problem = NULL;
+        if (!json_is_integer(r))
+            problem = "it does not say which rank it recorded (a recording from an older agent)";
+        else if (json_is_integer(rank_v) && json_integer_value(r) == json_integer_value(rank_v))
+            problem = "it holds the same rank as the target";
+        else if (json_is_integer(world_v) && json_is_integer(w) &&
+                 json_integer_value(w) != json_integer_value(world_v))
+            problem = "its world size differs from the target's: another job";
+        for (size_t k = 0; !problem && k < p->count; k++)
+            if (p->list[k].rank == (int)json_integer_value(r))
+                problem = "another recording given holds the same rank";
+        if (problem) {
+            pb_cli_error("cannot read '%s' as another rank of '%s': %s", spec, a->target, problem);
+            json_decref(other);
+            return PB_EXIT_USAGE;
+        }
+        snprintf(p->names[p->count], sizeof p->names[p->count], "%s", spec);
+        p->list[p->count].rank = (int)json_integer_value(r);
+        p->list[p->count].target = spec;
+        p->list[p->count].query = query_target;
+        p->list[p->count].ctx = t;
+        p->count++;
+        json_decref(other);
+    }
+    snprintf(p->note, sizeof p->note, "%zu other rank%s from the recordings given", p->count,
+             p->count == 1 ? "" : "s");
+    return 0;
+}
+
 static void peers_free(peers *p)
 {
     free(p->targets);
@@ -293,7 +359,13 @@ int cmd_report(const pb_cli_args *a)
     src.info = info;
     cond = conditions(&a->resolved, why_buf, sizeof why_buf, &src.conditions_error);
     src.conditions = cond;
-    find_peers(a, info, &others);
+    if (a->positional_count) {
+        rc = recording_peers(a, info, &others);
+        if (rc) goto done;
+        rc = PB_EXIT_ERROR;
+    } else {
+        find_peers(a, info, &others);
+    }
     src.peers = others.list;
     src.npeers = others.count;
     src.peers_note = others.note[0] ? others.note : NULL;

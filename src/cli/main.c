@@ -83,14 +83,16 @@ static const command commands[] = {
      "              replaced by the rank, host name and pid. FILE must not exist, or be a\n"
      "              recording and --force given; anything else is refused\n"
      "  --force     replace FILE.db when it is a recording (never another kind of file)\n"},
-    {"report", cmd_report, OPT_JSON | OPT_LAST, 1, 0, "probing <target> report [--json] [--last N]",
+    {"report", cmd_report, OPT_JSON | OPT_LAST, 1, 1, "probing <target> report [--json] [--last N] [RANK.db ...]",
      "diagnose the training: baseline, bottleneck, component, what to look at next",
      "Follows the four phases of the profiling method (baseline, bottleneck type, component,\n"
      "operation) and its checks (memory growth, collectives, load imbalance, AMP, host syncs,\n"
      "first-iteration overhead) over the recorded steps. Every finding shows its numbers and\n"
      "the SQL behind them; what the data cannot support is listed as missing.\n"
      "  --json    the same content as JSON (schema in docs/report.md)\n"
-     "  --last N  only the last N complete steps (default: every step recorded)\n"},
+     "  --last N  only the last N complete steps (default: every step recorded)\n"
+     "  RANK.db   when the target is a recording: the recordings of the job's other ranks,\n"
+     "            read together for the load-imbalance check (probing r0.db report r1.db)\n"},
     {"timeline", cmd_timeline, OPT_OUTPUT | OPT_RANKS | OPT_DEADLINE, 1, 0,
      "probing <target> timeline -o FILE.json [--ranks all|0,2-5 [--deadline S]]",
      "write the recorded steps, modules, data waits and collectives as a Chrome trace",

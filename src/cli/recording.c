@@ -4,7 +4,9 @@
  * The file is opened once per run of the CLI and kept open (a report makes dozens of queries).
  * /api/info is the file's info row plus "ended": how the job and the recording ended (its `run`
  * table, probe.run), which a live agent does not have.
- * A request for another file (export of several recordings) closes it and opens that one.
+ * Several files can be open at once (`report` over the recordings of a job's ranks, export and
+ * query --ranks over several): each request selects the one of its target; past OPEN_MAX the
+ * file opened first is closed.
  */
 #include "recording.h"
 
@@ -16,8 +18,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-static pb_db *db;
-static char db_path[4096]; /* the file db is open on (export and query --ranks read several in turn) */
+#define OPEN_MAX 64
+
+static pb_db *db; /* the file of the request being answered */
+static struct {
+    char path[4096];
+    pb_db *db;
+} open_files[OPEN_MAX];
+static int nopen;
+
+/* Makes db the open database of path, opening it the first time. Returns 0 or -1 (why set). */
+static int select_file(const char *path, char *why, size_t len)
+{
+    for (int i = 0; i < nopen; i++)
+        if (strcmp(open_files[i].path, path) == 0) {
+            db = open_files[i].db;
+            return 0;
+        }
+    if (nopen == OPEN_MAX) { /* close the file opened first */
+        pb_db_close(open_files[0].db);
+        memmove(&open_files[0], &open_files[1], sizeof open_files[0] * (OPEN_MAX - 1));
+        nopen--;
+    }
+    pb_db *opened = NULL;
+    if (pb_db_open_file(path, &opened, why, len) != 0) return -1;
+    snprintf(open_files[nopen].path, sizeof open_files[nopen].path, "%s", path);
+    open_files[nopen++].db = opened;
+    db = opened;
+    return 0;
+}
 
 static int respond_error(pb_response *resp, long status, const char *message)
 {
@@ -99,16 +128,9 @@ int pb_recording_request(const pb_target *t, const char *method, const char *pat
     int rc = 0;
     resp->status = 0;
     memset(&resp->body, 0, sizeof resp->body);
-    if (db && strcmp(db_path, t->file_path) != 0) {
-        pb_db_close(db);
-        db = NULL;
-    }
-    if (!db) {
-        if (pb_db_open_file(t->file_path, &db, why, sizeof why) != 0) {
-            snprintf(err, errlen, "cannot read the recording %s: %s", t->file_path, why);
-            return -1;
-        }
-        snprintf(db_path, sizeof db_path, "%s", t->file_path);
+    if (select_file(t->file_path, why, sizeof why) != 0) {
+        snprintf(err, errlen, "cannot read the recording %s: %s", t->file_path, why);
+        return -1;
     }
     if (strcmp(path, "/api/query") == 0 && strcmp(method, "POST") == 0) {
         json_error_t jerr;

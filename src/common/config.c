@@ -28,6 +28,7 @@ static pb_config_entry entries[] = {
     {"PROBING_BACKWARD", "1", "0 records forward and optimizer only (no autograd node hooks: cheaper)", NULL},
     {"PROBING_DDP_HOOK", "", "DistributedDataParallel's all-reduces are recorded through a comm hook by default for power-of-two group sizes (bit-identical); 1 for any size, 0 never", NULL},
     {"PROBING_MEM_SAMPLE_MS", "5", "period of the RSS sampler feeding allocated/max_allocated on CPU", NULL},
+    {"PROBING_GIL_SAMPLE_MS", "10", "period of the GIL sampler behind python.gil (which thread holds the GIL); 0 turns it off", NULL},
     {"PROBING_SYSTEM_SAMPLE_MS", "1000", "period of the system.process / system.gpu sampler (minimum 10)", NULL},
     {"PROBING_NVML_LIBRARY", "", "NVML library to dlopen for system.gpu (default libnvidia-ml.so.1; tests point it at a fake)", NULL},
     {"PROBING_MEMORY_PHASE_EVERY", "50", "python.memory records phase rows (after_data, before_forward, ...) and python.memory_breakdown a row per optimizer on every N-th step (the breakdown also on the first optimizer step); 0 never", NULL},

@@ -158,7 +158,7 @@ static void check_bf16(pb__report *r, const amp_use *u)
             nums, sql,
             "BF16 needs Ampere (A100) or newer; on Volta/Turing (V100, T4) use FP16 with "
             "autocast(dtype=torch.float16) and a GradScaler: FP16 tensor cores give the 2-3x "
-            "speedup (seed 004).");
+            "speedup (docs/report.md, \"Mixed precision\").");
     } else {
         pb__report_finding(r, "amp_bf16", "check", "ok",
                            pb__report_textf("bf16 on a GPU with bf16 tensor cores (compute "
@@ -258,7 +258,7 @@ static void check_alignment(pb__report *r, const amp_use *u)
     json_object_set_new(nums, "layers", worst);
     const char *advice = "Ensure dimensions are multiples of 8 (FP16) or 16 (BF16): BAD (batch=31, "
                          "seq_len=127, hidden=509), GOOD (batch=32, seq_len=128, hidden=512) "
-                         "(seed 002). Pad hidden sizes and vocabularies, and pick batch sizes and "
+                         "(docs/report.md, \"Mixed precision\"). Pad hidden sizes and vocabularies, and pick batch sizes and "
                          "sequence lengths (or pad them) to such multiples.";
     if (!misaligned)
         pb__report_finding(r, "tensor_cores", "check", "ok",

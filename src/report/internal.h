@@ -21,7 +21,10 @@
 typedef struct pb__step_row {
     long long step;
     double wall, forward, backward, optimizer, data, collectives, memory_mb;
+    double grad_sync; /* python.steps.grad_sync: DDP's wait for its all-reduces; 0 when absent */
     double samples, syncs;
+    /* has_data: a DataLoader fed the step (python.steps.batches > 0; older agents: a wait or
+     * python.dataloader_trace rows), so data_wait is a measured wait, not a default 0 */
     int has_data, has_collectives, has_memory;
     int detail; /* python.steps.detail: the step's module executions are in torch_trace */
 } pb__step_row;
@@ -34,8 +37,10 @@ typedef struct pb__report {
     long long lo, hi; /* window bounds */
     int have_optimizer, from_steps_table;
     /* rows of each optional table: -1 missing, else the count */
-    long long n_steps, n_loader, n_memory, n_amp, n_nccl, n_gpu, n_breakdown, n_layers;
+    long long n_steps, n_loader, n_memory, n_amp, n_nccl, n_gpu, n_breakdown, n_layers, n_gil;
     double mean_wall;
+    int device;             /* where the model runs: 0 unknown, 1 CPU, 2 GPU */
+    int have_grad_sync;     /* python.steps has grad_sync */
     /* Detail windows (python.steps.detail, src/agent/detail.h): per-module rows exist only for
      * detail steps, which probing's own recording slows down. */
     int have_detail;        /* python.steps has the detail column */
@@ -95,6 +100,13 @@ const char *pb__report_target(pb__report *r);
  * n sorted values; NaN when n is 0. */
 int pb__report_cmp_double(const void *a, const void *b);
 double pb__report_percentile(const double *v, size_t n, double p);
+
+/* Theil-Sen line through (x[i], y[i]): slope = median of the pairwise slopes (over at most
+ * 256 evenly spaced points), intercept = median of y - slope x; *r2 = 1 - residual / total sum
+ * of squares of that line (0 when y is constant). A few spikes (a checkpoint, an eval pass)
+ * cannot tilt it, unlike least squares. */
+void pb__report_theil_sen(const double *x, const double *y, size_t n, double *slope,
+                          double *intercept, double *r2);
 
 /* The rules of the other files. Each adds its findings (and memory.c the "memory" section of
  * the document); none fails: missing data becomes a skipped finding that says what is missing. */

@@ -322,10 +322,10 @@ static void finding_breakdown(pb__report *r, const memory *m, double tracked)
     const char *advice = NULL;
     if (limit && share > DOMINANT_SHARE && !strcmp(largest, "activations"))
         advice = "Activations dominate memory usage: use gradient checkpointing, reduce the "
-                 "batch size, use mixed precision (FP16/BF16) (seed 002).";
+                 "batch size, use mixed precision (FP16/BF16) (docs/report.md, \"Memory\").";
     else if (limit && share > DOMINANT_SHARE && !strcmp(largest, "gradients"))
         advice = "Gradients dominate memory usage: consider gradient accumulation, mixed "
-                 "precision (seed 002).";
+                 "precision (docs/report.md, \"Memory\").";
     char *why = pressure_text(m), *claim;
     if (advice)
         claim = pb__report_textf("%s dominate a GPU that is %.0f%% full: %.1f of %.1f MB tracked "
@@ -377,10 +377,10 @@ static void finding_optimizer_state(pb__report *r, const memory *m, double track
                              "%.0f%% of the tracked memory (%s, %s)",
                              100 * m->pressure, m->state_mb, 100 * share, m->optimizers, basis),
             nums, m->breakdown_sql,
-            "Optimizer states (Adam): 2x parameters (seed 002). Check that the optimizer updates "
+            "Optimizer states (Adam): 2x parameters (docs/report.md, \"Memory\"). Check that the optimizer updates "
             "only the model's parameters (tensors the model never uses still get state); the "
-            "seeds' memory remedies are gradient checkpointing, a smaller batch and mixed "
-            "precision (FP16/BF16) (seed 002).");
+            "usual memory remedies are gradient checkpointing, a smaller batch and mixed "
+            "precision (FP16/BF16) (docs/report.md, \"Memory\").");
         pb__report_suggest(r, "what the optimizer keeps state for, largest first",
                            "probing %s eval \"import torch; print(sorted(((sum(t.numel() * "
                            "t.element_size() for t in s.values() if torch.is_tensor(t)), "
@@ -461,7 +461,7 @@ static void finding_fragmentation(pb__report *r, const memory *m)
                              reserved - peak, reserved, peak, peak_ratio),
             nums, sql,
             "Reserved stays high = memory fragmentation or caching; periodic "
-            "torch.cuda.empty_cache() may help (seed 002). It costs time, so only when memory is "
+            "torch.cuda.empty_cache() may help (docs/report.md, \"Memory\"). It costs time, so only when memory is "
             "the limit; allocating tensors of steady sizes (padding variable lengths) avoids "
             "the split blocks.");
     else if (seed_ratio > FRAGMENTATION_RATIO)
@@ -476,7 +476,7 @@ static void finding_fragmentation(pb__report *r, const memory *m)
     else
         pb__report_finding(r, "fragmentation", "memory", "ok",
                            pb__report_textf("no fragmentation: reserved %.0f MB for %.0f MB "
-                                            "allocated (%.1fx; seed 002 flags over %.1fx)",
+                                            "allocated (%.1fx; flagged over %.1fx)",
                                             reserved, allocated, seed_ratio, FRAGMENTATION_RATIO),
                            nums, sql, NULL);
     json_decref(rows);

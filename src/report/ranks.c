@@ -29,11 +29,13 @@
 #define IMBALANCE_MIN_S 0.002 /* ... and at least this much per step: below it, scheduling noise */
 #define IMBALANCE_MIN_STEPS 3 /* common steps needed */
 
-enum { WALL, DATA, FORWARD, BACKWARD, OPTIMIZER, COLLECTIVES, GRAD_SYNC, OTHER, OUTSIDE, NPARTS };
+enum { WALL, DATA, FORWARD, BACKWARD, OPTIMIZER, COLLECTIVES, GRAD_SYNC, OTHER, OUTSIDE, COMPUTE,
+       WAIT, NPARTS };
 
 static const char *const part_column[NPARTS] = {"wall",      "data_wait", "forward",
                                                 "backward",  "optimizer", "collectives",
-                                                "grad_sync", "other",     NULL};
+                                                "grad_sync", "other",     NULL,
+                                                NULL,        NULL};
 static const char *const part_name[NPARTS] = {
     "step time",
     "data loading wait",
@@ -43,7 +45,9 @@ static const char *const part_name[NPARTS] = {
     "collectives",
     "gradient sync wait",
     "other host time (Python outside modules: the loop, logging)",
-    "time outside backward, collectives and gradient sync"};
+    "time outside backward, collectives and gradient sync",
+    "work (data wait, forward, backward, optimizer, other host time)",
+    "wait for the other ranks (gradient sync, collectives)"};
 
 typedef struct rank_data {
     int rank;
@@ -73,6 +77,9 @@ static double part_value(json_t *row, int part)
     if (part == OUTSIDE)
         return pb__report_num(row, "data_wait", NULL) + pb__report_num(row, "forward", NULL) +
                pb__report_num(row, "optimizer", NULL) + pb__report_num(row, "other", NULL);
+    if (part == COMPUTE) return part_value(row, OUTSIDE) + pb__report_num(row, "backward", NULL);
+    if (part == WAIT)
+        return pb__report_num(row, "grad_sync", NULL) + pb__report_num(row, "collectives", NULL);
     /* GRAD_SYNC of an agent without the column reads 0 */
     return pb__report_num(row, part_column[part], NULL);
 }
@@ -127,7 +134,7 @@ void pb__report_ranks(pb__report *r)
         skipped(r, nums, NULL,
                 pb__report_textf("load imbalance not checked: this is rank %d of %lld and no "
                                  "other rank could be reached (%s); the check (>10%% between "
-                                 "ranks, seed 000) needs every rank's agent",
+                                 "ranks, docs/report.md \"Distributed\") needs every rank's agent",
                                  my_rank, world,
                                  src->peers_note ? src->peers_note : "none was looked for"));
         return;
@@ -219,9 +226,14 @@ void pb__report_ranks(pb__report *r)
     double wall = mean[WALL] > 0 ? mean[WALL] : 1;
     double step_imbalance = (maxv[WALL] - mean[WALL]) / wall;
     double work_imbalance = (maxv[OUTSIDE] - mean[OUTSIDE]) / wall;
+    /* Synchronous data parallelism turns a slow rank's extra work into the others' wait: the
+     * work and the wait are mirror images, and the slow rank is the one that waits least.
+     * Spreads (max - min) of per-rank medians, as shares of the median step. */
+    double compute_spread = (maxv[COMPUTE] - minv[COMPUTE]) / wall;
+    double wait_spread = (maxv[WAIT] - minv[WAIT]) / wall;
     int differs = DATA;
     for (int part = DATA; part <= OTHER; part++) {
-        if (part == BACKWARD || part == COLLECTIVES || part == GRAD_SYNC) continue;
+        if (part == COLLECTIVES || part == GRAD_SYNC) continue;
         if (maxv[part] - minv[part] > maxv[differs] - minv[differs]) differs = part;
     }
     json_t *per_rank = json_array();
@@ -236,6 +248,8 @@ void pb__report_ranks(pb__report *r)
             json_object_set_new(o, key, pb__report_real(ranks[k].part[part]));
         }
         json_object_set_new(o, "outside_waits_s", pb__report_real(ranks[k].part[OUTSIDE]));
+        json_object_set_new(o, "work_s", pb__report_real(ranks[k].part[COMPUTE]));
+        json_object_set_new(o, "wait_s", pb__report_real(ranks[k].part[WAIT]));
         json_array_append_new(per_rank, o);
     }
     json_object_set_new(nums, "steps", json_integer((json_int_t)common));
@@ -244,6 +258,10 @@ void pb__report_ranks(pb__report *r)
     json_object_set_new(nums, "step_imbalance", pb__report_real(step_imbalance));
     json_object_set_new(nums, "outside_waits_imbalance", pb__report_real(work_imbalance));
     json_object_set_new(nums, "differs_most", json_string(part_column[differs]));
+    json_object_set_new(nums, "compute_spread", pb__report_real(compute_spread));
+    json_object_set_new(nums, "wait_spread", pb__report_real(wait_spread));
+    json_object_set_new(nums, "slow_rank", json_integer(ranks[argmax[COMPUTE]].rank));
+    json_object_set_new(nums, "least_waiting_rank", json_integer(ranks[argmin[WAIT]].rank));
     if (no_grad_sync)
         json_object_set_new(nums, "note",
                             json_string("a rank without python.steps.grad_sync (an older agent): "
@@ -253,49 +271,62 @@ void pb__report_ranks(pb__report *r)
 
     int step_flag = step_imbalance > IMBALANCE && maxv[WALL] - mean[WALL] >= IMBALANCE_MIN_S;
     int work_flag = work_imbalance > IMBALANCE && maxv[OUTSIDE] - mean[OUTSIDE] >= IMBALANCE_MIN_S;
+    int mirror_flag = compute_spread > IMBALANCE && maxv[COMPUTE] - minv[COMPUTE] >= IMBALANCE_MIN_S;
     json_object_set_new(nums, "sql_runs_on",
                         json_string("every rank: probing <pid> query, "
                                     "pids in per_rank"));
-    if (step_flag || work_flag) {
-        const rank_data *slow = &ranks[work_flag ? argmax[OUTSIDE] : argmax[WALL]];
+    if (step_flag || work_flag || mirror_flag) {
+        const rank_data *slow = &ranks[mirror_flag ? argmax[COMPUTE]
+                                       : work_flag ? argmax[OUTSIDE]
+                                                   : argmax[WALL]];
         const rank_data *most = &ranks[argmax[differs]], *least = &ranks[argmin[differs]];
         char *claim;
-        if (work_flag)
+        if (mirror_flag)
+            claim = pb__report_textf(
+                "load imbalance: rank %d is the slow rank: it works %.1f ms more per step than "
+                "rank %d (%.0f%% of the %.1f ms step; over 10%% is flagged) and waits %.1f ms "
+                "less for the others; %s differs most: rank %d %.1f ms vs rank %d %.1f ms",
+                slow->rank, 1e3 * (maxv[COMPUTE] - minv[COMPUTE]), ranks[argmin[COMPUTE]].rank,
+                100 * compute_spread, 1e3 * mean[WALL], 1e3 * (maxv[WAIT] - minv[WAIT]),
+                part_name[differs], most->rank, 1e3 * maxv[differs], least->rank,
+                1e3 * minv[differs]);
+        else if (work_flag)
             claim = pb__report_textf(
                 "load imbalance: rank %d spends %.1f ms more per step than the ranks' mean "
                 "outside backward, collectives and gradient sync (%.0f%% of the %.1f ms step; "
-                "seed 000 flags over 10%%); %s differs most: rank %d %.1f ms vs rank %d %.1f ms; "
+                "over 10%% is flagged); %s differs most: rank %d %.1f ms vs rank %d %.1f ms; "
                 "the other ranks wait for it",
                 slow->rank, 1e3 * (maxv[OUTSIDE] - mean[OUTSIDE]), 100 * work_imbalance,
                 1e3 * mean[WALL], part_name[differs], most->rank, 1e3 * maxv[differs], least->rank,
                 1e3 * minv[differs]);
         else
             claim = pb__report_textf("load imbalance: rank %d's step takes %.0f%% longer than "
-                                     "the ranks' mean (%.1f ms vs %.1f ms; seed 000 flags over "
-                                     "10%%)",
+                                     "the ranks' mean (%.1f ms vs %.1f ms; over "
+                                     "10%% is flagged)",
                                      slow->rank, 100 * step_imbalance, 1e3 * maxv[WALL],
                                      1e3 * mean[WALL]);
         pb__report_finding(
             r, "load_imbalance", "check", "warning", claim, nums, sql,
             differs == DATA
-                ? "Load imbalance in data loading: some GPUs are waiting for others (seed 000). "
+                ? "Load imbalance in data loading: some ranks wait for others (docs/report.md, \"Distributed\"). "
                   "Give the slow rank's DataLoader more num_workers and pin_memory=True, and "
-                  "shard the data so every rank loads the same amount (seed 002)."
-                : "Some GPUs are waiting for others (seed 000): give every rank the same work "
+                  "shard the data so every rank loads the same amount (docs/report.md, \"Bottleneck type\")."
+                : "Some ranks wait for others (docs/report.md, \"Distributed\"): give every rank the same work "
                   "(the same batch size and sequence lengths per rank), and keep logging, "
                   "evaluation and checkpointing off the training path of one rank (GPU 0 may "
-                  "have extra logging overhead, seed 000).");
+                  "have extra logging overhead).");
         if (slow->target)
             pb__report_suggest(r, "the slow rank's own report", "probing %s report --last %zu",
                                slow->target, common);
     } else {
         pb__report_finding(r, "load_imbalance", "check", "ok",
                            pb__report_textf("%zu ranks balanced over %zu steps: step times "
-                                            "within %.1f%% of their mean, time outside backward, "
-                                            "collectives and gradient sync within %.1f%% of the "
-                                            "step (seed 000 flags over 10%%)",
+                                            "within %.1f%% of their mean, work (everything but "
+                                            "the wait for other ranks) within %.1f%% of the step "
+                                            "between the fastest and the slowest rank (over 10%% "
+                                            "is flagged)",
                                             used, common, 100 * step_imbalance,
-                                            100 * work_imbalance),
+                                            100 * compute_spread),
                            nums, sql, NULL);
     }
     nums = NULL;

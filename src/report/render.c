@@ -1,7 +1,7 @@
 /*
  * render.c - the report (the JSON of pb_report_build) as text for a terminal.
  *
- * Walks the document in seed 002's order: baseline, bottleneck type, component, operation,
+ * Walks the document in the method's order: baseline, bottleneck type, component, operation,
  * then the checks, then what data was missing. Times are shown in ms, shares in %. Every
  * finding prints its SQL indented under it so it can be copied into `probing <target> query`.
  */
@@ -173,11 +173,11 @@ static void print_part(FILE *out, const char *name, json_t *mem, const char *key
     fputc('\n', out);
 }
 
-/* The memory section (seed 002's breakdown), then its findings. */
+/* The memory section (the breakdown of docs/report.md, "Memory"), then its findings. */
 static void print_memory(FILE *out, json_t *doc)
 {
     json_t *mem = json_object_get(doc, "memory");
-    fputs("\nMemory (seed 002: parameters, gradients, optimizer state, activations)\n", out);
+    fputs("\nMemory (parameters, gradients, optimizer state, activations)\n", out);
     if (json_is_object(mem)) {
         char note[320];
         json_t *step = json_object_get(mem, "breakdown_step");
@@ -269,7 +269,25 @@ int pb_report_render(FILE *out, json_t *doc)
                         json_string_value(json_object_get(f, "claim")));
         }
     } else {
-        fputs("primary finding: none - no problem found in the recorded data\n", out);
+        json_t *b = json_object_get(doc, "baseline");
+        json_t *steady = json_object_get(b, "steady_steps");
+        if (json_is_integer(steady) && json_integer_value(steady) < PB_REPORT_MIN_STEADY)
+            fprintf(out, "primary finding: none, but the sample is too small to conclude: %lld "
+                         "steady step%s (%d or more wanted); run the report again later\n",
+                    (long long)json_integer_value(steady),
+                    json_integer_value(steady) == 1 ? "" : "s", PB_REPORT_MIN_STEADY);
+        else
+            fputs("primary finding: none - no problem found in the recorded data\n", out);
+    }
+    /* The other problems, so that the answer is in the first lines. */
+    size_t also = 0;
+    json_array_foreach(findings, i, f) {
+        const char *sev = json_string_value(json_object_get(f, "severity"));
+        const char *id = json_string_value(json_object_get(f, "id"));
+        if (also >= 3 || !sev || !id || (primary && !strcmp(id, primary))) continue;
+        if (strcmp(sev, "critical") && strcmp(sev, "warning")) continue;
+        fprintf(out, "also (%s): %s\n", sev, json_string_value(json_object_get(f, "claim")));
+        also++;
     }
     print_baseline(out, doc);
 

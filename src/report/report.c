@@ -1,6 +1,6 @@
 /*
- * report.c - the rules of `probing <target> report`: seed 002's four phases and the checks of
- * seeds 000/002/004, each computed from SQL the report prints beside its numbers.
+ * report.c - the rules of `probing <target> report`: the four phases and the checks of the
+ * method in docs/report.md, each computed from SQL the report prints beside its numbers.
  *
  * How it works: one query gives a row per step (python.steps when the agent records it, else
  * derived from python.torch_trace: the optimizer's `step` row ends at time_offset +
@@ -11,9 +11,10 @@
  * Optional tables (data loader, memory, AMP, collectives, GPU) are probed with a count first; a
  * missing or empty one is listed in "missing" and the rules that need it say so.
  *
- * Thresholds are the seeds' where they give one (GPU utilisation <70% / >90%, collectives
- * 20-30% normal and >50% flagged, load imbalance >10%, data loading time > compute time) and
- * otherwise named constants below.
+ * Thresholds are the method's (GPU utilisation <70% / >90%, collectives 20-30% normal, load
+ * imbalance >10%, data loading time > compute time) and otherwise named constants below; every
+ * one is listed in docs/report.md. Causes of lost time are not exclusive: each one above its
+ * threshold becomes a finding, costliest first.
  */
 #include "internal.h"
 
@@ -25,16 +26,26 @@
 
 #define WARMUP_FACTOR 1.5        /* a leading step this much above the later median is warm-up */
 #define OUTLIER_FACTOR 3.0       /* a steady step this much above the median is an outlier */
+#define SLOW_FACTOR 1.8          /* ... this much above it counts as slow (periods, shares) */
+#define PERIOD_MIN 3             /* slow steps on the period's lattice needed */
+#define PERIOD_COVER 0.6         /* share of the period's steps in the window that are slow */
+#define PERIOD_SUB_COVER 0.4     /* ... for a divisor of the period found */
+#define SLOW_WARNING_SHARE 0.25  /* slow steps' share of the wall time worth a warning */
+#define SLOW_CRITICAL_SHARE 0.50 /* ... that makes them the headline */
 #define UNACCOUNTED_SHARE 0.30   /* time outside modules/optimizer worth a warning */
 #define UNACCOUNTED_BOUND 0.40   /* ... that makes it the likely bottleneck */
 #define OPTIMIZER_SHARE 0.30     /* optimizer share of the step worth a warning */
+#define COMM_SHARE 0.30          /* collectives + grad_sync share of the step worth a warning */
 #define HOST_CALLS_PER_STEP 100  /* module executions per step for the host-overhead rule */
 #define HOST_MEDIAN_SELF_S 30e-6 /* ... with a median self time below this */
 #define LEAK_MIN_STEPS 5
-#define LEAK_MIN_GROWTH_MB 32.0
-#define LEAK_MIN_SLOPE_MB 0.5
-#define LEAK_MIN_R2 0.8
+#define LEAK_MIN_GROWTH_MB 16.0 /* growth over the fitted steps below this is allocator noise */
+#define LEAK_MIN_R2 0.9         /* a steady climb: the robust line explains it */
+#define LEAK_SETTLE 0.1         /* share of the steady steps left out of the fit (caches fill) */
+#define LEAK_CRITICAL_H 6.0     /* out of memory sooner than this: critical */
+#define LEAK_WARNING_H 72.0     /* ... sooner than this: warning; later: info */
 #define SYNCS_PER_STEP 3.0
+#define GIL_SHARE 0.20           /* another thread's share of the GIL samples worth a warning */
 
 const char pb_report_conditions_code[] =
     "import json as _j, sys as _s\n"
@@ -224,6 +235,37 @@ double pb__report_percentile(const double *v, size_t n, double p)
     return v[i] + (pos - (double)i) * (v[i + 1] - v[i]);
 }
 
+void pb__report_theil_sen(const double *x, const double *y, size_t n, double *slope,
+                          double *intercept, double *r2)
+{
+    enum { MAX_POINTS = 256 };
+    size_t idx[MAX_POINTS], m = n < MAX_POINTS ? n : MAX_POINTS;
+    *slope = *intercept = *r2 = 0;
+    if (n < 2) return;
+    for (size_t i = 0; i < m; i++) idx[i] = m == n ? i : (size_t)((double)i * (double)(n - 1) / (double)(m - 1));
+    double *v = malloc((m * (m - 1) / 2 + n) * sizeof *v);
+    if (!v) return;
+    size_t k = 0;
+    for (size_t i = 0; i < m; i++)
+        for (size_t j = i + 1; j < m; j++)
+            if (x[idx[j]] != x[idx[i]]) v[k++] = (y[idx[j]] - y[idx[i]]) / (x[idx[j]] - x[idx[i]]);
+    qsort(v, k, sizeof *v, pb__report_cmp_double);
+    *slope = k ? pb__report_percentile(v, k, 50) : 0;
+    for (size_t i = 0; i < n; i++) v[i] = y[i] - *slope * x[i];
+    qsort(v, n, sizeof *v, pb__report_cmp_double);
+    *intercept = pb__report_percentile(v, n, 50);
+    double mean = 0, tot = 0, res = 0;
+    for (size_t i = 0; i < n; i++) mean += y[i] / (double)n;
+    for (size_t i = 0; i < n; i++) {
+        double e = y[i] - (*intercept + *slope * x[i]);
+        res += e * e;
+        tot += (y[i] - mean) * (y[i] - mean);
+    }
+    *r2 = tot > 0 ? 1 - res / tot : 0;
+    if (*r2 < 0) *r2 = 0;
+    free(v);
+}
+
 /* Median of the walls of steps[from, to); kind: -1 every step, 0 summary steps, 1 detail
  * steps. NaN when there is none. */
 static double median_wall_of(const pb__step_row *s, size_t from, size_t to, int kind)
@@ -279,21 +321,14 @@ static const char TRACE_STEPS_SQL[] =
     " AS memory_mb\n"
     "FROM python.torch_trace GROUP BY step ORDER BY step";
 
-static const char STEPS_TABLE_SQL[] =
-    "SELECT step, wall, data_wait, forward, backward, optimizer, collectives, samples, syncs\n"
-    "FROM python.steps ORDER BY step";
-
-/* The same with python.steps.detail (agents since detail windows; older ones and their
- * recordings lack the column). */
-static const char STEPS_DETAIL_SQL[] =
-    "SELECT step, wall, data_wait, forward, backward, optimizer, collectives, samples, syncs, detail\n"
-    "FROM python.steps ORDER BY step";
+/* Every column: agents and recordings of different ages have different ones (detail,
+ * grad_sync, batches); the rows say which are there. */
+static const char STEPS_TABLE_SQL[] = "SELECT * FROM python.steps ORDER BY step";
 
 /* The SQL the per-step figures come from. */
 static const char *steps_sql(const pb__report *r)
 {
-    if (!r->from_steps_table) return TRACE_STEPS_SQL;
-    return r->have_detail ? STEPS_DETAIL_SQL : STEPS_TABLE_SQL;
+    return r->from_steps_table ? STEPS_TABLE_SQL : TRACE_STEPS_SQL;
 }
 
 /* Loads every complete step, keeps the last `last` (0: all). Returns 0, or -1 when
@@ -302,13 +337,6 @@ static int load_steps(pb__report *r, int last, char **error)
 {
     json_t *rows = NULL;
     char *err = NULL;
-    if (r->from_steps_table) {
-        char *why = NULL;
-        json_t *probe = pb__report_try(r, "SELECT detail FROM python.steps LIMIT 1", &why);
-        r->have_detail = probe != NULL;
-        json_decref(probe);
-        free(why);
-    }
     const char *sql = steps_sql(r);
     if (r->src->query(r->src->ctx, sql, &rows, &err) || !json_is_array(rows)) {
         *error = pb__report_textf("cannot read %s: %s",
@@ -333,8 +361,12 @@ static int load_steps(pb__report *r, int last, char **error)
             pb__report_num(row, "optimizer_end", &ok);
             if (ok) r->have_optimizer = 1;
         }
-    else
+    else {
+        json_t *first = json_array_get(rows, 0);
         r->have_optimizer = 1;
+        r->have_detail = json_object_get(first, "detail") != NULL;
+        r->have_grad_sync = json_object_get(first, "grad_sync") != NULL;
+    }
     json_array_foreach(rows, i, row) {
         pb__step_row s;
         int ok;
@@ -345,7 +377,13 @@ static int load_steps(pb__report *r, int last, char **error)
         s.optimizer = pb__report_num(row, "optimizer", NULL);
         if (r->from_steps_table) {
             s.wall = pb__report_num(row, "wall", &ok);
-            s.data = pb__report_num(row, "data_wait", &s.has_data);
+            int waited, fed;
+            s.data = pb__report_num(row, "data_wait", &waited);
+            double batches = pb__report_num(row, "batches", &fed);
+            /* python.steps.batches says whether a DataLoader fed the step; without the column
+             * (older agents) a wait or the loader's own table says it was there */
+            s.has_data = fed ? batches > 0 : waited && (s.data > 0 || r->n_loader > 0);
+            s.grad_sync = pb__report_num(row, "grad_sync", NULL);
             s.collectives = pb__report_num(row, "collectives", &s.has_collectives);
             s.samples = pb__report_num(row, "samples", NULL);
             s.syncs = pb__report_num(row, "syncs", NULL);
@@ -441,7 +479,45 @@ static void detail_window(pb__report *r)
     }
 }
 
-static double batch_size(pb__report *r, const char **source)
+/* Where the model runs: the device eval found, else python.memory's ('cuda:N' sorts after
+ * 'cpu'), else unknown. */
+static void detect_device(pb__report *r)
+{
+    const char *d = json_string_value(json_object_get(r->src->conditions, "device"));
+    json_t *rows = NULL;
+    if (!d && r->n_memory > 0) {
+        rows = pb__report_run(r, "SELECT MAX(device) AS device FROM python.memory");
+        d = json_string_value(json_object_get(json_array_get(rows, 0), "device"));
+    }
+    r->device = !d ? 0 : strncmp(d, "cuda", 4) == 0 ? 2 : strcmp(d, "cpu") == 0 ? 1 : 0;
+    json_decref(rows);
+}
+
+/* Samples per step: python.steps.samples (what the loop consumed each step, gradient
+ * accumulation and several loaders included), else the DataLoader's batches in the window, else
+ * the batch size eval found. Throughput is samples over the time of the same steps. */
+static double batch_size_fallback(pb__report *r, const char **source);
+
+static double batch_size(pb__report *r, const char **source, double *per_s)
+{
+    double samples = 0, wall = 0;
+    *per_s = 0;
+    for (size_t i = r->warmup; i < r->count; i++) {
+        if (!pb__report_timing_step(r, i)) continue;
+        samples += r->steps[i].samples;
+        wall += r->steps[i].wall;
+    }
+    if (samples > 0 && wall > 0) {
+        size_t n = 0;
+        for (size_t i = r->warmup; i < r->count; i++) n += pb__report_timing_step(r, i);
+        *source = r->from_steps_table ? "python.steps samples" : "python.dataloader_trace";
+        *per_s = samples / wall;
+        return samples / (double)n;
+    }
+    return batch_size_fallback(r, source);
+}
+
+static double batch_size_fallback(pb__report *r, const char **source)
 {
     char sql[SQL_MAX];
     *source = NULL;
@@ -455,15 +531,9 @@ static double batch_size(pb__report *r, const char **source)
         double b = rows ? pb__report_num(json_array_get(rows, 0), "b", NULL) : 0;
         json_decref(rows);
         if (b > 0) {
-            *source = "python.dataloader_trace";
+            *source = "python.dataloader_trace (largest batch)";
             return b;
         }
-    }
-    double samples = 0;
-    for (size_t i = r->warmup; i < r->count; i++) samples += r->steps[i].samples;
-    if (samples > 0) {
-        *source = r->from_steps_table ? "python.steps" : "python.dataloader_trace";
-        return samples / (double)(r->count - r->warmup);
     }
     json_t *b = json_object_get(r->src->conditions, "batch_size");
     if (json_is_number(b) && json_number_value(b) > 0) {
@@ -473,6 +543,203 @@ static double batch_size(pb__report *r, const char **source)
     return 0;
 }
 
+/* Slow steady steps: every step over SLOW_FACTOR x the median of its kind (a detail step is
+ * compared with detail steps only when the window has no summary step), whether their step
+ * numbers repeat with a period, their share of the wall time, and which part of the step grew
+ * in them. Over OUTLIER_FACTOR x the median they are also left out of the bottleneck's means.
+ * When they hold a large share of the wall time they are the headline, not a footnote. */
+static void slow_steps(pb__report *r)
+{
+    size_t summary = 0;
+    for (size_t i = r->warmup; i < r->count; i++) summary += pb__report_timing_step(r, i) && !r->steps[i].detail;
+    int kind = r->have_detail && summary ? 0 : -1; /* which steps to compare */
+    size_t cap = r->count + 1, n = 0, nslow = 0;
+    double *v = malloc(cap * sizeof *v);
+    size_t *slow = malloc(cap * sizeof *slow);
+    if (!v || !slow) goto done;
+    for (size_t i = r->warmup; i < r->count; i++)
+        if (pb__report_timing_step(r, i) && (kind < 0 || r->steps[i].detail == kind))
+            v[n++] = r->steps[i].wall;
+    if (n < 5) goto done;
+    qsort(v, n, sizeof *v, pb__report_cmp_double);
+    double median = pb__report_percentile(v, n, 50), total = 0, slow_wall = 0;
+    size_t worst = r->count, over = 0;
+    for (size_t i = r->warmup; i < r->count; i++) {
+        const pb__step_row *s = &r->steps[i];
+        if (!pb__report_timing_step(r, i) || (kind >= 0 && s->detail != kind)) continue;
+        total += s->wall;
+        if (s->wall <= SLOW_FACTOR * median) continue;
+        slow[nslow++] = i;
+        slow_wall += s->wall;
+        over += s->wall > OUTLIER_FACTOR * median;
+        if (worst == r->count || s->wall > r->steps[worst].wall) worst = i;
+    }
+    if (!nslow || (over == 0 && nslow < 3)) goto done;
+    /* A period: for each gap g between consecutive slow steps, the slow steps on the lattice
+     * phase + k g (the most common step % g) and the share of that lattice, over the window,
+     * that is slow. The period connects the most slow steps (the smallest such g); a stray slow
+     * step on a busy machine, or a cycle that missed the cut, does not break it. */
+    long long period = 0, phase = 0, lo_step = r->steps[r->warmup].step,
+              hi_step = r->steps[r->count - 1].step;
+    size_t agree = 0;
+    for (size_t a = 1; a < nslow; a++) {
+        long long g = r->steps[slow[a]].step - r->steps[slow[a - 1]].step;
+        if (g <= 1 || g == period) continue;
+        size_t best = 0;
+        long long best_ph = 0;
+        for (size_t b = 0; b < nslow; b++) {
+            long long ph = r->steps[slow[b]].step % g;
+            size_t on = 0;
+            for (size_t c = 0; c < nslow; c++) on += r->steps[slow[c]].step % g == ph;
+            if (on > best) best = on, best_ph = ph;
+        }
+        long long first = lo_step + ((best_ph - lo_step % g) % g + g) % g;
+        double points = first > hi_step ? 0 : (double)((hi_step - first) / g + 1);
+        double cover = points > 0 ? (double)best / points : 0;
+        if (best >= PERIOD_MIN && cover >= PERIOD_COVER &&
+            (best > agree || (best == agree && g < period)))
+            agree = best, period = g, phase = best_ph;
+    }
+    /* A multiple of the true period wins when some cycles missed the cut (a checkpoint at 1.7x
+     * on a busy machine): take the smallest divisor whose steps off the multiple's lattice are
+     * still slow in PERIOD_SUB_COVER of the cases (noise between true cycles is not). */
+    for (long long d = period; d >= 2; d--) {
+        if (period % d) continue;
+        long long g = period / d, ph = phase % g, first = lo_step + ((ph - lo_step % g) % g + g) % g;
+        size_t on = 0;
+        for (size_t c = 0; c < nslow; c++) {
+            long long st = r->steps[slow[c]].step;
+            on += st % g == ph && st % period != phase;
+        }
+        double points = first > hi_step ? 0 : (double)((hi_step - first) / g + 1);
+        long long ffirst = lo_step + ((phase - lo_step % period) % period + period) % period;
+        double found = ffirst > hi_step ? 0 : (double)((hi_step - ffirst) / period + 1);
+        double extra = points - found;
+        if (g > 1 && extra >= 1 && (double)on / extra >= PERIOD_SUB_COVER) {
+            period = g;
+            phase = ph;
+            break;
+        }
+    }
+    int periodic = period > 0;
+    if (!periodic && over == 0) goto done;
+    /* The steps the finding is about: the period's slow steps, or the outliers (over
+     * OUTLIER_FACTOR x the median) when there is no period; stray slow steps are neither. */
+    size_t k2 = 0;
+    slow_wall = 0;
+    worst = r->count;
+    for (size_t a = 0; a < nslow; a++) {
+        const pb__step_row *s = &r->steps[slow[a]];
+        if (periodic ? s->step % period != phase : !(s->wall > OUTLIER_FACTOR * median)) continue;
+        slow[k2++] = slow[a];
+        slow_wall += s->wall;
+        if (worst == r->count || s->wall > r->steps[worst].wall) worst = slow[a];
+    }
+    nslow = k2;
+    /* Which part of the step grew: the median of each part over those steps minus its median
+     * over the other steps (medians: a descheduled step on a busy machine must not decide). */
+    double delta[6];
+    double *sv = malloc(cap * sizeof *sv), *rv = malloc(cap * sizeof *rv);
+    if (!sv || !rv) {
+        free(sv);
+        free(rv);
+        goto done;
+    }
+    for (int k = 0; k < 6; k++) {
+        size_t ns = 0, nr = 0, at = 0;
+        for (size_t i = r->warmup; i < r->count; i++) {
+            const pb__step_row *s = &r->steps[i];
+            if (!pb__report_timing_step(r, i) || (kind >= 0 && s->detail != kind)) continue;
+            double p[6] = {s->forward, s->backward, s->optimizer, s->data,
+                           s->collectives + s->grad_sync, 0};
+            p[5] = s->wall - p[0] - p[1] - p[2] - p[3] - p[4];
+            while (at < nslow && slow[at] < i) at++;
+            if (at < nslow && slow[at] == i)
+                sv[ns++] = p[k];
+            else
+                rv[nr++] = p[k];
+        }
+        qsort(sv, ns, sizeof *sv, pb__report_cmp_double);
+        qsort(rv, nr, sizeof *rv, pb__report_cmp_double);
+        delta[k] = pb__report_percentile(sv, ns, 50) - (nr ? pb__report_percentile(rv, nr, 50) : 0);
+    }
+    free(sv);
+    free(rv);
+    static const char *const part_text[6] = {
+        "the forward, without a backward to match: an evaluation pass (forwards under no_grad)",
+        "backward",
+        "the optimizer step",
+        "data loading",
+        "communication",
+        "host time outside the model (a checkpoint with torch.save, evaluation or logging "
+        "outside modules)"};
+    static const char *const part_key[6] = {"forward", "backward", "optimizer", "data",
+                                            "communication", "other"};
+    int grew = 0;
+    for (int k = 0; k < 6; k++)
+        if (delta[k] > delta[grew]) grew = k;
+    if (grew == 0 && delta[1] > 0.5 * delta[0]) grew = 1; /* forward and backward: more work */
+    double share = total > 0 ? slow_wall / total : 0;
+    /* one or two slow steps without a period are a one-off (a GC pause, the machine), not a
+     * pattern of the program; without a period they can be the machine's (other processes on
+     * the cores), so never more than a warning */
+    const char *severity = !periodic && nslow < PERIOD_MIN ? "info"
+                           : share >= SLOW_CRITICAL_SHARE && periodic ? "critical"
+                           : share >= SLOW_WARNING_SHARE              ? "warning"
+                                                                      : "info";
+    json_t *nums = json_object();
+    json_object_set_new(nums, "slow_steps", json_integer((json_int_t)nslow));
+    json_object_set_new(nums, "over_outlier_factor", json_integer((json_int_t)over));
+    json_object_set_new(nums, "worst_step", json_integer(r->steps[worst].step));
+    json_object_set_new(nums, "worst_s", pb__report_real(r->steps[worst].wall));
+    json_object_set_new(nums, "median_s", pb__report_real(median));
+    json_object_set_new(nums, "period_steps", periodic ? json_integer(period) : json_null());
+    json_object_set_new(nums, "share_of_wall", pb__report_real(share));
+    json_object_set_new(nums, "grew", json_string(part_key[grew]));
+    json_object_set_new(nums, "grew_s", pb__report_real(delta[grew]));
+    char sql[SQL_MAX];
+    if (r->from_steps_table)
+        pb__report_sqlf(sql,
+                        "SELECT * FROM python.steps WHERE step BETWEEN %lld AND %lld AND wall > "
+                        "%.6g ORDER BY step",
+                        r->lo, r->hi, SLOW_FACTOR * median);
+    else
+        pb__report_sqlf(sql,
+                        "SELECT module, stage, duration, total_duration FROM python.torch_trace "
+                        "WHERE step = %lld ORDER BY duration DESC LIMIT 10",
+                        r->steps[worst].step);
+    double least = r->steps[slow[0]].wall;
+    for (size_t a = 1; a < nslow; a++)
+        if (r->steps[slow[a]].wall < least) least = r->steps[slow[a]].wall;
+    char *claim;
+    if (periodic)
+        claim = pb__report_textf(
+            "every %lld steps a slow step: %zu steps at %.1f-%.1fx the median hold %.0f%% of "
+            "the wall time; in them %s takes %.3g ms more",
+            period, nslow, least / median, r->steps[worst].wall / median,
+            100 * share, part_text[grew], 1e3 * delta[grew]);
+    else
+        claim = pb__report_textf(
+            "%zu steady step%s took over %.1fx the median (%.0f%% of the wall time); the worst, "
+            "step %lld, took %.1fx; in them %s takes %.3g ms more",
+            nslow, nslow == 1 ? "" : "s", OUTLIER_FACTOR, 100 * share, r->steps[worst].step,
+            r->steps[worst].wall / median, part_text[grew], 1e3 * delta[grew]);
+    pb__report_finding(
+        r, "outlier_steps", "baseline", severity, claim, nums, sql,
+        grew == 0 ? "Evaluate less often or on fewer batches, or run evaluation in its own "
+                    "process; the median and p95 above describe the training steps only "
+                    "(docs/report.md, \"Slow steps\")."
+        : grew == 5 ? "Checkpoint less often, or save asynchronously (copy the state_dict, "
+                      "write it from a thread, torch.distributed.checkpoint's async_save); "
+                      "the median and p95 above describe the other steps (docs/report.md, "
+                      "\"Slow steps\")."
+                    : "Look at what those steps do differently (evaluation, checkpointing, "
+                      "garbage collection, a slow batch); the median and p95 above are the "
+                      "figures to compare runs by (docs/report.md, \"Slow steps\").");
+done:
+    free(v);
+    free(slow);
+}
 static void phase_baseline(pb__report *r)
 {
     json_t *b = json_object();
@@ -521,18 +788,19 @@ static void phase_baseline(pb__report *r)
         json_object_set_new(st, "max_s", pb__report_real(v[n - 1]));
         json_object_set_new(b, "step_time", st);
         const char *source;
-        double batch = batch_size(r, &source);
+        double per_s;
+        double batch = batch_size(r, &source, &per_s);
         if (batch > 0) {
             json_object_set_new(b, "batch_size", pb__report_real(batch));
             json_object_set_new(b, "batch_size_source", json_string(source));
-            json_object_set_new(b, "samples_per_s", pb__report_real(batch / mean));
+            json_object_set_new(b, "samples_per_s", pb__report_real(per_s > 0 ? per_s : batch / mean));
         } else {
             json_object_set_new(b, "samples_per_s", json_null());
             json_object_set_new(b, "throughput_note",
                                 json_string("batch size unknown: no python.dataloader_trace, "
                                             "python.steps samples or DataLoader found by eval"));
         }
-        /* First-iteration overhead (seed 002: first iterations have 10-100x overhead). */
+        /* First-iteration overhead (docs/report.md, "Baseline"). */
         if (r->warmup > 0) {
             double median = pb__report_percentile(v, n, 50);
             json_t *nums = json_object();
@@ -550,41 +818,7 @@ static void phase_baseline(pb__report *r)
                 nums, steps_sql(r),
                 "Expected: the first iterations include one-time costs (lazy init, "
                 "allocator warm-up, JIT/cudnn autotuning). Always warm up before timing "
-                "(seed 002: minimum 3 iterations, recommend 5-10).");
-        }
-        double median = pb__report_percentile(v, n, 50);
-        if (n >= 3 && v[n - 1] > OUTLIER_FACTOR * median) {
-            size_t slow = 0, worst = r->count;
-            for (size_t i = r->warmup; i < r->count; i++) {
-                if (!pb__report_timing_step(r, i)) continue;
-                if (r->steps[i].wall > OUTLIER_FACTOR * median) slow++;
-                if (worst == r->count || r->steps[i].wall > r->steps[worst].wall) worst = i;
-            }
-            json_t *nums = json_object();
-            json_object_set_new(nums, "slow_steps", json_integer((json_int_t)slow));
-            json_object_set_new(nums, "worst_step", json_integer(r->steps[worst].step));
-            json_object_set_new(nums, "worst_s", pb__report_real(r->steps[worst].wall));
-            json_object_set_new(nums, "median_s", pb__report_real(median));
-            char sql[SQL_MAX];
-            if (r->steps[worst].detail || !r->have_detail)
-                pb__report_sqlf(
-                    sql,
-                    "SELECT module, stage, duration, total_duration FROM python.torch_trace "
-                    "WHERE step = %lld ORDER BY duration DESC LIMIT 10",
-                    r->steps[worst].step);
-            else /* a summary step: no module rows, but its parts */
-                pb__report_sqlf(sql, "SELECT * FROM python.steps WHERE step = %lld", r->steps[worst].step);
-            pb__report_finding(
-                r, "outlier_steps", "baseline", "info",
-                pb__report_textf(
-                    "%zu steady step%s took over %.0fx the median; the worst, step %lld, "
-                    "took %.1fx",
-                    slow, slow == 1 ? "" : "s", OUTLIER_FACTOR, r->steps[worst].step,
-                    r->steps[worst].wall / median),
-                nums, sql,
-                "Look at what that step did differently (checkpointing, evaluation, "
-                "garbage collection, a slow batch); the median and p95 above are the "
-                "figures to compare runs by.");
+                "(docs/report.md, \"Baseline\": at least 3 iterations, 5-10 recommended).");
         }
     } else if (n == 0) {
         json_object_set_new(b, "step_time", json_null());
@@ -604,12 +838,13 @@ static void phase_baseline(pb__report *r)
 /* ------------------------------------------------------------------ phase 2 and 3 */
 
 typedef struct shares {
-    double wall, forward, backward, optimizer, data, collectives, other;
+    double wall, forward, backward, optimizer, data, collectives, grad_sync, other;
     int has_data, has_collectives;
 } shares;
 
 /* Mean per-step times over the steady steps, outlier steps (over OUTLIER_FACTOR x the median,
- * reported on their own) left out so that one slow step cannot decide the bottleneck. */
+ * reported on their own) left out so that one slow step cannot decide the bottleneck. The data
+ * wait is averaged over every step but known (has_data) only when a DataLoader fed some step. */
 static shares mean_shares(pb__report *r)
 {
     shares m;
@@ -625,7 +860,9 @@ static shares mean_shares(pb__report *r)
         m.forward += s->forward;
         m.backward += s->backward;
         m.optimizer += s->optimizer;
-        if (s->has_data) m.data += s->data, data_n++;
+        m.grad_sync += s->grad_sync;
+        if (s->has_data) data_n++;
+        m.data += s->data;
         if (s->has_collectives) m.collectives += s->collectives, coll_n++;
     }
     if (!n) return m;
@@ -633,11 +870,12 @@ static shares mean_shares(pb__report *r)
     m.forward /= (double)n;
     m.backward /= (double)n;
     m.optimizer /= (double)n;
+    m.grad_sync /= (double)n;
     m.data /= (double)n;
     m.collectives /= (double)n;
     m.has_data = data_n > 0;
     m.has_collectives = coll_n > 0;
-    m.other = m.wall - m.forward - m.backward - m.optimizer - m.data - m.collectives;
+    m.other = m.wall - m.forward - m.backward - m.optimizer - m.data - m.collectives - m.grad_sync;
     if (m.other < 0) m.other = 0;
     return m;
 }
@@ -679,6 +917,54 @@ static int host_overhead(pb__report *r, double *calls_per_step, double *median_s
            *median_self < HOST_MEDIAN_SELF_S;
 }
 
+/* Median host-device synchronisations per steady step (python.steps.syncs); 0 without it. */
+static double median_syncs(pb__report *r)
+{
+    if (!r->from_steps_table || r->count <= r->warmup) return 0;
+    double *v = malloc((r->count - r->warmup) * sizeof *v);
+    size_t n = 0;
+    if (!v) return 0;
+    for (size_t i = r->warmup; i < r->count; i++) v[n++] = r->steps[i].syncs;
+    qsort(v, n, sizeof *v, pb__report_cmp_double);
+    double m = pb__report_percentile(v, n, 50);
+    free(v);
+    return m;
+}
+
+/* What the job's collectives moved per step (python.nccl_trace): "62 MB per step, gloo", or an
+ * empty string when the table has nothing for the window. */
+static void comm_payload(pb__report *r, char *out, size_t size)
+{
+    char sql[SQL_MAX];
+    out[0] = '\0';
+    if (r->n_nccl <= 0) return;
+    pb__report_sqlf(sql,
+                    "SELECT COUNT(DISTINCT step) AS steps, SUM(bytes) AS bytes, "
+                    "MAX(backend) AS backend FROM python.nccl_trace WHERE step BETWEEN %lld AND "
+                    "%lld",
+                    pb__report_steady_first(r), r->hi);
+    json_t *rows = pb__report_run(r, sql), *row = json_array_get(rows, 0);
+    double steps = pb__report_num(row, "steps", NULL), bytes = pb__report_num(row, "bytes", NULL);
+    const char *backend = json_string_value(json_object_get(row, "backend"));
+    if (steps > 0 && bytes > 0)
+        snprintf(out, size, "%.3g MB per step%s%s", bytes / steps / 1e6, backend ? ", " : "",
+                 backend ? backend : "");
+    json_decref(rows);
+}
+
+/* One cause of lost time above its threshold; every one found is reported, costliest first. */
+typedef struct cause {
+    const char *type;  /* the bottleneck type it stands for */
+    const char *label; /* for bottleneck.label when it costs the most */
+    double cost_s;     /* seconds per mean step it accounts for */
+} cause;
+
+static int cmp_cause(const void *a, const void *b)
+{
+    double x = ((const cause *)a)->cost_s, y = ((const cause *)b)->cost_s;
+    return (x < y) - (x > y);
+}
+
 static void phases_bottleneck_component(pb__report *r)
 {
     shares m = mean_shares(r);
@@ -686,6 +972,7 @@ static void phases_bottleneck_component(pb__report *r)
     char sql[SQL_MAX], filter[128];
     const char *step_sql = steps_sql(r);
     double wall = m.wall > 0 ? m.wall : 1;
+    double comm = m.collectives + m.grad_sync;
     json_t *sh = json_object();
     json_object_set_new(sh, "forward", pb__report_real(m.forward / wall));
     json_object_set_new(sh, "backward", pb__report_real(m.backward / wall));
@@ -693,15 +980,19 @@ static void phases_bottleneck_component(pb__report *r)
     json_object_set_new(sh, "data", m.has_data ? pb__report_real(m.data / wall) : json_null());
     json_object_set_new(sh, "collectives",
                         m.has_collectives ? pb__report_real(m.collectives / wall) : json_null());
+    json_object_set_new(sh, "grad_sync",
+                        r->have_grad_sync ? pb__report_real(m.grad_sync / wall) : json_null());
     json_object_set_new(sh, m.has_data ? "other" : "unaccounted", pb__report_real(m.other / wall));
     json_object_set_new(comp, "shares", sh);
     json_object_set_new(comp, "mean_step_s", pb__report_real(m.wall));
     json_object_set_new(comp, "sql", json_string(step_sql));
+    json_object_set_new(comp, "dataloader_seen", json_boolean(m.has_data));
     if (!m.has_data)
         json_object_set_new(comp, "unaccounted_means",
-                            json_string("time outside modules and the optimizer: data loading, "
-                                        "Python between steps (no python.dataloader_trace to "
-                                        "tell them apart)"));
+                            json_string("host time outside modules, the optimizer and gradient "
+                                        "sync; no DataLoader fed these steps, so it includes "
+                                        "the program's own input pipeline and Python between "
+                                        "steps"));
     char sql_self[SQL_MAX], sql_total[SQL_MAX];
     json_t *top_self = top_modules(r, "self_s", sql_self);
     json_t *top_total = top_modules(r, "total_s", sql_total);
@@ -722,8 +1013,6 @@ static void phases_bottleneck_component(pb__report *r)
     double calls = 0, median_self = 0;
     char host_sql[SQL_MAX];
     int host = r->count > r->warmup && host_overhead(r, &calls, &median_self, host_sql);
-    const char *type = "compute", *label = NULL;
-    char *decided = NULL;
     json_t *util = NULL;
     if (r->n_gpu > 0) {
         json_t *rows = pb__report_run(r, "SELECT AVG(utilization) AS utilization FROM system.gpu");
@@ -734,172 +1023,231 @@ static void phases_bottleneck_component(pb__report *r)
     }
     json_object_set_new(bn, "gpu_utilization", util ? util : json_null());
 
-    if (m.has_data && m.data > compute) {
-        type = "data";
-        label = "data loading (CPU-bound)";
-        decided =
-            pb__report_textf("data-loader wait %.3g ms > compute (forward+backward+optimizer) "
-                             "%.3g ms per step (seed 002: data loading time > computation time)",
-                             m.data * 1e3, compute * 1e3);
-    } else if (m.has_collectives && m.collectives > 0.5 * m.wall) {
-        type = "collectives";
-        label = "communication (collectives over 50% of the step)";
-        decided = pb__report_textf("collectives %.0f%% of the step", 100 * m.collectives / wall);
-    } else if (m.optimizer >= OPTIMIZER_SHARE * m.wall && m.optimizer >= m.forward + m.backward) {
-        type = "optimizer";
-        label = "optimizer step";
-        decided =
-            pb__report_textf("optimizer %.0f%% of the step, more than forward+backward (%.0f%%)",
-                             100 * m.optimizer / wall, 100 * (m.forward + m.backward) / wall);
-    } else if (!m.has_data && m.other >= UNACCOUNTED_BOUND * m.wall) {
-        type = "data_likely";
-        label = "likely data loading or Python outside the model (CPU-bound)";
-        decided = pb__report_textf("%.0f%% of the step is outside modules and the optimizer; "
-                                   "python.dataloader_trace would confirm data loading",
-                                   100 * m.other / wall);
-    } else if (host) {
-        type = "host_overhead";
-        label = "host overhead (many tiny module calls)";
-        decided = pb__report_textf("%.0f module calls per step with a median self time of %.1f us",
-                                   calls, median_self * 1e6);
+    /* Every cause above its threshold; they are not exclusive. */
+    cause causes[8];
+    size_t nc = 0;
+    if (m.has_data && m.data > compute)
+        causes[nc++] = (cause){"data", "data loading (CPU-bound)", m.data};
+    if (comm >= COMM_SHARE * m.wall && comm > 0)
+        causes[nc++] = (cause){"collectives",
+                               m.grad_sync >= m.collectives
+                                   ? "communication (waiting for the gradient all-reduce)"
+                                   : "communication (collectives)",
+                               comm};
+    if (m.optimizer >= OPTIMIZER_SHARE * m.wall && m.optimizer >= m.forward + m.backward)
+        causes[nc++] = (cause){"optimizer", "optimizer step", m.optimizer};
+    if (m.other >= UNACCOUNTED_SHARE * m.wall)
+        causes[nc++] = (cause){m.has_data ? "host" : "data_likely",
+                               m.has_data ? "host time outside the model (Python in the loop)"
+                                          : "host time outside the model: an input pipeline "
+                                            "without a DataLoader, or Python between steps",
+                               m.other};
+    if (host)
+        causes[nc++] = (cause){"host_overhead", "host overhead (many tiny module calls)",
+                               m.forward + m.backward};
+    qsort(causes, nc, sizeof *causes, cmp_cause);
+
+    const char *type, *label;
+    char *decided = NULL;
+    if (nc) {
+        type = causes[0].type;
+        label = causes[0].label;
+        if (!strcmp(type, "data"))
+            decided = pb__report_textf("data-loader wait %.3g ms > compute (forward+backward+"
+                                       "optimizer) %.3g ms per step (docs/report.md, \"Bottleneck "
+                                       "type\": data loading time > computation time)",
+                                       m.data * 1e3, compute * 1e3);
+        else
+            decided = pb__report_textf("%s: %.0f%% of the step (%.3g ms)", causes[0].label,
+                                       100 * causes[0].cost_s / wall, causes[0].cost_s * 1e3);
     } else if (util && json_real_value(util) < 70) {
         type = "cpu";
         label = "CPU-bound (GPU utilisation under 70%)";
-        decided =
-            pb__report_textf("GPU utilisation %.0f%% < 70%% (seed 002)", json_real_value(util));
+        decided = pb__report_textf("GPU utilisation %.0f%% < 70%% (docs/report.md, \"Bottleneck "
+                                   "type\")",
+                                   json_real_value(util));
     } else {
         type = "compute";
-        const char *device = json_string_value(json_object_get(r->src->conditions, "device"));
         int gpu = util && json_real_value(util) > 90;
         label = gpu ? "GPU-bound (computation)"
-                : device && strncmp(device, "cuda", 4) == 0
-                    ? "compute (forward/backward)"
-                    : "compute on the CPU (forward/backward)";
+                : r->device == 2 ? "compute (forward/backward)"
+                                 : "compute on the CPU (forward/backward)";
         decided =
-            pb__report_textf("forward+backward %.0f%% of the step, unaccounted/other %.0f%%%s",
-                             100 * (m.forward + m.backward) / wall, 100 * m.other / wall,
+            pb__report_textf("forward+backward %.0f%% of the step, %s %.0f%%%s",
+                             100 * (m.forward + m.backward) / wall,
+                             m.has_data ? "other host time" : "unaccounted", 100 * m.other / wall,
                              gpu ? ", GPU utilisation over 90%" : "");
     }
     json_object_set_new(bn, "type", json_string(type));
     json_object_set_new(bn, "label", json_string(label));
     json_object_set_new(bn, "decided_by", json_string(decided ? decided : ""));
     json_object_set_new(bn, "sql", json_string(step_sql));
+    json_t *list = json_array();
+    for (size_t i = 0; i < nc; i++)
+        json_array_append_new(list, json_pack("{s:s,s:s,s:o,s:o}", "type", causes[i].type,
+                                              "label", causes[i].label, "seconds",
+                                              pb__report_real(causes[i].cost_s), "share",
+                                              pb__report_real(causes[i].cost_s / wall)));
+    json_object_set_new(bn, "causes", list);
     free(decided);
     json_object_set_new(r->doc, "bottleneck", bn);
 
-    /* Findings for the bottleneck, with the seeds' recommendations. */
-    json_t *nums = json_object();
-    json_object_set_new(nums, "mean_step_s", pb__report_real(m.wall));
-    json_object_set_new(nums, "forward_s", pb__report_real(m.forward));
-    json_object_set_new(nums, "backward_s", pb__report_real(m.backward));
-    json_object_set_new(nums, "optimizer_s", pb__report_real(m.optimizer));
-    if (m.has_data) json_object_set_new(nums, "data_wait_s", pb__report_real(m.data));
-    json_object_set_new(nums, m.has_data ? "other_s" : "unaccounted_s", pb__report_real(m.other));
+    /* Findings for each cause, costliest first. */
     json_t *top = json_array_get(json_object_get(comp, "top_by_self"), 0);
     const char *top_name = json_string_value(json_object_get(top, "module"));
     const char *top_stage = json_string_value(json_object_get(top, "stage"));
     double top_share = pb__report_num(top, "self_share", NULL);
     json_t *cond = r->src->conditions;
     json_t *workers = json_object_get(cond, "num_workers");
+    int cpu = r->device != 2;
 
-    if (!strcmp(type, "data")) {
-        pb__report_finding(
-            r, "data_bound", "bottleneck", "critical",
-            pb__report_textf(
-                "data loading bound: the loop waits %.3g ms per step for data, compute "
-                "takes %.3g ms",
-                m.data * 1e3, compute * 1e3),
-            nums, step_sql,
-            "Increase num_workers in DataLoader, enable pin_memory=True, move data "
-            "augmentation to GPU, cache preprocessed data if the dataset is small, use "
-            "faster storage (seed 002).");
-        nums = NULL; /* the finding owns it */
-    } else if (!strcmp(type, "data_likely") ||
-               (!strcmp(type, "compute") && !m.has_data && m.other >= UNACCOUNTED_SHARE * m.wall)) {
-        char *claim =
-            pb__report_textf("%.0f%% of each step (%.3g ms) is outside modules and the "
-                             "optimizer: unaccounted (data loading, Python between steps)%s",
-                             100 * m.other / wall, m.other * 1e3,
-                             json_is_integer(workers)
-                                 ? (json_integer_value(workers) == 0 ? "; num_workers is 0" : "")
-                                 : "");
-        json_t *f = pb__report_finding(
-            r, "unaccounted_time", "bottleneck",
-            !strcmp(type, "data_likely") ? "critical" : "warning", claim, nums, step_sql,
-            "Likely data loading (CPU-bound): increase num_workers in "
-            "DataLoader, enable pin_memory=True, cache preprocessed data "
-            "(seed 002). To confirm, measure the data-loader wait: "
-            "python.dataloader_trace is empty, so the loop's data loading "
-            "was not seen (a loader other than torch's DataLoader?).");
-        if (json_is_integer(workers))
-            json_object_set(json_object_get(f, "numbers"), "num_workers", workers);
-        pb__report_suggest(
-            r,
-            "see where the time between steps goes: compare each step's module time "
-            "with its wall time",
-            "probing %s query \"SELECT step, SUM(duration) AS in_modules, MAX(CASE WHEN "
-            "stage = 'step' THEN time_offset + total_duration END) AS wall FROM "
-            "python.torch_trace GROUP BY step ORDER BY step DESC LIMIT 20\"",
-            pb__report_target(r));
-        if (json_is_integer(workers))
-            pb__report_suggest(r, "check the DataLoader settings (seed 002 measurement conditions)",
-                               "probing %s eval \"print(train_loader.num_workers, "
-                               "train_loader.pin_memory)\"",
-                               pb__report_target(r));
-        nums = NULL;
-    } else if (!strcmp(type, "optimizer")) {
-        pb__report_finding(
-            r, "optimizer_heavy", "bottleneck", "warning",
-            pb__report_textf("the optimizer step takes %.0f%% of each step (%.3g ms), more than "
-                             "forward and backward together (%.3g ms)",
-                             100 * m.optimizer / wall, m.optimizer * 1e3,
-                             (m.forward + m.backward) * 1e3),
-            nums, step_sql,
-            "Profile the optimizer step before the model: check which parameters it "
-            "updates (tensors the model never uses still cost a full update) and the "
-            "size of its state; use the foreach/fused implementations; reduce the update "
-            "frequency with gradient accumulation (seed 000).");
-        pb__report_suggest(
-            r, "count what the optimizer updates",
-            "probing %s eval \"print(sum(p.numel() for g in optimizer.param_groups for p "
-            "in g['params']), sum(p.numel() for p in model.parameters()))\"",
-            pb__report_target(r));
-        nums = NULL;
-    } else if (!strcmp(type, "host_overhead")) {
-        json_object_set_new(nums, "module_calls_per_step", pb__report_real(calls));
-        json_object_set_new(nums, "median_forward_self_s", pb__report_real(median_self));
-        char both[2 * SQL_MAX + 8];
-        snprintf(both, sizeof both, "%s\n;\n%s", host_sql, step_sql);
-        pb__report_finding(
-            r, "host_overhead", "bottleneck", "warning",
-            pb__report_textf("host overhead: %.0f module calls per step, median self time %.1f us "
-                             "each: per-call overhead, not the math, dominates",
-                             calls, median_self * 1e6),
-            nums, both,
-            "Many small operations (kernel launch overhead): fuse them - use "
-            "torch.compile or fuse manually; make layers wider and fewer (seed 002).");
-        nums = NULL;
-    } else if (!strcmp(type, "collectives")) {
-        /* reported by the collectives check */
-    } else {
-        char *claim =
-            top_name ? pb__report_textf(
-                           "compute-bound: forward+backward take %.0f%% of the step; the largest "
-                           "self time is %s (%s, %.0f%% of module time)",
-                           100 * (m.forward + m.backward) / wall, top_name,
-                           top_stage ? top_stage : "", 100 * top_share)
-                     : pb__report_textf("compute-bound: forward+backward take %.0f%% of the step",
-                                        100 * (m.forward + m.backward) / wall);
-        char both[2 * SQL_MAX + 8];
-        snprintf(both, sizeof both, "%s\n;\n%s", step_sql, sql_self);
-        pb__report_finding(
-            r, "compute_bound", "bottleneck", "info", claim, nums, both,
-            "Profile model operations in the top modules (seed 002: GPU-bound -> profile "
-            "model operations); on a GPU check utilisation, use mixed precision and "
-            "torch.compile.");
-        nums = NULL;
+    for (size_t c = 0; c <= nc; c++) {
+        const char *t = c < nc ? causes[c].type : NULL;
+        if (c == nc && nc) break; /* the compute finding only when nothing else holds */
+        json_t *nums = json_object();
+        json_object_set_new(nums, "mean_step_s", pb__report_real(m.wall));
+        json_object_set_new(nums, "forward_s", pb__report_real(m.forward));
+        json_object_set_new(nums, "backward_s", pb__report_real(m.backward));
+        json_object_set_new(nums, "optimizer_s", pb__report_real(m.optimizer));
+        if (m.has_data) json_object_set_new(nums, "data_wait_s", pb__report_real(m.data));
+        if (r->have_grad_sync) json_object_set_new(nums, "grad_sync_s", pb__report_real(m.grad_sync));
+        if (m.has_collectives)
+            json_object_set_new(nums, "collectives_s", pb__report_real(m.collectives));
+        json_object_set_new(nums, m.has_data ? "other_s" : "unaccounted_s",
+                            pb__report_real(m.other));
+        if (t && !strcmp(t, "data")) {
+            pb__report_finding(
+                r, "data_bound", "bottleneck", "critical",
+                pb__report_textf(
+                    "data loading bound: the loop waits %.3g ms per step for data, compute "
+                    "takes %.3g ms",
+                    m.data * 1e3, compute * 1e3),
+                nums, step_sql,
+                cpu ? "Increase num_workers in the DataLoader, cache preprocessed data if the "
+                      "dataset is small, use faster storage (docs/report.md, \"Bottleneck "
+                      "type\")."
+                    : "Increase num_workers in the DataLoader, enable pin_memory=True, move "
+                      "data augmentation to the GPU, cache preprocessed data if the dataset is "
+                      "small, use faster storage (docs/report.md, \"Bottleneck type\").");
+        } else if (t && !strcmp(t, "collectives")) {
+            char payload[128];
+            comm_payload(r, payload, sizeof payload);
+            json_object_set_new(nums, "communication_s", pb__report_real(comm));
+            json_object_set_new(nums, "share", pb__report_real(comm / wall));
+            char *claim =
+                m.grad_sync >= m.collectives
+                    ? pb__report_textf("%.0f%% of the step (%.3g ms) waits for DDP's gradient "
+                                       "all-reduce%s%s%s",
+                                       100 * comm / wall, comm * 1e3, payload[0] ? " (" : "",
+                                       payload, payload[0] ? ")" : "")
+                    : pb__report_textf("%.0f%% of the step (%.3g ms) is spent in collectives%s%s%s",
+                                       100 * comm / wall, comm * 1e3, payload[0] ? " (" : "",
+                                       payload, payload[0] ? ")" : "");
+            pb__report_finding(
+                r, "communication", "bottleneck", comm > 0.5 * m.wall ? "critical" : "warning",
+                claim, nums, step_sql,
+                "A wait for communication is also a wait for the slowest rank: check load "
+                "imbalance below first. If the ranks are balanced, overlap communication with "
+                "the backward pass (DDP's bucket_cap_mb, no_sync() with gradient accumulation), "
+                "send less (bf16 gradients with a DDP communication hook) or check the "
+                "interconnect (docs/report.md, \"Communication\").");
+        } else if (t && !strcmp(t, "optimizer")) {
+            pb__report_finding(
+                r, "optimizer_heavy", "bottleneck", "warning",
+                pb__report_textf("the optimizer step takes %.0f%% of each step (%.3g ms), more "
+                                 "than forward and backward together (%.3g ms)",
+                                 100 * m.optimizer / wall, m.optimizer * 1e3,
+                                 (m.forward + m.backward) * 1e3),
+                nums, step_sql,
+                "Profile the optimizer step before the model: check which parameters it "
+                "updates (tensors the model never uses still cost a full update) and the "
+                "size of its state; use the foreach/fused implementations; reduce the update "
+                "frequency with gradient accumulation (docs/report.md, \"Bottleneck type\").");
+            pb__report_suggest(
+                r, "count what the optimizer updates",
+                "probing %s eval \"print(sum(p.numel() for g in optimizer.param_groups for p "
+                "in g['params']), sum(p.numel() for p in model.parameters()))\"",
+                pb__report_target(r));
+        } else if (t && (!strcmp(t, "host") || !strcmp(t, "data_likely"))) {
+            double syncs = median_syncs(r);
+            char extra[256] = "";
+            if (r->device == 2 && syncs > 0)
+                snprintf(extra, sizeof extra, "; %.0f host-device synchronisations per step",
+                         syncs);
+            if (json_is_integer(workers) && json_integer_value(workers) == 0 && m.has_data)
+                strncat(extra, "; num_workers is 0", sizeof extra - strlen(extra) - 1);
+            char *claim =
+                m.has_data
+                    ? pb__report_textf("host time: %.0f%% of each step (%.3g ms) is outside data "
+                                       "wait, forward, backward, optimizer and gradient sync: "
+                                       "Python in the training loop (logging, metrics, .item(), "
+                                       "checkpoints)%s",
+                                       100 * m.other / wall, m.other * 1e3, extra)
+                    : pb__report_textf("host time: %.0f%% of each step (%.3g ms) is outside "
+                                       "forward, backward, optimizer and gradient sync, and no "
+                                       "DataLoader fed the loop: an input pipeline of its own "
+                                       "(a Python generator, reading files) or Python between "
+                                       "steps (logging, metrics, .item())%s",
+                                       100 * m.other / wall, m.other * 1e3, extra);
+            json_object_set_new(nums, "dataloader_seen", json_boolean(m.has_data));
+            if (r->device == 2) json_object_set_new(nums, "median_syncs_per_step", pb__report_real(syncs));
+            json_t *f = pb__report_finding(
+                r, "unaccounted_time", "bottleneck",
+                m.other >= UNACCOUNTED_BOUND * m.wall && c == 0 ? "critical" : "warning", claim,
+                nums, step_sql,
+                m.has_data
+                    ? "See which lines run between the model calls: `probing <target> capture "
+                      "--stack` samples the Python stacks of a few steps; move logging and "
+                      "metrics off the per-step path (every N steps), avoid .item()/.tolist() "
+                      "per step (docs/report.md, \"Host time\")."
+                    : "See which lines run between the model calls: `probing <target> capture "
+                      "--stack` samples the Python stacks of a few steps. If it is the input "
+                      "pipeline, move it into a torch.utils.data.DataLoader with num_workers > "
+                      "0 so it runs beside the training loop; if it is logging or metrics, do "
+                      "them every N steps (docs/report.md, \"Host time\").");
+            if (json_is_integer(workers))
+                json_object_set(json_object_get(f, "numbers"), "num_workers", workers);
+            pb__report_suggest(r, "sample the Python stacks of a few steps to see the lines",
+                               "probing %s capture --stack --steps 3", pb__report_target(r));
+        } else if (t && !strcmp(t, "host_overhead")) {
+            json_object_set_new(nums, "module_calls_per_step", pb__report_real(calls));
+            json_object_set_new(nums, "median_forward_self_s", pb__report_real(median_self));
+            char both[2 * SQL_MAX + 8];
+            snprintf(both, sizeof both, "%s\n;\n%s", host_sql, step_sql);
+            pb__report_finding(
+                r, "host_overhead", "bottleneck", "warning",
+                pb__report_textf("host overhead: %.0f module calls per step, median self time "
+                                 "%.1f us each: per-call overhead, not the math, dominates",
+                                 calls, median_self * 1e6),
+                nums, both,
+                cpu ? "Many small operations: per-call Python and dispatch overhead dominates. "
+                      "Batch more work per call (larger batches, wider and fewer layers) or use "
+                      "torch.compile to fuse them (docs/report.md, \"Bottleneck type\")."
+                    : "Many small operations (kernel launch overhead): fuse them - use "
+                      "torch.compile or CUDA graphs; make layers wider and fewer (docs/report.md, "
+                      "\"Bottleneck type\").");
+        } else {
+            char *claim =
+                top_name ? pb__report_textf(
+                               "compute-bound: forward+backward take %.0f%% of the step; the "
+                               "largest self time is %s (%s, %.0f%% of module time)",
+                               100 * (m.forward + m.backward) / wall, top_name,
+                               top_stage ? top_stage : "", 100 * top_share)
+                         : pb__report_textf("compute-bound: forward+backward take %.0f%% of the "
+                                            "step",
+                                            100 * (m.forward + m.backward) / wall);
+            char both[2 * SQL_MAX + 8];
+            snprintf(both, sizeof both, "%s\n;\n%s", step_sql, sql_self);
+            pb__report_finding(
+                r, "compute_bound", "bottleneck", "info", claim, nums, both,
+                cpu ? "Profile the operations of the top modules (`probing <target> capture`); "
+                      "on the CPU, check torch.get_num_threads() against the cores the job may "
+                      "use (docs/report.md, \"Bottleneck type\")."
+                    : "Profile the operations of the top modules (`probing <target> capture`); "
+                      "check GPU utilisation, use mixed precision and torch.compile "
+                      "(docs/report.md, \"Bottleneck type\").");
+        }
     }
-    json_decref(nums);
     if (top_name) {
         pb__report_sqlf(sql,
                         "SELECT step, stage, duration, total_duration FROM python.torch_trace "
@@ -937,16 +1285,21 @@ static void check_memory(pb__report *r)
             NULL, NULL, NULL);
         return;
     }
+    /* The fit skips the warm-up and the first LEAK_SETTLE of the steady steps: allocators and
+     * caches grow at the start of every run without leaking. */
+    size_t from = r->warmup, avail = 0;
+    for (size_t i = r->warmup; i < r->count; i++) avail += r->steps[i].has_memory;
+    size_t settle = (size_t)(LEAK_SETTLE * (double)avail), seen = 0;
+    double *xs = malloc((r->count + 1) * sizeof *xs), *ys = malloc((r->count + 1) * sizeof *ys);
     size_t n = 0;
-    double sx = 0, sy = 0, sxx = 0, sxy = 0, syy = 0, first = 0, last = 0;
-    for (size_t i = r->warmup; i < r->count; i++) {
+    double first = 0, last = 0;
+    for (size_t i = from; xs && ys && i < r->count; i++) {
         const pb__step_row *s = &r->steps[i];
-        if (!s->has_memory) continue;
-        double x = (double)s->step, y = s->memory_mb;
-        if (!n) first = y;
-        last = y;
-        n++;
-        sx += x, sy += y, sxx += x * x, sxy += x * y, syy += y * y;
+        if (!s->has_memory || seen++ < settle) continue;
+        if (!n) first = s->memory_mb;
+        last = s->memory_mb;
+        xs[n] = (double)s->step;
+        ys[n++] = s->memory_mb;
     }
     if (n < LEAK_MIN_STEPS) {
         pb__report_finding(
@@ -955,31 +1308,74 @@ static void check_memory(pb__report *r)
                              "needed",
                              n, n == 1 ? "" : "s", LEAK_MIN_STEPS),
             NULL, sql, NULL);
+        free(xs);
+        free(ys);
         return;
     }
-    double dn = (double)n, vx = sxx - sx * sx / dn, vy = syy - sy * sy / dn;
-    double cov = sxy - sx * sy / dn;
-    double slope = vx > 0 ? cov / vx : 0;
-    double r2 = vx > 0 && vy > 0 ? cov * cov / (vx * vy) : 0;
+    double slope, intercept, r2;
+    pb__report_theil_sen(xs, ys, n, &slope, &intercept, &r2);
+    free(xs);
+    free(ys);
     double growth = last - first;
+    /* What the process may use: python.memory.limit_mb (the GPU's total, or the cgroup limit /
+     * RAM on CPU), else the GPU total of the breakdown. */
+    double limit = NAN;
+    char *why = NULL;
+    json_t *lim = pb__report_try(r, "SELECT MAX(limit_mb) AS limit_mb FROM python.memory", &why);
+    int ok = 0;
+    double v = lim ? pb__report_num(json_array_get(lim, 0), "limit_mb", &ok) : 0;
+    if (ok && v > 0) limit = v;
+    json_decref(lim);
+    free(why);
+    if (isnan(limit) && r->n_breakdown > 0) {
+        lim = pb__report_try(r, "SELECT MAX(device_total_mb) AS t FROM python.memory_breakdown",
+                             &why);
+        v = lim ? pb__report_num(json_array_get(lim, 0), "t", &ok) : 0;
+        if (ok && v > 0) limit = v;
+        json_decref(lim);
+        free(why);
+    }
+    double step_s = median_wall(r->steps, r->warmup, r->count);
+    double per_hour = step_s > 0 ? slope * 3600.0 / step_s : NAN;
+    double hours = !isnan(limit) && per_hour > 0 ? (limit - last) / per_hour : NAN;
+    if (hours < 0) hours = 0;
     json_t *nums = json_object();
     json_object_set_new(nums, "steps", json_integer((json_int_t)n));
     json_object_set_new(nums, "first_mb", pb__report_real(first));
     json_object_set_new(nums, "last_mb", pb__report_real(last));
     json_object_set_new(nums, "growth_mb", pb__report_real(growth));
     json_object_set_new(nums, "slope_mb_per_step", pb__report_real(slope));
+    json_object_set_new(nums, "fit", json_string("Theil-Sen (median of pairwise slopes)"));
     json_object_set_new(nums, "r2", pb__report_real(r2));
+    json_object_set_new(nums, "mb_per_hour", pb__report_real(per_hour));
+    json_object_set_new(nums, "limit_mb", pb__report_real(limit));
+    json_object_set_new(nums, "hours_to_limit", pb__report_real(hours));
     json_object_set_new(nums, "source", json_string(source));
-    if (growth >= LEAK_MIN_GROWTH_MB && slope >= LEAK_MIN_SLOPE_MB && r2 >= LEAK_MIN_R2) {
+    if (growth >= LEAK_MIN_GROWTH_MB && slope > 0 && r2 >= LEAK_MIN_R2) {
+        /* Severity from the time to exhaustion: a leak that ends the job soon is critical, one
+         * that would take days is worth knowing, not a bottleneck. */
+        const char *severity = isnan(hours) ? "warning"
+                               : hours < LEAK_CRITICAL_H ? "critical"
+                               : hours < LEAK_WARNING_H ? "warning"
+                                                         : "info";
+        char when[160];
+        if (isnan(hours))
+            snprintf(when, sizeof when, "the memory available is unknown");
+        else if (hours < 1)
+            snprintf(when, sizeof when, "out of memory in ~%.0f min (%.0f MB available)",
+                     hours * 60, limit);
+        else
+            snprintf(when, sizeof when, "out of memory in ~%.0f h (%.0f MB available)", hours,
+                     limit);
         pb__report_finding(
-            r, "memory_growth", "memory", "critical",
-            pb__report_textf("memory grows steadily across steps: +%.1f MB over %zu steps (%.2f MB "
-                             "per step) - a leak",
-                             growth, n, slope),
+            r, "memory_growth", "memory", severity,
+            pb__report_textf("memory grows steadily: %+.3g MB/step (r² %.2f over %zu steps): "
+                             "%+.1f GB per hour at this pace; %s",
+                             slope, r2, n, per_hour / 1024.0, when),
             nums, sql,
             "Something keeps a reference each step: look for tensors appended to lists "
-            "or dicts (losses kept without .detach() or .item(), caches, metrics); memory "
-            "leaks are allocations never freed (seed 002).");
+            "or dicts (losses kept without .detach() or .item(), caches, metrics) "
+            "(docs/report.md, \"Memory\").");
         pb__report_suggest(
             r,
             "find what holds the memory: the largest objects referenced from "
@@ -999,7 +1395,7 @@ static void check_memory(pb__report *r)
 static void check_collectives(pb__report *r)
 {
     char sql[SQL_MAX];
-    if (r->n_nccl <= 0) {
+    if (r->n_nccl <= 0 && !(r->have_grad_sync && mean_shares(r).grad_sync > 0)) {
         pb__report_finding(
             r, "collectives", "check", "skipped",
             pb__report_textf("collectives share not checked: python.nccl_trace is %s (a single "
@@ -1009,19 +1405,19 @@ static void check_collectives(pb__report *r)
         return;
     }
     shares m = mean_shares(r);
-    if (!m.has_collectives || m.wall <= 0) {
+    if (!(m.has_collectives || m.grad_sync > 0) || m.wall <= 0) {
         pb__report_finding(
             r, "collectives", "check", "skipped",
             pb__report_textf("collectives recorded, but none in the steady steps of the window"),
             NULL, NULL, NULL);
         return;
     }
-    double share = m.collectives / m.wall;
-    if (r->from_steps_table) /* the host time blocked in the program's collective calls */
+    double share = (m.collectives + m.grad_sync) / m.wall;
+    if (r->from_steps_table) /* the host time blocked in collective calls and DDP's wait */
         pb__report_sqlf(sql,
-                        "SELECT step, collectives AS value FROM python.steps WHERE step "
+                        "SELECT step, collectives%s AS value FROM python.steps WHERE step "
                         "BETWEEN %lld AND %lld ORDER BY step",
-                        r->lo, r->hi);
+                        r->have_grad_sync ? " + grad_sync" : "", r->lo, r->hi);
     else
         pb__report_sqlf(
             sql,
@@ -1030,22 +1426,102 @@ static void check_collectives(pb__report *r)
             r->lo, r->hi);
     json_t *nums = json_object();
     json_object_set_new(nums, "collectives_s", pb__report_real(m.collectives));
+    json_object_set_new(nums, "grad_sync_s", pb__report_real(m.grad_sync));
     json_object_set_new(nums, "mean_step_s", pb__report_real(m.wall));
     json_object_set_new(nums, "share", pb__report_real(share));
-    if (share > 0.5)
+    if (share >= COMM_SHARE) /* the bottleneck finding "communication" says it, with advice */
         pb__report_finding(
-            r, "collectives", "check", "warning",
-            pb__report_textf("collectives take %.0f%% of the step (over 50%%)", 100 * share), nums,
-            sql,
-            "If AllReduce >50%, optimize overlap or reduce frequency (gradient "
-            "accumulation); check the interconnect (seed 000).");
+            r, "collectives", "check", "info",
+            pb__report_textf("communication (collectives and DDP's gradient sync) takes %.0f%% "
+                             "of the step: see the bottleneck above",
+                             100 * share),
+            nums, sql, NULL);
     else
         pb__report_finding(
             r, "collectives", "check", share >= 0.2 ? "info" : "ok",
-            pb__report_textf("collectives take %.0f%% of the step (20-30%% is normal for large "
-                             "models, over 50%% is flagged)",
-                             100 * share),
+            pb__report_textf("communication (collectives and DDP's gradient sync) takes %.0f%% "
+                             "of the step (20-30%% is normal for large models, %.0f%% or more "
+                             "is flagged)",
+                             100 * share, 100 * COMM_SHARE),
             nums, sql, NULL);
+}
+
+/* The GIL: a thread other than the training one holding it for a real share of the sampled
+ * time ("Host time" in docs/report.md). python.gil (the agent's GIL sampler) per step and
+ * holder. */
+static void check_gil(pb__report *r)
+{
+    char sql[SQL_MAX];
+    if (r->n_gil <= 0) {
+        pb__report_finding(
+            r, "gil_contention", "bottleneck", "skipped",
+            pb__report_textf("GIL holders not checked: python.gil is %s",
+                             r->n_gil < 0 ? "absent (an agent or recording without the GIL "
+                                            "sampler)"
+                                          : "empty (no step yet, a Python whose GIL state "
+                                            "cannot be read, or PROBING_GIL_SAMPLE_MS=0)"),
+            NULL, NULL, NULL);
+        return;
+    }
+    long long first = pb__report_steady_first(r);
+    pb__report_sqlf(sql,
+                    "SELECT thread_id, thread_name, MAX(training) AS training, SUM(held) AS held,\n"
+                    "       (SELECT SUM(s) FROM (SELECT MAX(samples) AS s FROM python.gil WHERE step "
+                    "BETWEEN %lld AND %lld GROUP BY step)) AS samples\n"
+                    "FROM python.gil WHERE step BETWEEN %lld AND %lld\n"
+                    "GROUP BY thread_id, thread_name ORDER BY held DESC",
+                    first, r->hi, first, r->hi);
+    json_t *rows = pb__report_run(r, sql), *row, *top = NULL;
+    size_t i;
+    double total = 0, training = 0;
+    json_array_foreach(rows, i, row) {
+        total = pb__report_num(row, "samples", NULL);
+        if (pb__report_num(row, "training", NULL) != 0)
+            training += pb__report_num(row, "held", NULL);
+        else if (!top)
+            top = row;
+    }
+    if (!(total > 0)) {
+        pb__report_finding(r, "gil_contention", "bottleneck", "skipped",
+                           pb__report_textf("GIL holders not checked: no GIL sample in the "
+                                            "steady steps of the window"),
+                           NULL, sql, NULL);
+        json_decref(rows);
+        return;
+    }
+    double share = top ? pb__report_num(top, "held", NULL) / total : 0;
+    const char *name = top ? json_string_value(json_object_get(top, "thread_name")) : NULL;
+    json_t *nums = json_object();
+    json_object_set_new(nums, "samples", pb__report_real(total));
+    json_object_set_new(nums, "training_thread_share", pb__report_real(training / total));
+    json_object_set_new(nums, "thread", name ? json_string(name) : json_null());
+    json_object_set_new(nums, "thread_id", top ? json_integer((json_int_t)pb__report_num(top, "thread_id", NULL)) : json_null());
+    json_object_set_new(nums, "share", pb__report_real(share));
+    if (top && share >= GIL_SHARE) {
+        pb__report_finding(
+            r, "gil_contention", "bottleneck", "warning",
+            pb__report_textf("thread '%s' holds the GIL %.0f%% of the sampled time (the training "
+                             "thread %.0f%%): the training loop waits for it between its torch "
+                             "calls",
+                             name ? name : "?", 100 * share, 100 * training / total),
+            nums, sql,
+            "Python code on another thread competes with the training loop for the GIL: do that "
+            "work less often, in batches, or in another process (multiprocessing, a DataLoader "
+            "worker), or let it release the GIL (I/O, time.sleep) (docs/report.md, \"Host "
+            "time\"). See what it runs: `probing <target> backtrace` shows every thread's stack "
+            "and which one holds the GIL.");
+        pb__report_suggest(r, "see the stack of the thread that holds the GIL",
+                           "probing %s backtrace", pb__report_target(r));
+    } else {
+        pb__report_finding(
+            r, "gil_contention", "bottleneck", "ok",
+            top ? pb__report_textf("no other thread holds the GIL for long: the most, '%s', %.0f%% "
+                                   "of the sampled time (%.0f%% is flagged)",
+                                   name ? name : "?", 100 * share, 100 * GIL_SHARE)
+                : pb__report_textf("only the training thread held the GIL when sampled"),
+            nums, sql, NULL);
+    }
+    json_decref(rows);
 }
 
 static void check_amp(pb__report *r)
@@ -1088,7 +1564,7 @@ static void check_amp(pb__report *r)
             nums, sql,
             "If scale is decreasing (< 65536), GradScaler is detecting inf/nan: look for "
             "overflow in the loss or gradients, keep the loss computation in float32, "
-            "consider bf16 on Ampere or newer (seed 004).");
+            "consider bf16 on Ampere or newer (docs/report.md, \"Mixed precision\").");
     else
         pb__report_finding(r, "amp", "check", "ok",
                            pb__report_textf("mixed precision: no skipped steps%s",
@@ -1104,6 +1580,15 @@ static void check_syncs(pb__report *r)
             r, "host_syncs", "check", "skipped",
             pb__report_textf("host-device synchronisations not checked: python.steps (syncs per "
                              "step) is absent; they exist on CUDA only"),
+            NULL, NULL, NULL);
+        return;
+    }
+    if (r->device == 1) {
+        pb__report_finding(
+            r, "host_syncs", "check", "skipped",
+            pb__report_textf("host-device synchronisations: does not apply (the model runs on "
+                             "the CPU; .item(), .cpu() and torch.cuda.synchronize() stall a "
+                             "GPU only)"),
             NULL, NULL, NULL);
         return;
     }
@@ -1130,7 +1615,7 @@ static void check_syncs(pb__report *r)
             nums, sql,
             "Synchronizing in the training loop kills performance: remove .item(), "
             ".cpu(), print(tensor) and torch.cuda.synchronize() from the loop; only "
-            "synchronize for timing/profiling (seed 002).");
+            "synchronize for timing/profiling (docs/report.md, \"Host time\").");
     else
         pb__report_finding(
             r, "host_syncs", "check", "ok",
@@ -1139,6 +1624,37 @@ static void check_syncs(pb__report *r)
 }
 
 /* ------------------------------------------------------------------ the report */
+
+static json_t *find(json_t *findings, const char *id)
+{
+    size_t i;
+    json_t *f;
+    json_array_foreach(findings, i, f) {
+        if (!strcmp(json_string_value(json_object_get(f, "id")), id)) return f;
+    }
+    return NULL;
+}
+
+/* A rank that waits for a slower one shows the wait as communication; when load imbalance
+ * names another rank as the slow one, the wait is its consequence: the communication finding
+ * says so and steps back to info, and the imbalance is the problem to fix. */
+static void waiting_for_slow_rank(pb__report *r)
+{
+    json_t *li = find(r->findings, "load_imbalance"), *comm = find(r->findings, "communication");
+    if (!li || !comm || strcmp(json_string_value(json_object_get(li, "severity")), "warning"))
+        return;
+    json_t *slow = json_object_get(json_object_get(li, "numbers"), "slow_rank");
+    json_t *me = json_object_get(r->src->info, "rank");
+    if (!json_is_integer(slow) || (json_is_integer(me) && json_integer_value(me) == json_integer_value(slow)))
+        return;
+    char *claim = pb__report_textf("%s: mostly the wait for rank %lld, the slow rank (see load "
+                                   "imbalance)",
+                                   json_string_value(json_object_get(comm, "claim")),
+                                   (long long)json_integer_value(slow));
+    if (claim) json_object_set_new(comm, "claim", json_string(claim));
+    free(claim);
+    json_object_set_new(comm, "severity", json_string("info"));
+}
 
 static const char *first_problem(json_t *findings)
 {
@@ -1189,9 +1705,11 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
     r.n_amp = probe_table(&r, "python.amp_trace", "GradScaler scale and skipped steps");
     r.n_nccl = probe_table(&r, "python.nccl_trace", "collectives share");
     r.n_gpu = probe_table(&r, "system.gpu", "GPU utilisation (bottleneck type on a GPU)");
+    r.n_gil = probe_table(&r, "python.gil", "which threads hold the GIL (GIL contention)");
     r.n_layers = probe_table(&r, "python.layers",
                              "Linear/convolution shapes and dtypes (tensor-core alignment)");
     r.from_steps_table = r.n_steps > 0;
+    detect_device(&r);
     if (load_steps(&r, last_steps, error)) goto fail;
 
     json_object_set_new(r.doc, "version", json_integer(1));
@@ -1250,7 +1768,17 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
             detect_warmup(&r);
         detail_window(&r);
         phase_baseline(&r);
+        slow_steps(&r);
         phases_bottleneck_component(&r);
+        check_gil(&r);
+        size_t steady = r.count - r.warmup;
+        if (r.count > 1 && steady < PB_REPORT_MIN_STEADY)
+            pb__report_finding(
+                &r, "small_sample", "baseline", "info",
+                pb__report_textf("only %zu steady step%s: too few to conclude that nothing is "
+                                 "wrong (%d or more wanted)",
+                                 steady, steady == 1 ? "" : "s", PB_REPORT_MIN_STEADY),
+                NULL, steps_sql(&r), "Run the report again after more steps.");
         if (r.count == 1)
             pb__report_finding(
                 &r, "one_step", "baseline", "info",
@@ -1267,13 +1795,14 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
     }
     pb__report_ranks(&r);
     pb__report_cluster(&r);
+    waiting_for_slow_rank(&r);
     check_amp(&r);
     if (r.count) {
         pb__report_amp_hardware(&r);
         check_syncs(&r);
     }
     pb__report_suggest(
-        &r, "the seed's slowest-modules view over everything recorded",
+        &r, "the slowest modules over everything recorded",
         "probing %s query \"SELECT module, stage, COUNT(*) AS calls, AVG(duration) AS "
         "avg_self_s FROM python.torch_trace GROUP BY module, stage ORDER BY SUM(duration) "
         "DESC LIMIT 10\"",

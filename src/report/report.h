@@ -46,6 +46,9 @@ typedef struct pb_report_source {
                                  recording, a TCP target), borrowed; NULL when not looked for */
 } pb_report_source;
 
+/* Fewer steady steps than this: the report says its sample is too small to conclude. */
+#define PB_REPORT_MIN_STEADY 5
+
 /* Python code the CLI evaluates in the target (short timeout) to learn the measurement
  * conditions: it prints one JSON object (device, param_dtype, parameters, batch_size,
  * num_workers, pin_memory, cudnn_benchmark, torch, python). */

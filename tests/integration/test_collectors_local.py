@@ -105,7 +105,7 @@ def test_steps_one_row_per_step_consistent_with_torch_trace(cli, slow_run):
     assert [s["step"] for s in steps] == list(range(STEPS))
     assert list(steps[0]) == ["step", "wall", "data_wait", "forward", "backward", "optimizer",
                               "collectives", "grad_sync", "other", "samples", "syncs", "rank",
-                              "detail"]
+                              "batches", "detail"]
     # the default detail windows: steps 0-7 are the first window, the rest summary steps
     assert [s["detail"] for s in steps] == [1 if n < 8 else 0 for n in range(STEPS)]
     sums = cli.query(target, "SELECT step, stage, SUM(duration) AS d FROM python.torch_trace "

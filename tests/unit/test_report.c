@@ -14,7 +14,7 @@
  * in-memory databases handed to the report as peers.
  */
 #include "check.h"
-#include "report.h"
+#include "internal.h"
 
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -198,6 +198,9 @@ static int sql_reruns(json_t *f)
     return ok;
 }
 
+static const char *claim(json_t *doc, const char *id);
+static const char *advice(json_t *doc, const char *id);
+
 static void test_missing_trace(void)
 {
     const char *error = NULL;
@@ -352,7 +355,10 @@ static void test_leak(void)
     for (int s = 0; s < 30; s++) add_step(s, 0.004, 0.005, 0.0005, 0.0102, 300 + 4.0 * s);
     json_t *doc = build(0, NULL);
     CHECK_STR(primary(doc), "memory_growth", "leak: primary is memory growth");
-    CHECK_STR(severity(doc, "memory_growth"), "critical", "leak: critical");
+    CHECK_STR(severity(doc, "memory_growth"), "warning",
+              "leak, memory available unknown (no python.memory): warning");
+    CHECK(strstr(claim(doc, "memory_growth"), "the memory available is unknown") != NULL,
+          "leak: says the memory available is unknown");
     json_t *n = json_object_get(finding(doc, "memory_growth"), "numbers");
     CHECK(json_number_value(json_object_get(n, "slope_mb_per_step")) == 4.0,
           "leak: 4 MB per step");
@@ -436,7 +442,10 @@ static void test_collectives_amp(void)
         exec(sql);
     }
     json_t *doc = build(0, NULL);
-    CHECK_STR(severity(doc, "collectives"), "warning", "collectives 59%: warning");
+    CHECK_STR(severity(doc, "communication"), "critical", "collectives 59%: critical");
+    CHECK_STR(severity(doc, "collectives"), "info", "the check points to the bottleneck");
+    CHECK(strstr(claim(doc, "communication"), "spent in collectives (0.001 MB per step, nccl)")
+              != NULL, "communication: what moved, and the backend");
     CHECK_STR(bottleneck(doc), "collectives", "bottleneck type collectives");
     CHECK_STR(severity(doc, "amp"), "warning", "a skipped AMP step: warning");
     CHECK(sql_reruns(finding(doc, "amp")) && sql_reruns(finding(doc, "collectives")),
@@ -917,7 +926,8 @@ static void test_load_imbalance(void)
     json_t *doc = build(0, NULL);
     CHECK_STR(severity(doc, "load_imbalance"), "ok", "balanced ranks: ok");
     CHECK(finding_num(doc, "load_imbalance", "ranks_reached") == 2, "two ranks read");
-    CHECK(problems(doc) == 0, "balanced: no problem");
+    CHECK(problems(doc) == 1 && !strcmp(severity(doc, "unaccounted_time"), "critical"),
+          "balanced: the only problem is the host time planted in `other` (25 of 40 ms)");
     CHECK(sql_reruns(finding(doc, "load_imbalance")), "its SQL re-runs");
     json_decref(doc);
 
@@ -1057,6 +1067,268 @@ static void test_detail_windows(void)
     json_decref(doc);
 }
 
+
+/* python.steps as today's agent writes it (batches, grad_sync, detail); python.memory with
+ * limit_mb. */
+static const char STEPS_NOW[] =
+    "CREATE TABLE python.steps (step INTEGER, wall REAL, data_wait REAL, forward REAL,"
+    " backward REAL, optimizer REAL, collectives REAL, grad_sync REAL, other REAL,"
+    " samples INTEGER, syncs INTEGER, rank INTEGER, batches INTEGER, detail INTEGER);"
+    "CREATE TABLE python.memory (step INTEGER, phase TEXT, device TEXT, allocated_mb REAL,"
+    " max_allocated_mb REAL, reserved_mb REAL, rss_mb REAL, limit_mb REAL, rank INTEGER)";
+
+/* One step of python.steps and its end-of-step memory row (device, MB, limit). Times in ms. */
+static void step_now(int step, double wall, double data, double fwd, double bwd, double opt,
+                     double grad_sync, int samples, int batches, const char *device,
+                     double mem_mb, double limit_mb)
+{
+    char sql[768];
+    double other = wall - data - fwd - bwd - opt - grad_sync;
+    snprintf(sql, sizeof sql,
+             "INSERT INTO python.steps VALUES (%d, %.9f, %.9f, %.9f, %.9f, %.9f, 0, %.9f, %.9f,"
+             " %d, 0, 0, %d, 0); INSERT INTO python.memory VALUES (%d, 'step', '%s', %f, %f,"
+             " NULL, %f, %f, 0)",
+             step, wall / 1e3, data / 1e3, fwd / 1e3, bwd / 1e3, opt / 1e3, grad_sync / 1e3,
+             (other > 0 ? other : 0) / 1e3, samples, batches, step, device, mem_mb, mem_mb,
+             mem_mb, limit_mb);
+    exec(sql);
+    if (step % 10 == 0) add_step(step, fwd / 1e3, bwd / 1e3, opt / 1e3, wall / 1e3, mem_mb);
+}
+
+static void fresh_now(void)
+{
+    fresh(1);
+    exec(STEPS_NOW);
+}
+
+/* Host time: a slow Python generator feeding the loop (no DataLoader: batches 0, data_wait 0)
+ * and per-step logging with a DataLoader; each against a healthy twin. */
+static void test_host_time(void)
+{
+    fresh_now();
+    for (int s = 0; s < 40; s++) step_now(s, 170, 0, 12, 18, 5, 0, 64, 0, "cpu", 500, 24000);
+    json_t *doc = build(0, NULL);
+    CHECK_STR(primary(doc), "unaccounted_time", "generator: host time is the primary finding");
+    CHECK_STR(bottleneck(doc), "data_likely", "generator: no DataLoader, so likely the input");
+    CHECK(strstr(claim(doc, "unaccounted_time"), "no DataLoader fed the loop") != NULL,
+          "generator: says no DataLoader was seen (not 'no wait')");
+    CHECK(strstr(advice(doc, "unaccounted_time"), "capture --stack") != NULL,
+          "generator: says how to see the lines");
+    CHECK(json_is_null(json_object_get(json_object_get(json_object_get(doc, "component"),
+                                                       "shares"), "data")),
+          "generator: the data share is unknown, not 0");
+    CHECK_STR(severity(doc, "host_syncs"), "skipped", "CPU: the host-sync check does not apply");
+    CHECK(strstr(claim(doc, "host_syncs"), "does not apply (the model runs on the CPU") != NULL,
+          "CPU: and says why");
+    json_decref(doc);
+
+    fresh_now(); /* logging every step with a DataLoader that keeps up */
+    for (int s = 0; s < 40; s++) step_now(s, 26, 0.2, 4, 6, 1.5, 0, 64, 1, "cpu", 500, 24000);
+    doc = build(0, NULL);
+    CHECK_STR(primary(doc), "unaccounted_time", "logging: host time is the primary finding");
+    CHECK_STR(bottleneck(doc), "host", "logging: bottleneck host time");
+    CHECK(strstr(claim(doc, "unaccounted_time"), "outside data wait, forward, backward") != NULL,
+          "logging: a DataLoader was seen and its wait is counted");
+    json_decref(doc);
+
+    fresh_now(); /* the healthy twin: the same loop without the logging */
+    for (int s = 0; s < 40; s++) step_now(s, 12.5, 0.2, 4, 6, 1.5, 0, 64, 1, "cpu", 500, 24000);
+    doc = build(0, NULL);
+    CHECK_STR(primary(doc), "(none)", "healthy twin: nothing flagged");
+    CHECK_STR(bottleneck(doc), "compute", "healthy twin: compute");
+    CHECK(strstr(advice(doc, "compute_bound"), "GPU") == NULL,
+          "CPU run: no GPU recommendation");
+    json_decref(doc);
+}
+
+/* A leak projected against the memory available; the same job without it stays clean. */
+static void test_leak_projection(void)
+{
+    fresh_now(); /* +0.125 MB per step, 22 ms steps, 24 GB: ~20 GB per hour */
+    for (int s = 0; s < 3000; s++)
+        step_now(s, 22, 0.1, 6, 9, 2, 0, 32, 1, "cpu", 2000 + 0.125 * s + (s % 7) * 0.05, 24000);
+    json_t *doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "critical", "slow leak, ~1 h to exhaustion: critical");
+    double slope = finding_num(doc, "memory_growth", "slope_mb_per_step");
+    CHECK(slope > 0.124 && slope < 0.126, "slow leak: 0.125 MB per step (Theil-Sen)");
+    double hours = finding_num(doc, "memory_growth", "hours_to_limit");
+    CHECK(hours > 0.9 && hours < 1.3, "slow leak: out of memory in about an hour");
+    CHECK(strstr(claim(doc, "memory_growth"), "GB per hour at this pace; out of memory in ~1 h")
+              != NULL, "slow leak: the claim gives the pace and the time left");
+    json_decref(doc);
+
+    fresh_now(); /* the same leak with a terabyte: days away, reported as info */
+    for (int s = 0; s < 3000; s++)
+        step_now(s, 22, 0.1, 6, 9, 2, 0, 32, 1, "cpu", 2000 + 0.125 * s, 4e6);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "info", "a week to exhaustion: info");
+    json_decref(doc);
+
+    fresh_now(); /* healthy: caches fill over the first steps, then flat with noise */
+    for (int s = 0; s < 300; s++)
+        step_now(s, 22, 0.1, 6, 9, 2, 0, 32, 1, "cpu", 2000 + (s < 20 ? s * 2.0 : 40) + (s * 7 % 5) * 0.4,
+                 24000);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "ok", "filled caches, then flat: no leak");
+    json_decref(doc);
+
+    double x[6] = {0, 1, 2, 3, 4, 5}, y[6] = {1, 3, 5, 7, 9, 100}, m, b, r2;
+    pb__report_theil_sen(x, y, 6, &m, &b, &r2);
+    CHECK(m == 2 && b == 1, "Theil-Sen: one wild point does not tilt the line");
+}
+
+/* DDP's gradient all-reduce is communication; a single 2-rank job of the same shape without
+ * it is not flagged. */
+static void test_grad_sync(void)
+{
+    fresh_now();
+    exec("WITH RECURSIVE g(value) AS (SELECT 0 UNION ALL SELECT value + 1 FROM g WHERE value < 29)"
+         " INSERT INTO python.nccl_trace SELECT value, 'all_reduce', 'gloo', 62000000, 'float',"
+         " 2, 1, 51.8, 0.05, 0 FROM g");
+    for (int s = 0; s < 30; s++) step_now(s, 112.8, 0.5, 15, 30, 5, 57.8, 32, 1, "cpu", 500, 24000);
+    json_t *doc = build(0, NULL);
+    CHECK_STR(primary(doc), "communication", "grad_sync 51%: communication is the primary");
+    CHECK(strstr(claim(doc, "communication"),
+                 "51% of the step (57.8 ms) waits for DDP's gradient all-reduce (62 MB per step, "
+                 "gloo)") != NULL,
+          "grad_sync: the claim says what is waited for");
+    CHECK(finding_num(doc, "collectives", "grad_sync_s") > 0.057,
+          "the collectives check counts grad_sync");
+    json_decref(doc);
+}
+
+/* Eval every 40 steps holds most of the wall time; a checkpoint every 25 steps is a period
+ * with a small share. */
+static void test_periodic(void)
+{
+    fresh_now();
+    for (int s = 0; s < 200; s++) {
+        int eval = s % 40 == 39;
+        step_now(s, eval ? 1200 : 20, 0.2, eval ? 1185 : 6, 9, 2, 0, 32, 1, "cpu", 500, 24000);
+    }
+    json_t *doc = build(0, NULL);
+    CHECK_STR(primary(doc), "outlier_steps", "eval: the slow steps are the headline");
+    CHECK(finding_num(doc, "outlier_steps", "period_steps") == 40, "eval: period 40");
+    CHECK(strstr(claim(doc, "outlier_steps"), "an evaluation pass") != NULL,
+          "eval: forwards without backward");
+    json_decref(doc);
+
+    fresh_now();
+    for (int s = 0; s < 200; s++) {
+        int ckpt = s % 25 == 24;
+        step_now(s, ckpt ? 20 * (2 + (s / 25) % 3) : 20, 0.2, 6, 9, 2, 0, 32, 1, "cpu", 500, 24000);
+    }
+    doc = build(0, NULL);
+    CHECK(finding_num(doc, "outlier_steps", "period_steps") == 25, "checkpoint: period 25");
+    CHECK_STR(json_string_value(json_object_get(json_object_get(finding(doc, "outlier_steps"),
+                                                                "numbers"), "grew")),
+              "other", "checkpoint: host time outside the model grows");
+    CHECK_STR(severity(doc, "outlier_steps"), "info", "checkpoint: 10% of the wall, info");
+    json_decref(doc);
+}
+
+/* Non-exclusive causes, throughput from samples, a small sample. */
+static void test_causes_throughput_sample(void)
+{
+    fresh_now();
+    for (int s = 0; s < 30; s++) step_now(s, 40, 0.1, 4, 6, 20, 0, 64, 1, "cpu", 500, 24000);
+    /* an eval loader's batches of 256 must not become the training batch size */
+    exec("CREATE TABLE python.dataloader_trace (step INTEGER, wait REAL, batch_size INTEGER);"
+         "INSERT INTO python.dataloader_trace VALUES (5, 0.001, 256), (6, 0.001, 64)");
+    for (int s = 0; s < 30; s++) {
+        char sql[256];
+        snprintf(sql, sizeof sql,
+                 "WITH RECURSIVE g(value) AS (SELECT 1 UNION ALL SELECT value + 1 FROM g WHERE"
+                 " value < 150) INSERT INTO python.torch_trace SELECT %d, value, 'blocks.' ||"
+                 " value, 'Linear', 'forward', 0.00001, 0.00001, 0, 0, 0, 1, 1, 0 FROM g",
+                 s);
+        exec(sql);
+    }
+    json_t *doc = build(0, NULL);
+    CHECK_STR(severity(doc, "optimizer_heavy"), "warning", "optimizer heavy");
+    CHECK_STR(severity(doc, "host_overhead"), "warning", "and per-op overhead beside it");
+    json_t *causes = json_object_get(json_object_get(doc, "bottleneck"), "causes");
+    CHECK(json_array_size(causes) == 2 &&
+              !strcmp(json_string_value(json_object_get(json_array_get(causes, 0), "type")),
+                      "optimizer"),
+          "both causes, costliest first");
+    double per_s = json_number_value(
+        json_object_get(json_object_get(doc, "baseline"), "samples_per_s"));
+    CHECK(per_s > 1590 && per_s < 1610,
+          "throughput from python.steps samples (64 per 40 ms step), not the largest batch");
+    json_decref(doc);
+
+    fresh_now();
+    for (int s = 0; s < 4; s++) step_now(s, 12.5, 0.2, 4, 6, 1.5, 0, 64, 1, "cpu", 500, 24000);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "small_sample"), "info", "4 steps: too small a sample");
+    json_decref(doc);
+}
+
+/* A DDP straggler: rank 1 does ~3x the forward/backward work; rank 0 waits in grad_sync. */
+static void test_straggler_mirror(void)
+{
+    fresh_now();
+    test_info = json_pack("{s:i,s:i,s:s,s:i}", "rank", 0, "world_size", 2, "job", "j", "pid", 1);
+    for (int s = 0; s < 30; s++) step_now(s, 27, 0.2, 3.3, 4.9, 0.5, 17.3, 32, 1, "cpu", 500, 24000);
+    sqlite3 *h = peer(0, 1, 0);
+    sqlite3_exec(h, "DROP TABLE python.steps", NULL, NULL, NULL);
+    sqlite3_exec(h,
+                 "CREATE TABLE python.steps (step INTEGER, wall REAL, data_wait REAL, forward REAL,"
+                 " backward REAL, optimizer REAL, collectives REAL, grad_sync REAL, other REAL)",
+                 NULL, NULL, NULL);
+    for (int s = 0; s < 30; s++) {
+        char sql[256];
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO python.steps VALUES (%d, 0.027, 0.0002, 0.0085, 0.0151, 0.0005, 0,"
+                 " 0.0016, 0.0011)", s);
+        sqlite3_exec(h, sql, NULL, NULL, NULL);
+    }
+    json_t *doc = build(0, NULL);
+    CHECK_STR(primary(doc), "load_imbalance", "straggler: load imbalance is the primary");
+    CHECK(finding_num(doc, "load_imbalance", "slow_rank") == 1, "straggler: rank 1 is slow");
+    CHECK(strstr(claim(doc, "load_imbalance"), "rank 1 is the slow rank") != NULL &&
+              strstr(claim(doc, "load_imbalance"), "backward differs most") != NULL,
+          "straggler: names the rank and its slow phase");
+    CHECK_STR(severity(doc, "communication"), "info",
+              "rank 0's grad_sync is the wait for rank 1, not a communication problem");
+    json_decref(doc);
+}
+
+/* python.gil: a background thread holding the GIL 70% of the samples, and a quiet twin. */
+static void test_gil(void)
+{
+    for (int busy = 1; busy >= 0; busy--) {
+        fresh_now();
+        exec("CREATE TABLE python.gil (step INTEGER, thread_id INTEGER, thread_name TEXT,"
+             " training INTEGER, held INTEGER, samples INTEGER, rank INTEGER)");
+        for (int s = 0; s < 30; s++) {
+            char sql[256];
+            step_now(s, 80, 0.2, 20, 30, 5, 0, 64, 1, "cpu", 500, 24000);
+            snprintf(sql, sizeof sql,
+                     "INSERT INTO python.gil VALUES (%d, 1, 'MainThread', 1, %d, 8, 0),"
+                     " (%d, 7, 'metrics-aggregator', 0, %d, 8, 0)",
+                     s, busy ? 1 : 6, s, busy ? 6 : 0);
+            exec(sql);
+        }
+        json_t *doc = build(0, NULL);
+        if (busy) {
+            CHECK_STR(severity(doc, "gil_contention"), "warning", "GIL held by another thread");
+            CHECK(strstr(claim(doc, "gil_contention"), "thread 'metrics-aggregator' holds the GIL 75%")
+                      != NULL, "names the thread and its share");
+            CHECK(sql_reruns(finding(doc, "gil_contention")), "the GIL SQL re-runs");
+        } else {
+            CHECK_STR(severity(doc, "gil_contention"), "ok", "quiet twin: GIL ok");
+        }
+        json_decref(doc);
+    }
+    fresh_now();
+    for (int s = 0; s < 30; s++) step_now(s, 80, 0.2, 20, 30, 5, 0, 64, 1, "cpu", 500, 24000);
+    json_t *doc = build(0, NULL);
+    CHECK_STR(severity(doc, "gil_contention"), "skipped", "no python.gil: skipped");
+    json_decref(doc);
+}
+
 int main(void)
 {
     test_missing_trace();
@@ -1080,6 +1352,13 @@ int main(void)
     test_amp_bf16();
     test_tensor_cores();
     test_load_imbalance();
+    test_host_time();
+    test_leak_projection();
+    test_grad_sync();
+    test_periodic();
+    test_causes_throughput_sample();
+    test_straggler_mirror();
+    test_gil();
     json_decref(test_info);
     sqlite3_close(db);
     return check_summary();

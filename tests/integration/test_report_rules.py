@@ -1,0 +1,135 @@
+"""The report's rules on training loops with the common causes of lost time planted the way
+training scripts have them (tests/workloads/loop_causes.py), each against the healthy twin of
+the same loop, which must stay clean. docs/report.md lists the rules and their thresholds.
+
+One run per case (a few seconds of training each); ASan runs (PROBING_SANITIZED) check that
+the report runs, not diagnoses that depend on relative times.
+"""
+import json
+import os
+
+import pytest
+
+PROBLEMS = ("critical", "warning")
+SANITIZED = bool(os.environ.get("PROBING_SANITIZED"))
+
+
+def run_report(cli, traced, case, steps, *extra):
+    t = traced("loop_causes.py", "--case", case, "--steps", steps, "--print-every", 0, *extra)
+    t.wait_holding()
+    r = cli(t.target(), "report", "--json")
+    assert r.stderr == "", r.stderr
+    doc = json.loads(r.stdout)
+    if SANITIZED:
+        pytest.skip("timing-dependent diagnosis is not asserted under ASan (PROBING_SANITIZED)")
+    return t, doc
+
+
+def problems(doc):
+    return {f["id"]: f for f in doc["findings"] if f["severity"] in PROBLEMS}
+
+
+def every(doc):
+    return {f["id"]: f for f in doc["findings"]}
+
+
+def dump(doc):
+    return json.dumps({k: doc[k] for k in ("primary", "bottleneck", "findings")}, indent=1)
+
+
+def test_healthy_twin_stays_clean(cli, traced):
+    t, doc = run_report(cli, traced, "healthy", 60)
+    assert doc["primary"] is None and problems(doc) == {}, dump(doc)
+    assert doc["bottleneck"]["type"] == "compute"
+    assert doc["component"]["dataloader_seen"] is True
+    # On the CPU the host-sync check does not apply, and says so instead of "[OK] 0 syncs".
+    syncs = every(doc)["host_syncs"]
+    assert syncs["severity"] == "skipped", syncs
+    assert syncs["claim"].startswith("host-device synchronisations: does not apply (the model "
+                                     "runs on the CPU")
+    # throughput from python.steps.samples: 64 per step
+    assert doc["baseline"]["batch_size"] == 64
+    assert doc["baseline"]["batch_size_source"] == "python.steps samples"
+    gil = every(doc)["gil_contention"]
+    assert gil["severity"] == "ok" and gil["numbers"]["samples"] > 0, gil
+    out = cli(t.target(), "report").stdout
+    assert "seed 00" not in out and "GPU" not in out.split("\nMemory")[0], out
+    assert out.splitlines()[1] == "primary finding: none - no problem found in the recorded data"
+
+
+def test_python_generator_input_is_host_time(cli, traced):
+    t, doc = run_report(cli, traced, "generator", 40)
+    assert doc["primary"] == "unaccounted_time", dump(doc)
+    assert doc["bottleneck"]["type"] == "data_likely", doc["bottleneck"]
+    f = problems(doc)["unaccounted_time"]
+    assert "no DataLoader fed the loop" in f["claim"], f["claim"]
+    assert f["numbers"]["dataloader_seen"] is False
+    assert "capture --stack" in f["recommendation"]
+    assert doc["component"]["shares"]["data"] is None  # unknown, not 0
+    # the agent's signal: no DataLoader batch in any step
+    rows = cli.query(t.target(), "SELECT MAX(batches) AS b, MAX(data_wait) AS w FROM python.steps")
+    assert rows == [{"b": 0, "w": 0.0}], rows
+    out = cli(t.target(), "report").stdout
+    assert out.splitlines()[1].startswith("primary finding: host time:"), out
+
+
+def test_per_step_logging_is_host_time(cli, traced):
+    _, doc = run_report(cli, traced, "logging", 40)
+    assert doc["primary"] == "unaccounted_time", dump(doc)
+    assert doc["bottleneck"]["type"] == "host", doc["bottleneck"]
+    f = problems(doc)["unaccounted_time"]
+    assert "outside data wait, forward, backward, optimizer and gradient sync" in f["claim"]
+    assert f["numbers"]["dataloader_seen"] is True
+
+
+def test_slow_leak_is_projected(cli, traced):
+    t, doc = run_report(cli, traced, "leak", 250)
+    f = every(doc)["memory_growth"]
+    assert f["severity"] in PROBLEMS, dump(doc)
+    n = f["numbers"]
+    assert 0.1 < n["slope_mb_per_step"] < 0.2, n  # 64 x 512 float32 features: 0.125 MB
+    assert n["r2"] >= 0.9 and n["limit_mb"] > 0 and n["hours_to_limit"] >= 0, n
+    assert "GB per hour at this pace; out of memory in ~" in f["claim"], f["claim"]
+    limit = cli.query(t.target(), "SELECT MAX(limit_mb) AS m FROM python.memory")[0]["m"]
+    assert limit == pytest.approx(n["limit_mb"], rel=1e-5)
+
+
+def test_eval_pass_every_n_steps_is_the_headline(cli, traced):
+    _, doc = run_report(cli, traced, "eval", 100, "--every", 10)
+    f = every(doc)["outlier_steps"]
+    assert doc["primary"] == "outlier_steps" and f["severity"] in PROBLEMS, dump(doc)
+    assert f["numbers"]["period_steps"] == 10, f
+    assert f["numbers"]["grew"] == "forward", f
+    assert "an evaluation pass" in f["claim"]
+
+
+def test_checkpoint_every_n_steps_has_a_period(cli, traced):
+    # a wider model: its checkpoint (model and momentum, 10 MB) stands out of a busy machine's
+    # noise as a real one does
+    _, doc = run_report(cli, traced, "checkpoint", 100, "--every", 10, "--hidden", 1024)
+    f = every(doc)["outlier_steps"]
+    assert f["numbers"]["period_steps"] == 10, dump(doc)
+    assert f["numbers"]["grew"] == "other", f
+    assert "torch.save" in f["claim"]
+
+
+def test_background_thread_holding_the_gil_is_named(cli, traced):
+    t, doc = run_report(cli, traced, "gil_thread", 40)
+    f = problems(doc).get("gil_contention")
+    assert f is not None, dump(doc)
+    assert f["numbers"]["thread"] == "metrics-aggregator", f
+    assert f["numbers"]["share"] >= 0.2, f
+    assert "thread 'metrics-aggregator' holds the GIL" in f["claim"], f["claim"]
+    assert any(n["command"] == f"probing {t.target()} backtrace" for n in doc["next"]), doc["next"]
+    rows = cli.query(t.target(), "SELECT DISTINCT thread_name, training FROM python.gil "
+                                 "ORDER BY thread_name")
+    assert {"thread_name": "MainThread", "training": 1} in rows, rows
+
+
+def test_extra_arguments_need_a_recording(cli, traced):
+    t = traced("loop_causes.py", "--case", "healthy", "--steps", 3, "--print-every", 0)
+    t.wait_holding()
+    r = cli(t.target(), "report", "other.db", check=False)
+    assert r.returncode == 2 and r.stderr == (
+        "probing: report takes other recordings only when the target is a recording (got "
+        "'other.db' after report; a live rank's other ranks are found by themselves)\n"), r.stderr
