@@ -34,10 +34,12 @@ typedef struct pb_server pb_server;
 #define PB_SERVER_TOKEN_MAX 256
 
 /* Runs code and fills out_json with the whole /api/eval response body; may set *http_status
- * (200 when left alone; 504 for a timeout, ...). Returns 0 or an error (then, if out_json is
- * empty, the server answers 500 with pb_strerror()). [server thread] */
-typedef int (*pb_eval_fn)(void *ctx, const char *code, double timeout_s, pb_buf *out_json,
-                          int *http_status);
+ * (200 when left alone; 504 for a timeout, ...). While it waits it asks cancelled(cancel_ctx)
+ * now and then: non-zero (PB_DB_CANCEL_*: the client left, the server stops) means stop
+ * waiting and interrupt the code. Returns 0 or an error (then, if out_json is empty, the server
+ * answers 500 with pb_strerror()). [server thread] */
+typedef int (*pb_eval_fn)(void *ctx, const char *code, double timeout_s, pb_db_cancel_fn cancelled,
+                          void *cancel_ctx, pb_buf *out_json, int *http_status);
 
 /* Fills the /api/info response body. Returns 0 or an error (-> 500). [server thread] */
 typedef int (*pb_info_fn)(void *ctx, pb_buf *out_json);
