@@ -125,17 +125,16 @@ def wait_busy(proc, baseline, amount=0.15, timeout=60):
     poll(f"{amount} s of CPU in the agent", lambda: proc.cpu_s() - baseline >= amount, timeout)
 
 
-def wait_idle(proc, timeout=30):
-    """Polls until proc uses (almost) no CPU over 0.5 s windows, twice in a row."""
-    deadline = time.monotonic() + timeout
-    quiet = 0
-    while time.monotonic() < deadline:
-        before = proc.cpu_s()
-        time.sleep(0.5)
-        quiet = quiet + 1 if proc.cpu_s() - before < 0.1 else 0
-        if quiet >= 2:
-            return
-    raise AssertionError(f"the agent kept using CPU for {timeout} s")
+def connection_threads(pid):
+    """The agent's threads serving a connection (libmicrohttpd names them MHD-connection)."""
+    n = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().startswith("MHD-connection"):
+                n += 1
+        except OSError:
+            pass
+    return n
 
 
 def unix_http(path, request, timeout=60):
@@ -332,9 +331,11 @@ def test_harden_eval_refuses_a_socket_planted_by_another_user(cli, other_user, s
     top = Path(tempfile.mkdtemp(prefix=f"pb{LANE}-", dir="/tmp"))
     os.chmod(top, 0o777)
     imp = Impostor(other_user, top / "d", top)
+    cleanup = []
     try:
         planted = socket_dir / f"{imp.pid}.sock"
         os.rename(imp.path, planted)
+        cleanup.append(planted)
         r = cli(imp.pid, "eval", "print('secret')", check=False)
         assert r.returncode == 1 and r.stdout == "", r
         assert r.stderr.strip() == (
@@ -346,8 +347,9 @@ def test_harden_eval_refuses_a_socket_planted_by_another_user(cli, other_user, s
         assert rows and "refusing to talk to" in rows[0]["error"], (r.stdout, r.stderr)
         assert "cmdline" not in rows[0], "list showed the impostor's forged info"
         assert imp.requests() == "", "a request reached the impostor"
-        planted.unlink()
     finally:
+        for f in cleanup:
+            f.unlink(missing_ok=True)
         imp.stop()
         shutil.rmtree(top, ignore_errors=True)
 
@@ -460,9 +462,12 @@ def test_harden_killed_client_interrupts_its_query(cli, small):
     client = subprocess.Popen([cli.binary, str(p.pid), "query", LONG_QUERY], env=cli.env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_busy(p, baseline)
+    assert connection_threads(p.pid) == 1
     client.kill()
     client.wait()
-    wait_idle(p, timeout=30)  # without the cancel it runs on for 120 s
+    # The query stops, so its connection (and thread) ends; without the cancel it runs on for
+    # the 120 s of PROBING_QUERY_TIMEOUT.
+    poll("the query's connection to end", lambda: connection_threads(p.pid) == 0, 30)
 
 
 def test_harden_killed_client_interrupts_its_eval(cli, small):
