@@ -450,6 +450,10 @@ def test_harden_results_in_flight_have_one_budget(small):
     for _, body in busy:
         assert body["error"].startswith("busy: ") and "PROBING_RESULTS_MB" in body["error"] \
             or body["error"].startswith("busy: ") and "PROBING_QUERY_THREADS" in body["error"], body
+    if os.environ.get("PROBING_SANITIZED"):
+        # ASan keeps freed blocks in its quarantine (256 MB by default): RSS then measures the
+        # sanitizer, not probing. The answers above are still checked.
+        return
     assert peak_growth_mb < 64 + 64, f"agent RSS grew by {peak_growth_mb:.0f} MB"
 
 
