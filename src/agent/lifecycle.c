@@ -288,11 +288,12 @@ int pb_agent_start(void)
     if (sp) *sp = '\0';
     read_cmdline();
 
-    if ((rc = pb_paths_ensure_dir())) {
-        char dir[512];
-        pb_paths_dir(dir, sizeof dir);
-        pb_log_warn("not starting: cannot use socket directory %s: %s", dir, pb_strerror(rc));
-        return rc;
+    {
+        char why[768];
+        if ((rc = pb_paths_prepare_dir(why, sizeof why))) {
+            pb_log_warn("not starting: %s", why);
+            return rc;
+        }
     }
     if ((rc = pb_paths_socket(getpid(), socket_path, sizeof socket_path))) {
         pb_log_warn("not starting: socket path too long");

@@ -71,11 +71,20 @@ int pb_paths_check_dir(const char *dir, char *why, size_t whylen)
     return 0;
 }
 
-int pb_paths_ensure_dir(void)
+int pb_paths_prepare_dir(char *why, size_t whylen)
 {
     char dir[512];
     int rc = pb_paths_dir(dir, sizeof dir);
-    if (rc) return rc;
-    if (mkdir(dir, 0700) && errno != EEXIST) return -errno;
-    return pb_paths_check_dir(dir, NULL, 0);
+    if (rc) {
+        if (why) snprintf(why, whylen, "the socket directory name (PROBING_DIR) is too long");
+        return rc;
+    }
+    if (mkdir(dir, 0700) && errno != EEXIST) {
+        rc = -errno;
+        if (why) snprintf(why, whylen, "cannot use socket directory %s: %s", dir, strerror(-rc));
+        return rc;
+    }
+    return pb_paths_check_dir(dir, why, whylen);
 }
+
+int pb_paths_ensure_dir(void) { return pb_paths_prepare_dir(NULL, 0); }

@@ -28,4 +28,8 @@ int pb_paths_check_dir(const char *dir, char *why, size_t whylen);
  * pb_paths_check_dir(). Returns 0 or a negative errno. */
 int pb_paths_ensure_dir(void);
 
+/* pb_paths_ensure_dir() with, on failure, a message for the user in why (what is wrong with
+ * the directory and what to do). [any thread] */
+int pb_paths_prepare_dir(char *why, size_t whylen);
+
 #endif

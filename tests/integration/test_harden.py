@@ -414,7 +414,8 @@ def test_harden_agent_refuses_a_group_writable_directory(env, session_dir):
                        timeout=120)
     assert r.returncode == 0 and r.stdout == "ran\n", r
     assert list(d.iterdir()) == [], "the agent listened in a group-writable directory"
-    assert "cannot use socket directory" in r.stderr, r.stderr
+    assert (f"probing: not starting: the socket directory {d} is writable by its group (mode "
+            f"0770): others could plant sockets in it; run chmod 700 {d}") in r.stderr, r.stderr
     d.rmdir()
 
 
