@@ -146,6 +146,14 @@ static void describe_failure(const pb_target *t, CURLcode cc, long os_errno, int
     case CURLE_COULDNT_CONNECT:
         if (is_unix && t->pid && !pb_target_pid_alive(t->pid)) {
             snprintf(err, errlen, "process %d has exited", (int)t->pid);
+        } else if (is_unix && t->pid && (os_errno == 0 || os_errno == ECONNRESET)) {
+            /* connect() worked (no errno), then the socket hung up before libcurl could use
+             * it: the agent accepted and closed at once, as it does over its connection limit
+             * (a process with nothing listening refuses: ECONNREFUSED). */
+            snprintf(err, errlen,
+                     "process %d is running but its agent closed the connection without "
+                     "answering: it is saturated (it serves a bounded number of connections at "
+                     "once and closes the rest); try again later", (int)t->pid);
         } else if (os_errno == ECONNREFUSED || os_errno == 0) {
             if (is_unix && t->pid)
                 snprintf(err, errlen,

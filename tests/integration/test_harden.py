@@ -559,3 +559,27 @@ def test_harden_sigterm_removes_socket_and_token(small, socket_dir):
     rc = p.proc.wait(timeout=60)
     assert rc == -signal.SIGTERM, f"the exit status changed: {rc}"
     assert not p.socket_path.exists() and not token.exists(), list(socket_dir.iterdir())
+
+
+def test_harden_cli_says_when_the_agent_is_saturated(cli, small):
+    """72 connections held open (64 served + 8 answered 503): the next one is closed unanswered,
+    and the CLI says the agent is saturated instead of asking whether the process exited."""
+    p = small(PROBING_REQUEST_DEADLINE="120")
+    held = []
+    try:
+        for _ in range(72):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(p.socket_path))
+            held.append(s)
+        poll("72 connection threads", lambda: connection_threads(p.pid) >= 72, 60)
+        r = cli(p.pid, "query", "SELECT 1", check=False)
+        assert r.returncode == 1, r
+        assert r.stderr.strip() == (
+            f"probing: process {p.pid} is running but its agent closed the connection without "
+            f"answering: it is saturated (it serves a bounded number of connections at once and "
+            f"closes the rest); try again later"), r.stderr
+    finally:
+        for s in held:
+            s.close()
+    poll("the agent to serve again", lambda: cli(p.pid, "query", "SELECT 1", check=False)
+         .returncode == 0, 60, interval=0.5)
