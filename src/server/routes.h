@@ -35,9 +35,6 @@ void pb__server_db_release(pb_server *s, pb_db *db);
  * [server thread] */
 int pb__server_cancelled(void *req_ctx);
 
-/* Whether pb_server_stop() has begun. [any thread] */
-int pb__server_stopping(const pb_server *s);
-
 /* Waits (at most a few seconds) for a query slot (PROBING_QUERY_THREADS) and for want bytes of
  * the result budget (PROBING_RESULTS_MB; want is first cut to the budget), then registers db
  * as running (a stop interrupts it) and sets *cap to the byte limit the query gets. Returns 0,

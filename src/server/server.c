@@ -779,8 +779,6 @@ int pb__server_db_acquire(pb_server *s, pb_db **out)
     return *out ? 0 : pb_db_open(out);
 }
 
-int pb__server_stopping(const pb_server *s) { return atomic_load(&((pb_server *)s)->stopping); }
-
 int pb__server_cancelled(void *req_ctx)
 {
     request_state *r = req_ctx;
