@@ -202,7 +202,9 @@ static int record_serve(void *ctx, pb_record_verb verb, const pb_record_request 
  * process dies of it exactly as before (same status for the parent). A handler the program
  * set (Python's signal.signal) is left alone: it decides whether the process exits, and an
  * exit through Python runs atexit, which removes the files. A forked child (DataLoader worker)
- * inherits the handler but never removes its parent's files (pid check). */
+ * inherits the handler but never removes its parent's files (pid check). While a recording
+ * runs, SIGTERM is handed to the recorder after the files are removed (it flushes, then ends the
+ * process with the default action): the recorder's own handler is not installed over ours. */
 static const int exit_signals[] = {SIGTERM, SIGHUP};
 #define N_EXIT_SIGNALS (int)(sizeof exit_signals / sizeof exit_signals[0])
 static struct sigaction previous_action[N_EXIT_SIGNALS];
@@ -216,6 +218,12 @@ static void on_exit_signal(int sig)
     if (getpid() == signal_owner_pid) {
         if (signal_unlink_sock[0]) unlink(signal_unlink_sock);
         if (signal_unlink_token[0]) unlink(signal_unlink_token);
+        /* A recording flushes first; its thread then re-sends SIGTERM with the default
+         * action (record.c), a tick later. */
+        if (sig == SIGTERM && pb_record_take_sigterm()) {
+            errno = saved;
+            return;
+        }
     }
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
@@ -239,7 +247,10 @@ static void install_exit_signals(void)
             memset(&ours, 0, sizeof ours);
             ours.sa_handler = on_exit_signal;
             sigemptyset(&ours.sa_mask);
-            if (sigaction(exit_signals[i], &ours, &previous_action[i]) == 0) handler_installed[i] = 1;
+            if (sigaction(exit_signals[i], &ours, &previous_action[i]) == 0) {
+                handler_installed[i] = 1;
+                if (exit_signals[i] == SIGTERM) pb_record_sigterm_via_agent(on_exit_signal);
+            }
         }
     }
 }
@@ -252,6 +263,7 @@ static void remove_exit_signals(void)
         struct sigaction cur;
         if (!handler_installed[i]) continue;
         handler_installed[i] = 0;
+        if (exit_signals[i] == SIGTERM) pb_record_sigterm_via_agent(NULL);
         if (sigaction(exit_signals[i], NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
             cur.sa_handler == on_exit_signal)
             sigaction(exit_signals[i], &previous_action[i], NULL);
