@@ -293,11 +293,13 @@ def planted_dir(other_user, env):
     work = top / "w"
     work.mkdir()
     os.chmod(work, 0o777)
-    imp = Impostor(other_user, top / "d", work)
+    imp = None
     try:
+        imp = Impostor(other_user, top / "d", work)
         yield top / "d", imp, dict(env, PROBING_DIR=str(top / "d"))
     finally:
-        imp.stop()
+        if imp:
+            imp.stop()
         shutil.rmtree(top, ignore_errors=True)
 
 
@@ -330,9 +332,10 @@ def test_harden_eval_refuses_a_socket_planted_by_another_user(cli, other_user, s
     sent."""
     top = Path(tempfile.mkdtemp(prefix=f"pb{LANE}-", dir="/tmp"))
     os.chmod(top, 0o777)
-    imp = Impostor(other_user, top / "d", top)
+    imp = None
     cleanup = []
     try:
+        imp = Impostor(other_user, top / "d", top)
         planted = socket_dir / f"{imp.pid}.sock"
         os.rename(imp.path, planted)
         cleanup.append(planted)
@@ -350,7 +353,8 @@ def test_harden_eval_refuses_a_socket_planted_by_another_user(cli, other_user, s
     finally:
         for f in cleanup:
             f.unlink(missing_ok=True)
-        imp.stop()
+        if imp:
+            imp.stop()
         shutil.rmtree(top, ignore_errors=True)
 
 
