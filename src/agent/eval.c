@@ -17,6 +17,8 @@
 #include <time.h>
 
 #define MAX_CAPTURE (16u << 20)
+#define SHUTDOWN_WAIT_MS 500 /* how long an exit waits for a running eval to take its interrupt */
+#define CANCEL_CHECK_MS 100  /* how often a waiting request checks its client is still there */
 
 enum { REQ_QUEUED, REQ_WAITING_GIL, REQ_RUNNING, REQ_DONE };
 
@@ -236,6 +238,19 @@ static int interrupt_eval(void *arg)
     return 0;
 }
 
+/* Pending call: the client of a running eval left; KeyboardInterrupt, which `except Exception`
+ * in the eval's code does not catch. */
+static int cancel_eval(void *arg)
+{
+    unsigned long gen = (unsigned long)(uintptr_t)arg;
+    pthread_mutex_lock(&lock);
+    int still = running_generation == gen && capturing;
+    unsigned long ident = capture_ident;
+    pthread_mutex_unlock(&lock);
+    if (still) PyThreadState_SetAsyncExc(ident, PyExc_KeyboardInterrupt);
+    return 0;
+}
+
 static void *eval_main(void *unused)
 {
     pthread_mutex_lock(&lock);
@@ -265,6 +280,7 @@ static void *eval_main(void *unused)
         if (!skip) run_code(r);
         pthread_mutex_lock(&lock);
         running_generation = 0;
+        pthread_cond_broadcast(&done);
         pthread_mutex_unlock(&lock);
         PyGILState_Release(g);
 
@@ -309,8 +325,31 @@ int pb_eval_start(void)
 
 void pb_eval_shutdown(void)
 {
+    /* The process exits (or detaches): the running eval gets a KeyboardInterrupt now and up to
+     * SHUTDOWN_WAIT_MS to end, so that its code is not still running while the interpreter and
+     * C++ libraries tear down; after that nobody waits for it. */
+    int have_gil = Py_IsInitialized() && PyGILState_Check();
+    if (have_gil && capturing) PyThreadState_SetAsyncExc(capture_ident, PyExc_KeyboardInterrupt);
     pthread_mutex_lock(&lock);
     stopping = 1;
+    pthread_cond_broadcast(&done); /* waiting server threads answer 503 at once */
+    if (have_gil && running_generation) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += SHUTDOWN_WAIT_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_unlock(&lock);
+        Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&lock);
+        while (running_generation && pthread_cond_timedwait(&done, &lock, &until) != ETIMEDOUT) {
+        }
+        pthread_mutex_unlock(&lock);
+        Py_END_ALLOW_THREADS
+        pthread_mutex_lock(&lock);
+    }
     while (queue_head) {
         eval_req *r = queue_head;
         queue_head = r->next;
@@ -350,7 +389,21 @@ static void write_error(pb_buf *out, const char *msg, const char *phase)
     pb_jsonw_obj_end(&w);
 }
 
-int pb_eval_run(void *ctx, const char *code, double timeout_s, pb_buf *out, int *http_status)
+/* The earlier of a and now + ms. */
+static struct timespec earlier(struct timespec a, long ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_nsec += ms * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return (t.tv_sec < a.tv_sec || (t.tv_sec == a.tv_sec && t.tv_nsec < a.tv_nsec)) ? t : a;
+}
+
+int pb_eval_run(void *ctx, const char *code, double timeout_s, pb_db_cancel_fn cancelled,
+                void *cancel_ctx, pb_buf *out, int *http_status)
 {
     if (timeout_s <= 0) timeout_s = pb_config_double("PROBING_EVAL_TIMEOUT", 30);
     if (timeout_s > 86400) timeout_s = 86400;
@@ -384,11 +437,28 @@ int pb_eval_run(void *ctx, const char *code, double timeout_s, pb_buf *out, int 
         deadline.tv_sec++;
         deadline.tv_nsec -= 1000000000L;
     }
-    int rc = 0;
-    while (r->state != REQ_DONE && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&done, &lock, &deadline);
+    int rc = 0, why = 0;
+    while (r->state != REQ_DONE && rc != ETIMEDOUT && !stopping) {
+        struct timespec slice = earlier(deadline, CANCEL_CHECK_MS);
+        rc = pthread_cond_timedwait(&done, &lock, &slice);
+        if (rc == ETIMEDOUT && (slice.tv_sec != deadline.tv_sec || slice.tv_nsec != deadline.tv_nsec))
+            rc = 0; /* only a slice ended */
+        if (r->state != REQ_DONE && cancelled && (why = cancelled(cancel_ctx))) break;
+    }
+    if (r->state != REQ_DONE && stopping) why = PB_DB_CANCEL_EXITING;
 
     int result = 0;
-    if (r->state == REQ_DONE && !r->abandoned) {
+    if (why) {
+        r->abandoned = 1;
+        if (r->state == REQ_RUNNING && why == PB_DB_CANCEL_CLIENT_GONE)
+            Py_AddPendingCall(cancel_eval, (void *)(uintptr_t)r->generation);
+        *http_status = 503;
+        write_error(out, why == PB_DB_CANCEL_CLIENT_GONE
+                             ? "eval was cancelled: the client closed its connection"
+                             : "eval was cancelled: the process is exiting",
+                    NULL);
+        result = PB_ECANCELLED;
+    } else if (r->state == REQ_DONE && !r->abandoned) {
         pb_jsonw w;
         pb_buf_reset(out);
         pb_jsonw_init(&w, out);

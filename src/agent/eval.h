@@ -15,12 +15,15 @@
 #define PB_AGENT_EVAL_H
 
 #include "buf.h"
+#include "db.h"
 
 /* Starts the eval thread. Returns 0 or a negative errno. [GIL held] */
 int pb_eval_start(void);
 
-/* Fails every queued request ("the process is exiting") and tells the thread to end; does not
- * join (the thread may be waiting for the GIL the caller holds). [any thread] */
+/* Fails every queued request ("the process is exiting") and tells the thread to end; waiting
+ * server threads answer 503 at once. Called with the GIL held, it also raises KeyboardInterrupt
+ * in a running eval and lets go of the GIL for at most 500 ms for it to end; it never joins
+ * (the thread may be waiting for the GIL). [any thread] */
 void pb_eval_shutdown(void);
 
 /* In a forked child: forget the thread. [atfork child] */
@@ -29,7 +32,8 @@ void pb_eval_forget_after_fork(void);
 /* Server callback (pb_eval_fn): runs code with a deadline of timeout_s seconds (<= 0: the
  * PROBING_EVAL_TIMEOUT default) and writes the JSON body of /api/eval into out_json.
  * [server thread, never holds the GIL] */
-int pb_eval_run(void *ctx, const char *code, double timeout_s, pb_buf *out_json, int *http_status);
+int pb_eval_run(void *ctx, const char *code, double timeout_s, pb_db_cancel_fn cancelled,
+                void *cancel_ctx, pb_buf *out_json, int *http_status);
 
 /* Readies the stream proxy type. [module init] */
 int pb_eval_ready_types(void);

@@ -206,6 +206,81 @@ static int record_serve(void *ctx, pb_record_verb verb, const pb_record_request 
     return 500;
 }
 
+/* ---- SIGTERM/SIGHUP: remove the socket and token files on the way out ----
+ * Only where the signal would kill the process anyway (SIG_DFL): the handler unlinks the two
+ * files (async-signal-safe), puts the default action back and raises the signal again, so the
+ * process dies of it exactly as before (same status for the parent). A handler the program
+ * set (Python's signal.signal) is left alone: it decides whether the process exits, and an
+ * exit through Python runs atexit, which removes the files. A forked child (DataLoader worker)
+ * inherits the handler but never removes its parent's files (pid check). While a recording
+ * runs, SIGTERM is handed to the recorder after the files are removed (it flushes, then ends the
+ * process with the default action): the recorder's own handler is not installed over ours. */
+static const int exit_signals[] = {SIGTERM, SIGHUP};
+#define N_EXIT_SIGNALS (int)(sizeof exit_signals / sizeof exit_signals[0])
+static struct sigaction previous_action[N_EXIT_SIGNALS];
+static int handler_installed[N_EXIT_SIGNALS];
+static char signal_unlink_sock[512], signal_unlink_token[520];
+static volatile pid_t signal_owner_pid;
+
+static void on_exit_signal(int sig)
+{
+    int saved = errno;
+    if (getpid() == signal_owner_pid) {
+        if (signal_unlink_sock[0]) unlink(signal_unlink_sock);
+        if (signal_unlink_token[0]) unlink(signal_unlink_token);
+        /* A recording flushes first; its thread then re-sends SIGTERM with the default
+         * action (record.c), a tick later. */
+        if (sig == SIGTERM && pb_record_take_sigterm()) {
+            errno = saved;
+            return;
+        }
+    }
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    raise(sig); /* delivered when this handler returns: the default action, as before */
+    errno = saved;
+}
+
+static void install_exit_signals(void)
+{
+    snprintf(signal_unlink_sock, sizeof signal_unlink_sock, "%s", socket_path);
+    const char *token = pb_server_token_path(server);
+    snprintf(signal_unlink_token, sizeof signal_unlink_token, "%s", token ? token : "");
+    signal_owner_pid = getpid();
+    for (int i = 0; i < N_EXIT_SIGNALS; i++) {
+        struct sigaction cur, ours;
+        if (handler_installed[i] || sigaction(exit_signals[i], NULL, &cur) != 0) continue;
+        if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_DFL) {
+            memset(&ours, 0, sizeof ours);
+            ours.sa_handler = on_exit_signal;
+            sigemptyset(&ours.sa_mask);
+            if (sigaction(exit_signals[i], &ours, &previous_action[i]) == 0) {
+                handler_installed[i] = 1;
+                if (exit_signals[i] == SIGTERM) pb_record_sigterm_via_agent(on_exit_signal);
+            }
+        }
+    }
+}
+
+/* Puts back the default action where ours is still in place (the program may have replaced
+ * it since: then theirs stays). */
+static void remove_exit_signals(void)
+{
+    for (int i = 0; i < N_EXIT_SIGNALS; i++) {
+        struct sigaction cur;
+        if (!handler_installed[i]) continue;
+        handler_installed[i] = 0;
+        if (exit_signals[i] == SIGTERM) pb_record_sigterm_via_agent(NULL);
+        if (sigaction(exit_signals[i], NULL, &cur) == 0 && !(cur.sa_flags & SA_SIGINFO) &&
+            cur.sa_handler == on_exit_signal)
+            sigaction(exit_signals[i], &previous_action[i], NULL);
+    }
+    signal_unlink_sock[0] = signal_unlink_token[0] = '\0';
+}
+
 static void atfork_child(void)
 {
     /* Only flags and close(): the child has one thread and every lock may be held. */
@@ -265,11 +340,12 @@ int pb_agent_start(void)
     if (sp) *sp = '\0';
     read_cmdline();
 
-    if ((rc = pb_paths_ensure_dir())) {
-        char dir[512];
-        pb_paths_dir(dir, sizeof dir);
-        pb_log_warn("not starting: cannot use socket directory %s: %s", dir, pb_strerror(rc));
-        return rc;
+    {
+        char why[768];
+        if ((rc = pb_paths_prepare_dir(why, sizeof why))) {
+            pb_log_warn("not starting: %s", why);
+            return rc;
+        }
     }
     if ((rc = pb_paths_socket(getpid(), socket_path, sizeof socket_path))) {
         pb_log_warn("not starting: socket path too long");
@@ -344,6 +420,7 @@ int pb_agent_start(void)
         atfork_registered = 1;
     }
     started = 1;
+    install_exit_signals();
     if (off.len) pb_log_warn("started on %s without: %s", socket_path, off.data);
     pb_buf_free(&off);
     {
@@ -361,6 +438,7 @@ void pb_agent_stop(void)
      * while a detach runs) must not stop twice. */
     if (!started || stopping) return;
     stopping = 1;
+    remove_exit_signals();
     pb_torch_hooks_remove();
     pb_job_stop();
     pb_distributed_remove();

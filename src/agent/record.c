@@ -102,6 +102,16 @@ static char error_text[512]; /* error_lock */
 
 static atomic_int stop_requested;
 static atomic_int sigterm_seen;
+static void (*_Atomic sigterm_via_agent)(int); /* the agent's handler that hands SIGTERM to us */
+
+/* Whether the agent's handler is still SIGTERM's (the program may have set its own since). */
+static int agent_sigterm_in_place(void)
+{
+    void (*h)(int) = atomic_load(&sigterm_via_agent);
+    struct sigaction now;
+    return h && sigaction(SIGTERM, NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) &&
+           now.sa_handler == h;
+}
 
 static void fail_once(const char *what)
 {
@@ -791,7 +801,7 @@ static int write_status(pb_buf *out)
     if (path[0]) pb_jsonw_int(&w, flush_every_ns / 1000000);
     else pb_jsonw_null(&w);
     pb_jsonw_key(&w, "on_sigterm");
-    pb_jsonw_bool(&w, recording && on_sigterm_installed);
+    pb_jsonw_bool(&w, recording && (on_sigterm_installed || agent_sigterm_in_place()));
     pb_jsonw_key(&w, "flushes");
     pb_jsonw_int(&w, path[0] ? (int64_t)atomic_load(&flushes) : 0);
     for (int which = 0; which < 2; which++) {
@@ -887,4 +897,13 @@ int pb_record_status(pb_buf *out)
     int status = status_answer(out);
     pthread_mutex_unlock(&control_lock);
     return status;
+}
+
+void pb_record_sigterm_via_agent(void (*handler)(int)) { atomic_store(&sigterm_via_agent, handler); }
+
+int pb_record_take_sigterm(void)
+{
+    if (!running) return 0;
+    atomic_store(&sigterm_seen, 1); /* as on_sigterm: the recorder thread flushes, re-sends */
+    return 1;
 }

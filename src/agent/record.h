@@ -38,6 +38,17 @@ void pb_record_exiting(void);
  * [any thread] */
 void pb_record_note_exception(const char *type, const char *message, const char *stack);
 
+/* For another SIGTERM handler that stands where the recorder's own would (the agent's, which
+ * removes the socket files first): when a recorder runs, marks SIGTERM seen, so that the
+ * recorder thread makes its last flush and re-sends SIGTERM with the default action, and
+ * returns 1; returns 0 when nothing records (the caller then ends the process itself).
+ * [async-signal-safe] */
+int pb_record_take_sigterm(void);
+
+/* Names that handler (NULL: none), so that the status the recorder reports says SIGTERM
+ * flushes the recording while that handler is SIGTERM's. [any thread] */
+void pb_record_sigterm_via_agent(void (*handler)(int));
+
 /* ---- the /api/record routes; each fills out and returns the HTTP status [server thread] ---- */
 
 /* Starts recording into path (absolute; routes.c checks it), with info_json (borrowed) as the

@@ -4,6 +4,13 @@
  * Each request uses a fresh easy handle: the CLI makes one or a few requests per run, so
  * connection reuse would buy nothing. CURLOPT_NOSIGNAL keeps libcurl away from signal handlers
  * and the body callback enforces the 1 GiB cap by failing the transfer.
+ *
+ * On a Unix socket nothing is sent before two checks (docs/security.md; the second one in
+ * CURLOPT_PREREQFUNCTION, which libcurl calls once connected and before it sends a byte):
+ * the socket directory is ours (paths.h pb_paths_check_dir: owner, mode, not a symlink), and the
+ * process at the other end (SO_PEERCRED) runs as our uid (or root) and, for a pid target, is
+ * that pid. Another user who made /tmp/probing-<uid> first, or planted a socket, gets nothing:
+ * no eval code, no query.
  */
 #include "client.h"
 
@@ -11,12 +18,18 @@
 #include "error.h"
 #include "recording.h"
 
+#include "paths.h"
+
 #include <curl/curl.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct body_sink {
     pb_buf *buf;
@@ -33,6 +46,84 @@ static size_t on_body(char *data, size_t size, size_t count, void *user)
         return 0; /* makes curl fail with CURLE_WRITE_ERROR */
     }
     return n;
+}
+
+/* The Unix connection of one request: the target it must reach, and why it was refused. */
+typedef struct unix_connect {
+    const pb_target *target;
+    int fd;            /* the socket libcurl connects (open_unix), or -1 */
+    char refused[768]; /* non-empty: the peer check refused, and why */
+} unix_connect;
+
+int pb_client_check_peer(int fd, pid_t expected_pid, const char *path, char *why, size_t whylen)
+{
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    uid_t self = geteuid();
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        snprintf(why, whylen, "cannot tell who listens on %s (SO_PEERCRED: %s); nothing was sent",
+                 path, strerror(errno));
+        return -1;
+    }
+    if (cred.uid != self && cred.uid != 0) {
+        snprintf(why, whylen,
+                 "refusing to talk to %s: the process listening there (pid %d) runs as uid %u, "
+                 "not as you (uid %u), so it is not your probing agent; nothing was sent. "
+                 "Remove the socket if you did not expect it",
+                 path, (int)cred.pid, (unsigned)cred.uid, (unsigned)self);
+        return -1;
+    }
+    if (expected_pid > 0 && cred.pid != expected_pid) {
+        snprintf(why, whylen,
+                 "refusing to talk to %s: the process listening there is pid %d, not process %d; "
+                 "nothing was sent. The socket was made by another process (remove it if the "
+                 "process it names has exited)",
+                 path, (int)cred.pid, (int)expected_pid);
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether socket_path lies in the socket directory (paths.h), whose ownership is then checked. */
+static int in_socket_dir(const char *socket_path, char *dir, size_t dirlen)
+{
+    if (pb_paths_dir(dir, dirlen)) return 0;
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') dir[--n] = '\0';
+    const char *slash = strrchr(socket_path, '/');
+    return slash && (size_t)(slash - socket_path) == n && strncmp(socket_path, dir, n) == 0;
+}
+
+/* CURLOPT_OPENSOCKETFUNCTION for Unix targets: makes the socket libcurl connects, so that the
+ * peer check below knows it. */
+static curl_socket_t open_unix(void *user, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+    unix_connect *uc = user;
+    (void)purpose;
+    uc->fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+    return uc->fd < 0 ? CURL_SOCKET_BAD : uc->fd;
+}
+
+/* CURLOPT_PREREQFUNCTION for Unix targets: libcurl has connected and sends nothing until this
+ * returns; the peer is checked on the connected socket. */
+static int check_before_sending(void *user, char *primary_ip, char *local_ip, int primary_port,
+                                int local_port)
+{
+    unix_connect *uc = user;
+    (void)primary_ip;
+    (void)local_ip;
+    (void)primary_port;
+    (void)local_port;
+    if (uc->fd < 0) {
+        snprintf(uc->refused, sizeof uc->refused,
+                 "cannot tell who listens on %s (no socket to check); nothing was sent",
+                 uc->target->socket_path);
+        return CURL_PREREQFUNC_ABORT;
+    }
+    if (pb_client_check_peer(uc->fd, uc->target->pid, uc->target->socket_path, uc->refused,
+                             sizeof uc->refused))
+        return CURL_PREREQFUNC_ABORT;
+    return CURL_PREREQFUNC_OK;
 }
 
 /* Whether pid is gone, or goes within 200 ms: a dying process closes its sockets a moment
@@ -55,6 +146,14 @@ static void describe_failure(const pb_target *t, CURLcode cc, long os_errno, int
     case CURLE_COULDNT_CONNECT:
         if (is_unix && t->pid && !pb_target_pid_alive(t->pid)) {
             snprintf(err, errlen, "process %d has exited", (int)t->pid);
+        } else if (is_unix && t->pid && (os_errno == 0 || os_errno == ECONNRESET)) {
+            /* connect() worked (no errno), then the socket hung up before libcurl could use
+             * it: the agent accepted and closed at once, as it does over its connection limit
+             * (a process with nothing listening refuses: ECONNREFUSED). */
+            snprintf(err, errlen,
+                     "process %d is running but its agent closed the connection without "
+                     "answering: it is saturated (it serves a bounded number of connections at "
+                     "once and closes the rest); try again later", (int)t->pid);
         } else if (os_errno == ECONNREFUSED || os_errno == 0) {
             if (is_unix && t->pid)
                 snprintf(err, errlen,
@@ -66,6 +165,11 @@ static void describe_failure(const pb_target *t, CURLcode cc, long os_errno, int
                          t->socket_path);
             else
                 snprintf(err, errlen, "connection refused by %s", t->host_port);
+        } else if (is_unix && (os_errno == ETIMEDOUT || os_errno == EAGAIN)) {
+            snprintf(err, errlen, "the agent at %s accepted no connection within %ld s: its "
+                     "queue is full, it is saturated by other clients; try again later",
+                     t->socket_path, ((timeout_ms < PB_CLI_CONNECT_TIMEOUT_MS ? timeout_ms
+                                       : PB_CLI_CONNECT_TIMEOUT_MS) + 999) / 1000);
         } else if (os_errno == EACCES || os_errno == EPERM) {
             snprintf(err, errlen, "permission denied connecting to %s (the agent belongs to "
                      "another user?)", is_unix ? t->socket_path : t->host_port);
@@ -89,9 +193,15 @@ static void describe_failure(const pb_target *t, CURLcode cc, long os_errno, int
     case CURLE_PARTIAL_FILE:
         if (is_unix && t->pid && exited_soon(t->pid))
             snprintf(err, errlen, "process %d exited before answering", (int)t->pid);
+        else if (is_unix && t->pid)
+            snprintf(err, errlen,
+                     "process %d is running but its agent closed the connection without "
+                     "answering: it is saturated (it serves a bounded number of connections at "
+                     "once and closes the rest); try again later", (int)t->pid);
         else
             snprintf(err, errlen,
-                     "the target closed the connection before answering (did the process exit?)");
+                     "the target closed the connection before answering (the process exited, "
+                     "or its agent is saturated and closes connections over its limit)");
         break;
     case CURLE_WRITE_ERROR:
         if (too_big)
@@ -121,18 +231,30 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
     body_sink sink = {&resp->body, 0};
     if (t->kind == PB_TARGET_FILE)
         return pb_recording_request(t, method, path, body, resp, err, errlen);
-    CURL *h = curl_easy_init();
-
+    unix_connect uc = {.target = t, .fd = -1};
     resp->status = 0;
     memset(&resp->body, 0, sizeof resp->body);
     resp->body.max_len = PB_CLIENT_MAX_BODY;
+    if (t->kind == PB_TARGET_UNIX) {
+        char dir[PATH_MAX];
+        if (in_socket_dir(t->socket_path, dir, sizeof dir) &&
+            pb_paths_check_dir(dir, err, errlen) != 0)
+            return -1;
+    }
+    CURL *h = curl_easy_init();
     if (!h) {
         snprintf(err, errlen, "cannot start libcurl (out of memory?)");
         goto done;
     }
     snprintf(url, sizeof url, "%s%s", t->url_base, path);
     curl_easy_setopt(h, CURLOPT_URL, url);
-    if (t->kind == PB_TARGET_UNIX) curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, t->socket_path);
+    if (t->kind == PB_TARGET_UNIX) {
+        curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, t->socket_path);
+        curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_unix);
+        curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, &uc);
+        curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, check_before_sending);
+        curl_easy_setopt(h, CURLOPT_PREREQDATA, &uc);
+    }
     curl_easy_setopt(h, CURLOPT_PROXY, ""); /* never route through http_proxy */
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
@@ -161,6 +283,11 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
     if (cc != CURLE_OK) {
         long os_errno = 0;
         curl_easy_getinfo(h, CURLINFO_OS_ERRNO, &os_errno);
+        if (uc.refused[0]) {
+            snprintf(err, errlen, "%s", uc.refused);
+            pb_buf_free(&resp->body);
+            goto done;
+        }
         describe_failure(t, cc, os_errno, sink.too_big, timeout_ms, err, errlen);
         pb_buf_free(&resp->body);
         goto done;

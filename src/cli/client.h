@@ -22,6 +22,11 @@ typedef struct pb_response {
     pb_buf body;   /* owned; free with pb_buf_free() */
 } pb_response;
 
+/* Checks the process at the other end of the connected Unix socket fd (SO_PEERCRED): it must
+ * run as our effective uid or as root, and be expected_pid when that is > 0. Returns 0, or -1
+ * with a message for the user in why (path names the socket in it). [any thread] */
+int pb_client_check_peer(int fd, pid_t expected_pid, const char *path, char *why, size_t whylen);
+
 /* Sends method path (e.g. "GET", "/api/info") with an optional JSON body (borrowed, may be
  * NULL) to t, waiting at most timeout_ms for the whole exchange. Returns 0 when an HTTP
  * response arrived, whatever its status; resp->body then holds it (the caller frees it). On

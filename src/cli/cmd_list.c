@@ -112,6 +112,12 @@ int cmd_list(const pb_cli_args *a)
     }
     pid_t *pids = NULL;
     int count = pb_target_scan(dir, &pids);
+    char untrusted[768]; /* another user's directory: its sockets are not listed (security.md) */
+    if (count != -ENOENT && pb_paths_check_dir(dir, untrusted, sizeof untrusted) != 0) {
+        free(pids);
+        pb_cli_error("%s", untrusted);
+        return PB_EXIT_ERROR;
+    }
     if (count < 0 && count != -ENOENT) {
         pb_cli_error("cannot read the socket directory %s: %s", dir, strerror(-count));
         return PB_EXIT_ERROR;

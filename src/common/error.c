@@ -14,6 +14,8 @@ const char *pb_strerror(int err)
     case PB_ENOPYTHON: return "Python interpreter not available";
     case PB_EDISABLED: return "probing agent is disabled";
     case PB_EBADTOKEN: return "PROBING_TOKEN must be 16 to 256 characters without whitespace";
+    case PB_ECANCELLED: return "cancelled";
+    case PB_EBUSY: return "busy";
     default: break;
     }
     if (err < 0 && err > -4096) return strerror(-err); /* strerror is safe enough for static codes */

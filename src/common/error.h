@@ -17,6 +17,8 @@ enum {
     PB_ENOPYTHON = -10004, /* the Python interpreter is not available */
     PB_EDISABLED = -10005, /* the agent is turned off (forked child, failed start) */
     PB_EBADTOKEN = -10006, /* a TCP token given by the user is unusable */
+    PB_ECANCELLED = -10007, /* stopped on purpose: the client left or the agent is stopping */
+    PB_EBUSY = -10008,     /* a shared budget (results in flight) is spent; try again later */
 };
 
 /* Returns a static string describing err (negative errno or PB_E*). [any thread] */

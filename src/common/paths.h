@@ -17,8 +17,19 @@ int pb_paths_dir(char *out, size_t outlen);
 /* Writes <dir>/<pid>.sock into out. Returns 0 or -ENAMETOOLONG. */
 int pb_paths_socket(pid_t pid, char *out, size_t outlen);
 
-/* Creates the socket directory (mode 0700) if missing, and checks that an existing one belongs
- * to us and is not writable by others. Returns 0 or a negative errno. */
+/* Whether dir may be trusted with our sockets: a real directory (lstat: a symbolic link is
+ * refused), owned by the effective uid, not writable by group or others. Returns 0, or a
+ * negative errno (-ELOOP symlink, -ENOTDIR, -EPERM wrong owner or mode, or lstat's) with, when
+ * why is not NULL, a message for the user (what is wrong, what to do) in why. The CLI checks it
+ * before it lists or connects; the agent before it listens. [any thread] */
+int pb_paths_check_dir(const char *dir, char *why, size_t whylen);
+
+/* Creates the socket directory (mode 0700) if missing, and checks it with
+ * pb_paths_check_dir(). Returns 0 or a negative errno. */
 int pb_paths_ensure_dir(void);
+
+/* pb_paths_ensure_dir() with, on failure, a message for the user in why (what is wrong with
+ * the directory and what to do). [any thread] */
+int pb_paths_prepare_dir(char *why, size_t whylen);
 
 #endif

@@ -21,6 +21,7 @@
 typedef struct request {
     const char *body; /* not NUL-terminated */
     size_t body_len;
+    void *ctx;        /* the server's state of this request (cancel checks, result budget) */
 } request;
 
 typedef int (*route_fn)(pb_server *s, const request *req, pb_buf *out);
@@ -83,8 +84,8 @@ int pb__route_error(pb_buf *out, int status, const char *fmt, ...)
     return status;
 }
 
-int pb__route_request(pb_server *s, const char *method, const char *path, const char *body,
-                      size_t body_len, pb_buf *out, const char **allow)
+int pb__route_request(pb_server *s, void *req_ctx, const char *method, const char *path,
+                      const char *body, size_t body_len, pb_buf *out, const char **allow)
 {
     *allow = NULL;
     const struct route *path_match = NULL;
@@ -92,7 +93,7 @@ int pb__route_request(pb_server *s, const char *method, const char *path, const 
         if (strcmp(routes[i].path, path) != 0) continue;
         path_match = &routes[i];
         if (strcmp(routes[i].method, method) == 0) {
-            request req = {body ? body : "", body_len};
+            request req = {body ? body : "", body_len, req_ctx};
             return routes[i].handler(s, &req, out);
         }
     }
@@ -158,9 +159,19 @@ static int route_query(pb_server *s, const request *req, pb_buf *out)
         status = pb__route_error(out, 500, "cannot open the SQL engine: %s", pb_strerror(rc));
         goto done;
     }
-    rc = pb_db_query_json(db, sql, &pb__server_opts(s)->limits, out);
+    /* One budget for every result in flight, a bounded number of queries at once (server.c). */
+    pb_query_limits lim = pb__server_opts(s)->limits;
+    size_t cap = 0;
+    if ((status = pb__server_query_begin(s, req->ctx, db, lim.max_result_bytes, &cap, out)))
+        goto done;
+    lim.max_result_bytes = cap;
+    lim.cancelled = pb__server_cancelled;
+    lim.cancel_ctx = req->ctx;
+    rc = pb_db_query_json(db, sql, &lim, out);
+    pb__server_query_end(s, req->ctx, db, out->len);
     if (rc == 0) status = 200;
     else if (rc == PB_ESQL || rc == PB_ETIMEOUT) status = 400; /* body already says why */
+    else if (rc == PB_ECANCELLED) status = 503;
     else status = pb__route_error(out, 500, "query failed: %s", pb_strerror(rc));
 done:
     pb__server_db_release(s, db);
@@ -190,7 +201,7 @@ static int route_eval(pb_server *s, const request *req, pb_buf *out)
         timeout_s = json_number_value(timeout);
     }
     status = 200;
-    int rc = o->eval(o->ctx, code, timeout_s, out, &status);
+    int rc = o->eval(o->ctx, code, timeout_s, pb__server_cancelled, req->ctx, out, &status);
     if (rc && out->len == 0) status = pb__route_error(out, 500, "eval failed: %s", pb_strerror(rc));
     else if (status < 100 || status > 599) status = rc ? 500 : 200;
 done:

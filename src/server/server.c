@@ -20,6 +20,7 @@
 #include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -30,14 +31,21 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #define POOL_MAX 8                  /* idle SQL connections kept */
 #define CONNECTION_IDLE_TIMEOUT 10 /* seconds a connection may send nothing (keep-alive, slow or
                                       * stuck clients); a running handler is not idle */
 #define CONNECTION_SPARE 8          /* connections over max_connections still answered (503) */
+#define ACTIVE_MAX 128              /* queries running at once that a stop can interrupt */
+#define QUEUE_WAIT_S 5              /* how long a query waits for a pool slot or result budget */
+#define TCP_PER_PEER 8              /* TCP connections one address may hold (slowloris) */
 
 typedef struct listener {
     pb_server *server;
@@ -60,18 +68,54 @@ struct pb_server {
     dev_t token_dev;
     ino_t token_ino;
     listener unix_l, tcp_l;
-    pthread_mutex_t pool_lock;
+    pthread_mutex_t pool_lock; /* also guards active, queries_running, results_in_flight */
+    pthread_cond_t pool_changed; /* a query slot or result budget was given back, or stopping */
     pb_db *pool[POOL_MAX];
     int pool_len;
+    pb_db *active[ACTIVE_MAX]; /* connections running a query now (a stop interrupts them) */
+    int queries_running;       /* at most query_threads */
+    int query_threads;         /* PROBING_QUERY_THREADS */
+    size_t results_in_flight;  /* bytes reserved by queries running or answers not yet sent */
+    size_t results_budget;     /* PROBING_RESULTS_MB */
+    int nice;                  /* PROBING_SERVER_NICE: added to server threads' nice value */
+    double request_deadline_s; /* PROBING_REQUEST_DEADLINE: whole request, headers to body */
+    _Atomic int stopping;
+    /* Connections still reading a request, for the deadline watchdog. */
+    pthread_mutex_t conns_lock;
+    struct conn_slot *conns;
+    pthread_t watchdog;
+    int watchdog_running;
+    pthread_cond_t watchdog_wake;
     int forgotten; /* set in a forked child: the object must not be touched again */
 };
+
+/* One open connection (MHD's socket context): the watchdog closes it when a request is not
+ * read in full by its deadline. Linked in pb_server.conns under conns_lock; removed in the
+ * close notification, which MHD makes before it closes the socket, so fd is never reused
+ * while it is here. */
+typedef struct conn_slot {
+    struct conn_slot *next;
+    int fd;
+    int64_t request_started_ns; /* first byte of the current request (or connection open) */
+    int reading;                /* 1 until the request is read whole (then the handler runs) */
+} conn_slot;
 
 typedef struct request_state {
     pb_buf body;
     int too_big;
     int out_of_memory;
     int detach_after; /* a 200 answer to POST /api/detach: detach once it has been sent */
+    pb_server *server;
+    int fd;                 /* the connection's socket, polled for a client that left */
+    size_t results_reserved; /* bytes of the result budget this request holds */
 } request_state;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 /* ---- peer credentials ---- */
 
@@ -201,6 +245,21 @@ static int listen_tcp(pb_server *s, const char *spec)
 
 /* ---- requests ---- */
 
+static void request_read(pb_server *s, struct MHD_Connection *conn);
+
+/* Server threads run below the job's threads: nice + s->nice (setpriority on the thread; only
+ * ever raised, which needs no privilege), once per thread. [server thread] */
+static void lower_priority(pb_server *s)
+{
+    static _Thread_local int done;
+    if (done || s->nice <= 0) return;
+    done = 1;
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    errno = 0;
+    int now = getpriority(PRIO_PROCESS, (id_t)tid);
+    if (errno == 0 && now < 19) setpriority(PRIO_PROCESS, (id_t)tid, now + s->nice > 19 ? 19 : now + s->nice);
+}
+
 static enum MHD_Result respond(struct MHD_Connection *conn, int status, pb_buf *body, const char *allow)
 {
     static const char oom[] = "{\"error\":\"out of memory\"}";
@@ -327,11 +386,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     pb_server *s = l->server;
     request_state *r = *req_cls;
     if (!r) {
+        lower_priority(s);
         r = calloc(1, sizeof *r);
         if (!r) return MHD_NO;
         *req_cls = r;
+        r->server = s;
+        r->fd = -1;
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci) r->fd = ci->connect_fd;
         enum MHD_Result ret;
-        if (check_request_start(l, conn, url, &ret)) return ret;
+        if (check_request_start(l, conn, url, &ret)) {
+            request_read(s, conn);
+            return ret;
+        }
         return MHD_YES;
     }
     if (*upload_data_size) {
@@ -347,13 +414,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
+    request_read(s, conn);
     if (r->too_big)
         return respond_error(conn, 413, "request body too large: the limit is %zu bytes",
                              s->opts.max_request_bytes);
     if (r->out_of_memory) return respond_error(conn, 500, "out of memory while reading the request");
     pb_buf out = PB_BUF_INIT;
     const char *allow = NULL;
-    int status = pb__route_request(s, method, url, r->body.data, r->body.len, &out, &allow);
+    int status = pb__route_request(s, r, method, url, r->body.data, r->body.len, &out, &allow);
     r->detach_after = status == 200 && strcmp(method, "POST") == 0 && strcmp(url, "/api/detach") == 0;
     return respond(conn, status, &out, allow);
 }
@@ -366,6 +434,22 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     if (!r) return;
     /* The answer is out (or the client left): only now may the agent start going away. */
     if (r->detach_after && l && l->server->opts.detach) l->server->opts.detach(l->server->opts.ctx);
+    if (r->results_reserved) {
+        pb_server *s = l->server;
+        pthread_mutex_lock(&s->pool_lock);
+        s->results_in_flight -= r->results_reserved;
+        pthread_cond_broadcast(&s->pool_changed);
+        pthread_mutex_unlock(&s->pool_lock);
+    }
+    /* A keep-alive connection's next request gets a deadline of its own. */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn_slot *slot = ci ? ci->socket_context : NULL;
+    if (slot && l) {
+        pthread_mutex_lock(&l->server->conns_lock);
+        slot->request_started_ns = now_ns();
+        slot->reading = 1;
+        pthread_mutex_unlock(&l->server->conns_lock);
+    }
     pb_buf_free(&r->body);
     free(r);
     *req_cls = NULL;
@@ -377,10 +461,75 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
                           enum MHD_ConnectionNotificationCode code)
 {
     listener *l = cls;
-    (void)conn;
-    (void)socket_context;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&l->open_connections, 1);
-    else if (code == MHD_CONNECTION_NOTIFY_CLOSED) atomic_fetch_sub(&l->open_connections, 1);
+    pb_server *s = l->server;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        atomic_fetch_add(&l->open_connections, 1);
+        conn_slot *slot = calloc(1, sizeof *slot);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (slot && ci) {
+            slot->fd = ci->connect_fd;
+            slot->request_started_ns = now_ns();
+            slot->reading = 1;
+            pthread_mutex_lock(&s->conns_lock);
+            slot->next = s->conns;
+            s->conns = slot;
+            pthread_mutex_unlock(&s->conns_lock);
+            *socket_context = slot;
+        } else {
+            free(slot);
+        }
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        atomic_fetch_sub(&l->open_connections, 1);
+        conn_slot *slot = *socket_context;
+        if (slot) {
+            pthread_mutex_lock(&s->conns_lock);
+            for (conn_slot **p = &s->conns; *p; p = &(*p)->next)
+                if (*p == slot) {
+                    *p = slot->next;
+                    break;
+                }
+            pthread_mutex_unlock(&s->conns_lock);
+            free(slot);
+            *socket_context = NULL;
+        }
+    }
+}
+
+/* The deadline watchdog: once a second, shuts down connections whose current request has not
+ * been read in full within request_deadline_s (a client sending a byte a second keeps MHD's
+ * idle timeout from firing). MHD then sees the socket fail and closes the connection. */
+static void *watchdog_main(void *arg)
+{
+    pb_server *s = arg;
+    pthread_mutex_lock(&s->conns_lock);
+    while (!atomic_load(&s->stopping)) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += 1;
+        pthread_cond_timedwait(&s->watchdog_wake, &s->conns_lock, &until);
+        int64_t limit = now_ns() - (int64_t)(s->request_deadline_s * 1e9);
+        for (conn_slot *c = s->conns; c; c = c->next)
+            if (c->reading && c->request_started_ns < limit) {
+                pb_log_debug("http: closing a connection that sent no whole request within %g s",
+                             s->request_deadline_s);
+                shutdown(c->fd, SHUT_RDWR);
+                c->reading = 0;
+            }
+    }
+    pthread_mutex_unlock(&s->conns_lock);
+    return NULL;
+}
+
+/* Called when a whole request has been read: the watchdog leaves the connection alone while
+ * its handler runs and its answer is sent. [server thread] */
+static void request_read(pb_server *s, struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn_slot *slot = ci ? ci->socket_context : NULL;
+    if (!slot) return;
+    pthread_mutex_lock(&s->conns_lock);
+    slot->reading = 0;
+    pthread_mutex_unlock(&s->conns_lock);
 }
 
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
@@ -400,6 +549,8 @@ static int start_daemon(pb_server *s, listener *l)
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(s->opts.max_connections + CONNECTION_SPARE),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONNECTION_IDLE_TIMEOUT,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+        /* On TCP one address may not take every slot before it authenticates (slowloris). */
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)(l->is_unix ? 0 : TCP_PER_PEER),
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, l,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, l,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_logger, NULL,
@@ -490,6 +641,22 @@ int pb_server_start(pb_server **out, const pb_server_opts *opts)
     if (!s) return -ENOMEM;
     s->unix_l.fd = s->tcp_l.fd = -1;
     pthread_mutex_init(&s->pool_lock, NULL);
+    pthread_mutex_init(&s->conns_lock, NULL);
+    {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&s->pool_changed, &ca);
+        pthread_cond_init(&s->watchdog_wake, &ca);
+        pthread_condattr_destroy(&ca);
+    }
+    s->query_threads = (int)pb_config_int("PROBING_QUERY_THREADS", 2);
+    if (s->query_threads < 1) s->query_threads = 1;
+    s->results_budget = (size_t)pb_config_int("PROBING_RESULTS_MB", 256) << 20;
+    if (s->results_budget < (1u << 20)) s->results_budget = 1u << 20;
+    s->nice = (int)pb_config_int("PROBING_SERVER_NICE", 19);
+    s->request_deadline_s = pb_config_double("PROBING_REQUEST_DEADLINE", 10);
+    if (s->request_deadline_s <= 0) s->request_deadline_s = 10;
     s->opts = *opts;
     s->unix_path = opts->unix_path ? strdup(opts->unix_path) : NULL;
     s->tcp_listen = opts->tcp_listen ? strdup(opts->tcp_listen) : NULL;
@@ -523,6 +690,10 @@ int pb_server_start(pb_server **out, const pb_server_opts *opts)
         rc = start_daemon(s, &s->unix_l);
     }
     if (!rc && s->tcp_l.fd >= 0) rc = start_daemon(s, &s->tcp_l);
+    if (!rc) {
+        rc = -pthread_create(&s->watchdog, NULL, watchdog_main, s);
+        s->watchdog_running = rc == 0;
+    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc) goto fail;
     *out = s;
@@ -544,6 +715,21 @@ static void stop_listener(listener *l)
 void pb_server_stop(pb_server *s)
 {
     if (!s || s->forgotten) return;
+    /* Running queries stop at their next progress check; waiting ones give up (503). The
+     * agent cancels evals itself (pb_eval_shutdown) before it gets here. */
+    atomic_store(&s->stopping, 1);
+    pthread_mutex_lock(&s->pool_lock);
+    for (int i = 0; i < ACTIVE_MAX; i++)
+        if (s->active[i]) pb_db_interrupt(s->active[i]);
+    pthread_cond_broadcast(&s->pool_changed);
+    pthread_mutex_unlock(&s->pool_lock);
+    if (s->watchdog_running) {
+        pthread_mutex_lock(&s->conns_lock);
+        pthread_cond_broadcast(&s->watchdog_wake);
+        pthread_mutex_unlock(&s->conns_lock);
+        pthread_join(s->watchdog, NULL);
+        s->watchdog_running = 0;
+    }
     stop_listener(&s->unix_l);
     stop_listener(&s->tcp_l);
     if (s->unix_path && s->unix_ino) {
@@ -558,6 +744,9 @@ void pb_server_stop(pb_server *s)
     }
     for (int i = 0; i < s->pool_len; i++) pb_db_close(s->pool[i]);
     pthread_mutex_destroy(&s->pool_lock);
+    pthread_mutex_destroy(&s->conns_lock);
+    pthread_cond_destroy(&s->pool_changed);
+    pthread_cond_destroy(&s->watchdog_wake);
     free(s->unix_path);
     free(s->tcp_listen);
     free(s->token_path);
@@ -588,6 +777,93 @@ int pb__server_db_acquire(pb_server *s, pb_db **out)
     if (s->pool_len > 0) *out = s->pool[--s->pool_len];
     pthread_mutex_unlock(&s->pool_lock);
     return *out ? 0 : pb_db_open(out);
+}
+
+int pb__server_cancelled(void *req_ctx)
+{
+    request_state *r = req_ctx;
+    if (atomic_load(&r->server->stopping)) return PB_DB_CANCEL_EXITING;
+    if (r->fd < 0) return 0;
+    struct pollfd p = {.fd = r->fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+        return PB_DB_CANCEL_CLIENT_GONE;
+    return 0;
+}
+
+/* Deadline QUEUE_WAIT_S from now, on the condition's clock. */
+static struct timespec queue_deadline(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += QUEUE_WAIT_S;
+    return t;
+}
+
+int pb__server_query_begin(pb_server *s, void *req_ctx, pb_db *db, size_t want, size_t *cap,
+                           pb_buf *out)
+{
+    request_state *r = req_ctx;
+    int status = 0, slot = -1;
+    if (want > s->results_budget) want = s->results_budget;
+    size_t reserve = want + (1u << 20); /* JSON head and tail, last row */
+    if (reserve > s->results_budget) reserve = s->results_budget;
+    struct timespec until = queue_deadline();
+    pthread_mutex_lock(&s->pool_lock);
+    for (;;) {
+        if (atomic_load(&s->stopping)) {
+            status = pb__route_error(out, 503, "the process is exiting or probing is detaching; "
+                                     "the query was not run");
+            goto done;
+        }
+        if (s->queries_running < s->query_threads &&
+            s->results_in_flight + reserve <= s->results_budget) {
+            for (int i = 0; i < ACTIVE_MAX && slot < 0; i++)
+                if (!s->active[i]) slot = i;
+            if (slot >= 0) break;
+        }
+        if (pthread_cond_timedwait(&s->pool_changed, &s->pool_lock, &until) == ETIMEDOUT) {
+            if (s->results_in_flight + reserve > s->results_budget)
+                status = pb__route_error(
+                    out, 503,
+                    "busy: %zu MB of results in flight (the limit is %zu MB, "
+                    "PROBING_RESULTS_MB); try again in a moment or ask for less (LIMIT)",
+                    (s->results_in_flight + (1u << 20) - 1) >> 20, s->results_budget >> 20);
+            else
+                status = pb__route_error(
+                    out, 503,
+                    "busy: %d queries are running (the limit is %d, PROBING_QUERY_THREADS) and "
+                    "this one waited %d s for its turn; try again in a moment",
+                    s->queries_running, s->query_threads, QUEUE_WAIT_S);
+            goto done;
+        }
+    }
+    s->active[slot] = db;
+    s->queries_running++;
+    s->results_in_flight += reserve;
+    r->results_reserved += reserve;
+    *cap = want;
+done:
+    pthread_mutex_unlock(&s->pool_lock);
+    return status;
+}
+
+void pb__server_query_end(pb_server *s, void *req_ctx, pb_db *db, size_t kept)
+{
+    request_state *r = req_ctx;
+    pthread_mutex_lock(&s->pool_lock);
+    for (int i = 0; i < ACTIVE_MAX; i++)
+        if (s->active[i] == db) {
+            s->active[i] = NULL;
+            break;
+        }
+    s->queries_running--;
+    /* The answer's bytes stay reserved until it has been sent (on_completed). */
+    if (kept < r->results_reserved) {
+        s->results_in_flight -= r->results_reserved - kept;
+        r->results_reserved = kept;
+    }
+    pthread_cond_broadcast(&s->pool_changed);
+    pthread_mutex_unlock(&s->pool_lock);
 }
 
 void pb__server_db_release(pb_server *s, pb_db *db)

@@ -6,6 +6,14 @@
  * a query. Queries run on pooled pb_db connections and never take the GIL; eval and info are
  * callbacks supplied by the agent.
  *
+ * The job comes first (docs/security.md, "Round two"): server threads lower their priority
+ * (nice + PROBING_SERVER_NICE) on their first request; at most PROBING_QUERY_THREADS queries
+ * run at once, and all results in flight share one budget, PROBING_RESULTS_MB (a query reserves
+ * its cap while it runs and the size of its answer until the answer is sent; one that does not
+ * fit waits a few seconds, then gets 503 "busy: ..."). A query or eval whose client closed its
+ * connection is cancelled; a watchdog thread closes connections whose request has not been read
+ * whole within PROBING_REQUEST_DEADLINE; on TCP one address holds at most 8 connections.
+ *
  * The Unix socket is created here: mode 0600 and, on each request, the peer's uid is checked
  * (SO_PEERCRED): only our own uid and root are served. A socket file left by a dead agent is
  * replaced; one a live agent answers on is not (-EADDRINUSE). TCP is only opened when the user
@@ -34,10 +42,12 @@ typedef struct pb_server pb_server;
 #define PB_SERVER_TOKEN_MAX 256
 
 /* Runs code and fills out_json with the whole /api/eval response body; may set *http_status
- * (200 when left alone; 504 for a timeout, ...). Returns 0 or an error (then, if out_json is
- * empty, the server answers 500 with pb_strerror()). [server thread] */
-typedef int (*pb_eval_fn)(void *ctx, const char *code, double timeout_s, pb_buf *out_json,
-                          int *http_status);
+ * (200 when left alone; 504 for a timeout, ...). While it waits it asks cancelled(cancel_ctx)
+ * now and then: non-zero (PB_DB_CANCEL_*: the client left, the server stops) means stop
+ * waiting and interrupt the code. Returns 0 or an error (then, if out_json is empty, the server
+ * answers 500 with pb_strerror()). [server thread] */
+typedef int (*pb_eval_fn)(void *ctx, const char *code, double timeout_s, pb_db_cancel_fn cancelled,
+                          void *cancel_ctx, pb_buf *out_json, int *http_status);
 
 /* Fills the /api/info response body. Returns 0 or an error (-> 500). [server thread] */
 typedef int (*pb_info_fn)(void *ctx, pb_buf *out_json);
@@ -119,10 +129,11 @@ typedef struct pb_server_opts {
  * start). Nothing is left open on failure. [any thread; registry complete] */
 int pb_server_start(pb_server **out, const pb_server_opts *opts);
 
-/* Stops accepting, waits for running requests to finish (an eval in progress runs to its
- * timeout), closes the sockets and removes the Unix socket file if it is still the one we
- * created. NULL-safe. After pb_server_forget_after_fork() it does nothing. [any thread but a
- * server thread] */
+/* Stops accepting, interrupts running queries (they answer 503) and wakes queued ones, waits
+ * for running requests to finish (an eval waiting in the agent returns once pb_eval_shutdown()
+ * was called, which the agent does first), closes the sockets and removes the Unix socket file
+ * if it is still the one we created. NULL-safe. After pb_server_forget_after_fork() it does
+ * nothing. [any thread but a server thread] */
 void pb_server_stop(pb_server *s);
 
 /* For the child after fork(): closes the listening sockets without touching threads, locks or

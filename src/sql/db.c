@@ -21,6 +21,7 @@
 #include "vt.h"
 
 #include <ctype.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -37,6 +38,10 @@ struct pb_db {
     pb__auth auth;       /* the authorizer's last reason for a denial */
     int64_t deadline_ns; /* pb_now_ns() after which the running query stops; 0 = none */
     int timed_out;       /* set by the progress handler when it interrupted the query */
+    pb_db_cancel_fn cancelled; /* the running query's, or NULL */
+    void *cancel_ctx;
+    unsigned progress_calls;
+    _Atomic int cancel_reason; /* PB_DB_CANCEL_*: why the query was stopped; 0 = it was not */
 };
 
 static int progress_handler(void *ctx)
@@ -46,7 +51,23 @@ static int progress_handler(void *ctx)
         db->timed_out = 1;
         return 1;
     }
+    if (atomic_load(&db->cancel_reason)) return 1;
+    /* The cancel check may make a system call (poll on the client's socket): 1 in 8. */
+    if (db->cancelled && (++db->progress_calls & 7) == 0) {
+        int why = db->cancelled(db->cancel_ctx);
+        if (why) {
+            atomic_store(&db->cancel_reason, why);
+            return 1;
+        }
+    }
     return 0;
+}
+
+void pb_db_interrupt(pb_db *db)
+{
+    if (!db) return;
+    atomic_store(&db->cancel_reason, PB_DB_CANCEL_EXITING);
+    sqlite3_interrupt(db->conn);
 }
 
 /* Runs set-up SQL before the authorizer exists. Returns an SQLite result code. */
@@ -317,6 +338,15 @@ static void describe_sqlite_error(pb_db *db, const char *sql, char *msg, size_t 
         snprintf(msg, msglen, "not authorized: probing's SQL is read-only (%s)", text);
         return;
     }
+    int code = sqlite3_errcode(db->conn);
+    if (code == SQLITE_TOOBIG) {
+        snprintf(msg, msglen,
+                 "%s: a statement may be at most %d MB and a string or blob value at most %d MB; "
+                 "these are fixed limits of probing's SQL (no setting changes them): build "
+                 "smaller values, e.g. with substr()",
+                 text, MAX_SQL_BYTES >> 20, MAX_VALUE_BYTES >> 20);
+        return;
+    }
     char hint[320] = "";
     if (strncmp(text, "no such table: ", 15) == 0) {
         char missing[128], guess[160];
@@ -375,6 +405,12 @@ int pb_db_query_json(pb_db *db, const char *sql, const pb_query_limits *lim, pb_
     db->auth.schema_write = 0;
     db->timed_out = 0;
     db->deadline_ns = 0;
+    db->cancelled = lim ? lim->cancelled : NULL;
+    db->cancel_ctx = lim ? lim->cancel_ctx : NULL;
+    db->progress_calls = 0;
+    /* A client that left took its query with it; the agent stopping (pb_db_interrupt) stays. */
+    int gone = PB_DB_CANCEL_CLIENT_GONE;
+    atomic_compare_exchange_strong(&db->cancel_reason, &gone, 0);
     if (lim && lim->timeout_s > 0) db->deadline_ns = pb_now_ns() + (int64_t)(lim->timeout_s * 1e9);
 
     rc = sqlite3_prepare_v3(db->conn, sql, -1, 0, &stmt, &tail);
@@ -424,11 +460,20 @@ int pb_db_query_json(pb_db *db, const char *sql, const pb_query_limits *lim, pb_
         int step = sqlite3_step(stmt);
         if (step == SQLITE_DONE) break;
         if (step != SQLITE_ROW) {
+            int why = atomic_load(&db->cancel_reason);
             if (db->timed_out) {
                 err = PB_ETIMEOUT;
                 snprintf(msg, sizeof msg,
-                         "query interrupted: it ran longer than the %g s limit (PROBING_QUERY_TIMEOUT)",
+                         "query interrupted: it ran longer than the %g s limit (PROBING_QUERY_TIMEOUT); "
+                         "narrow it with WHERE or LIMIT, or set PROBING_QUERY_TIMEOUT=<seconds> in the "
+                         "traced process's environment",
                          lim->timeout_s);
+            } else if (why) {
+                err = PB_ECANCELLED;
+                snprintf(msg, sizeof msg, "%s",
+                         why == PB_DB_CANCEL_CLIENT_GONE
+                             ? "query cancelled: the client closed its connection"
+                             : "query cancelled: the process is exiting or probing is detaching");
             } else {
                 describe_sqlite_error(db, sql, msg, sizeof msg, &offset);
             }
@@ -462,7 +507,8 @@ int pb_db_query_json(pb_db *db, const char *sql, const pb_query_limits *lim, pb_
         format_size(size, sizeof size, lim->max_result_bytes);
         snprintf(msg, sizeof msg,
                  "result truncated: %lld rows returned before it hit the %s limit "
-                 "(PROBING_MAX_RESULT_MB); add LIMIT or a WHERE clause to fetch fewer rows",
+                 "(PROBING_MAX_RESULT_MB); add LIMIT or a WHERE clause to fetch fewer rows, or "
+                 "set PROBING_MAX_RESULT_MB=<megabytes> in the traced process's environment",
                  (long long)row_count, size);
         rc = pb_jsonw_key(&w, "message");
         if (!rc) rc = pb_jsonw_str(&w, msg);
@@ -470,6 +516,7 @@ int pb_db_query_json(pb_db *db, const char *sql, const pb_query_limits *lim, pb_
     if (!rc) rc = pb_jsonw_obj_end(&w);
     if (rc) goto fail_nomem;
     db->deadline_ns = 0;
+    db->cancelled = NULL;
     return 0;
 
 fail_nomem:
@@ -479,6 +526,7 @@ fail_nomem:
 fail:
     sqlite3_finalize(stmt);
     db->deadline_ns = 0;
+    db->cancelled = NULL;
     if (write_error(out, start, saved_max, msg, offset)) return -ENOMEM;
     return err;
 }

@@ -23,9 +23,18 @@
 
 typedef struct pb_db pb_db;
 
+/* Asked every few thousand VM instructions while a query runs: non-zero stops it with
+ * PB_ECANCELLED, the value naming why (PB_DB_CANCEL_*). [the query's thread] */
+typedef int (*pb_db_cancel_fn)(void *ctx);
+
+#define PB_DB_CANCEL_CLIENT_GONE 1 /* the client closed its connection */
+#define PB_DB_CANCEL_EXITING 2     /* the agent is stopping (the process exits or detaches) */
+
 typedef struct pb_query_limits {
     size_t max_result_bytes; /* rows beyond this many bytes of JSON are cut (0 = no limit) */
     double timeout_s;        /* a query running longer is interrupted (<= 0 = no limit) */
+    pb_db_cancel_fn cancelled; /* NULL: never cancelled */
+    void *cancel_ctx;
 } pb_query_limits;
 
 /* Opens a connection over the tables registered now (tables added later are not seen by it).
@@ -56,9 +65,14 @@ void pb_db_close(pb_db *db);
  *   PB_ESQL     the statement is invalid, not allowed (not read-only, more than one statement)
  *               or failed while running;
  *   PB_ETIMEOUT it ran longer than lim->timeout_s and was interrupted;
+ *   PB_ECANCELLED lim->cancelled asked it to stop (the message says why);
  *   -ENOMEM     (out may then hold nothing).
  * sql is borrowed; lim may be NULL (no limits). [one thread at a time per db] */
 int pb_db_query_json(pb_db *db, const char *sql, const pb_query_limits *lim, pb_buf *out);
+
+/* Stops the query running on db as soon as SQLite looks (sqlite3_interrupt); it then returns
+ * PB_ECANCELLED "the process is exiting". [any thread, while db is open] */
+void pb_db_interrupt(pb_db *db);
 
 /* Appends the /api/tables response body for every registered table:
  *   {"tables":[{"schema","name","doc","columns":[{"name","type","doc"}],"rows","capacity",

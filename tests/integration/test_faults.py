@@ -70,7 +70,9 @@ def test_socket_dir_of_another_user(launcher, env):
         os.chown(d, 65534, 65534)
         t = start_without_socket(launcher, env, d)
         assert agent_warnings(t) == [
-            f"probing: not starting: cannot use socket directory {d}: Operation not permitted"]
+            f"probing: not starting: the socket directory {d} belongs to uid 65534, not to you "
+            f"(uid 0): another user may have made it to pose as your processes; remove it "
+            f"(rm -r {d}) or set PROBING_DIR to a directory of your own"]
         assert list(d.iterdir()) == []
     finally:
         d.rmdir()
@@ -82,7 +84,8 @@ def test_socket_dir_writable_by_others(launcher, env):
         os.chmod(d, 0o777)
         t = start_without_socket(launcher, env, d)
         assert agent_warnings(t) == [
-            f"probing: not starting: cannot use socket directory {d}: Operation not permitted"]
+            f"probing: not starting: the socket directory {d} is writable by everyone (mode "
+            f"0777): others could plant sockets in it; run chmod 700 {d}"]
         assert list(d.iterdir()) == []
     finally:
         d.rmdir()

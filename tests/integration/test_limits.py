@@ -99,7 +99,8 @@ def test_query_time_limit(cli, limited):
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.splitlines()[0] == (
         "probing: SQL error: query interrupted: it ran longer than the 1 s limit "
-        "(PROBING_QUERY_TIMEOUT)"), r.stderr
+        "(PROBING_QUERY_TIMEOUT); narrow it with WHERE or LIMIT, or set "
+        "PROBING_QUERY_TIMEOUT=<seconds> in the traced process's environment"), r.stderr
 
 
 def test_connection_over_the_limit_gets_503(cli, limited):

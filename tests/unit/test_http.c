@@ -49,7 +49,8 @@ static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
 static int gate_closed, eval_waiting;
 
-static int fake_eval(void *ctx, const char *code, double timeout_s, pb_buf *out, int *status)
+static int fake_eval(void *ctx, const char *code, double timeout_s, pb_db_cancel_fn cancelled,
+                     void *cancel_ctx, pb_buf *out, int *status)
 {
     if (strcmp(code, "block") == 0) { /* waits until the test opens the gate */
         pthread_mutex_lock(&gate_lock);

@@ -335,7 +335,8 @@ static void test_truncation(pb_db *db)
     char want[300];
     snprintf(want, sizeof want,
              "result truncated: %zu rows returned before it hit the 100 bytes limit (PROBING_MAX_RESULT_MB); "
-             "add LIMIT or a WHERE clause to fetch fewer rows", n);
+             "add LIMIT or a WHERE clause to fetch fewer rows, or set PROBING_MAX_RESULT_MB=<megabytes> in the "
+             "traced process's environment", n);
     CHECK_STR(json_string_value(json_object_get(j, "message")), want, "truncation message");
     json_decref(j);
 
@@ -361,7 +362,9 @@ static void test_timeout(pb_db *db)
                       &lim, &rc);
     CHECK(rc == PB_ETIMEOUT, "an endless query times out");
     CHECK_STR(json_string_value(json_object_get(j, "error")),
-              "query interrupted: it ran longer than the 0.2 s limit (PROBING_QUERY_TIMEOUT)", "timeout message");
+              "query interrupted: it ran longer than the 0.2 s limit (PROBING_QUERY_TIMEOUT); narrow it with "
+              "WHERE or LIMIT, or set PROBING_QUERY_TIMEOUT=<seconds> in the traced process's environment",
+              "timeout message");
     json_decref(j);
     CHECK(query_int(db, "SELECT 5") == 5, "the connection works after a timeout");
 }
