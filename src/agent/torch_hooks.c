@@ -947,7 +947,7 @@ static void register_backward(frame *f, PyObject *out_gf, uint16_t depth)
     s->end_probe = end;
     if (end) list_add(&end->ends, &end->nends, &end->cap_ends, s);
     list_add(&start->starts, &start->nstarts, &start->cap_starts, s);
-    if (!start->owner) {
+    if (!start->owner && out_gf != f->in_grad_fn) { /* a module returning its input made no node */
         start->owner = s;
         s->refs++;
     }

@@ -71,6 +71,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--hold-file")
     ap.add_argument("--upstream", action="store_true")
+    ap.add_argument("--wide", action="store_true", help="transformers 4x wider (ms-sized GEMMs)")
     args = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -81,9 +82,9 @@ def main():
     if args.arch == "resnet":
         model = models.SmallResNet(upstream=args.upstream)
     elif args.arch == "gpt2":
-        model = models.GPT2LMHeadModel()
+        model = models.GPT2LMHeadModel(n_embd=256 if args.wide else 64)
     elif args.arch == "bert":
-        model = models.TinyBert()
+        model = models.TinyBert(hidden=256 if args.wide else 64)
     elif args.arch == "lstm":
         model = models.RNNModel()
     elif args.arch == "compiled":
