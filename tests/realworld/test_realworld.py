@@ -169,11 +169,26 @@ def test_backward_self_time_agrees_with_capture(launcher, cli, env, session_dir,
     t.finish()
 
 
-def test_upstream_torchvision_basic_block(launcher, cli, env, session_dir):
-    pytest.importorskip("torchvision", reason="torchvision is not installed (scripts/setup.sh installs it)")
-    t = launcher.traced(str(TRAIN), "resnet", "--upstream", "--steps", "2", env=_env(env, session_dir))
+def test_upstream_hf_gpt2(launcher, cli, env, session_dir):
+    """Hugging Face's GPT2LMHeadModel itself: its Conv1D GEMMs in python.layers, and backward
+    self time against capture. (torchvision's BasicBlock is not run: the torchvision wheel on
+    PyPI for torch 2.13 is built against the CUDA torch and does not import with the CPU one,
+    `operator torchvision::nms does not exist`; models.BasicBlock is a faithful copy.)"""
+    try:
+        import transformers  # noqa: F401
+    except Exception as e:  # absent, or broken against this torch
+        pytest.skip(f"transformers is not importable ({e}); scripts/setup.sh installs it")
+    t = launcher.traced(str(TRAIN), "gpt2", "--upstream", "--wide", "--steps", "2", env=_env(env, session_dir))
     t.wait_steps(2)
     _compare_with_capture(cli, t)
+    rows = cli.query(t.target(), "SELECT module, type, in_features, out_features FROM python.layers")
+    got = {r["module"]: r for r in rows}
+    for name in ("transformer.h.0.attn.c_attn", "transformer.h.0.attn.c_proj", "transformer.h.0.mlp.c_fc",
+                 "transformer.h.1.mlp.c_proj", "lm_head"):
+        assert name in got, f"{name} missing from python.layers: {sorted(got)}"
+    assert got["transformer.h.0.attn.c_attn"]["type"] == "Conv1D"
+    assert (got["transformer.h.0.attn.c_attn"]["in_features"], got["transformer.h.0.attn.c_attn"]["out_features"]) \
+        == (256, 768)
     t.finish()
 
 

@@ -33,6 +33,15 @@ def batches(arch, step, g):
     raise ValueError(arch)
 
 
+def hf_gpt2(args):
+    """Hugging Face's own GPT2LMHeadModel (Conv1D GEMMs), small, no dropout, no weights loaded."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(vocab_size=256, n_positions=64, n_embd=256 if args.wide else 64, n_layer=2, n_head=4,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    return GPT2LMHeadModel(cfg)
+
+
 def train_gan(args, g):
     netG = models.Generator()
     netD = models.Discriminator()
@@ -82,7 +91,7 @@ def main():
     if args.arch == "resnet":
         model = models.SmallResNet(upstream=args.upstream)
     elif args.arch == "gpt2":
-        model = models.GPT2LMHeadModel(n_embd=256 if args.wide else 64)
+        model = models.GPT2LMHeadModel(n_embd=256 if args.wide else 64) if not args.upstream else hf_gpt2(args)
     elif args.arch == "bert":
         model = models.TinyBert(hidden=256 if args.wide else 64)
     elif args.arch == "lstm":
@@ -101,7 +110,8 @@ def main():
             out, _ = model(x, model.init_hidden(x.size(1)))
             loss = criterion(out, y.reshape(-1))
         elif args.arch == "gpt2":
-            loss = criterion(model(x).view(-1, 256), y.reshape(-1))
+            out = model(x)
+            loss = criterion(getattr(out, "logits", out).reshape(-1, 256), y.reshape(-1))
         else:
             loss = criterion(model(x), y)
         loss.backward()
