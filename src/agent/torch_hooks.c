@@ -533,10 +533,19 @@ static PyObject *first_grad_fn(PyObject *o, int depth)
  * backward pass ends or the step ends, so the same node is found again and its identity cannot be
  * reused by another node.
  *
- * Self time is found by a sweep: at every backward event the time since the previous event goes
- * to the innermost active span (deepest; the latest started among equals). Backward intervals do
- * not nest cleanly (two branches that consume one tensor both end when its gradient is complete),
- * which is why a stack would not do. Time spent in forward executions inside backward
+ * Self time follows the autograd graph (as torch.profiler ties a backward op to the module whose
+ * forward made its node): each probe has an owner, the span of the innermost execution that
+ * returned the node as its output (executions return innermost first, so the first to claim a
+ * node owns it; one returning its input unchanged claims nothing). At every backward event the
+ * time since the previous event goes to the owner of the probe that fired before it: the engine
+ * runs one node at a time, and the unprobed nodes that follow (AccumulateGrad of the module's
+ * weights) are the same module's. A node no execution returned (a residual add, attention's
+ * matmuls written in the attention module itself) goes to the parent of the execution that
+ * consumed it, the code that made it; failing that, to the innermost active span. Spans are
+ * made at enter, so a span knows its parent's; a span's total runs from its start to the end of
+ * the last time given to it or to a span nested in it (backward intervals do not nest: siblings
+ * that read one input all end when its gradient is complete, and would otherwise contain each
+ * other). Time spent in forward executions inside backward
  * (activation-checkpoint recomputation) goes to those forward rows. When the first probe of a
  * backward pass runs, backward_done is queued with the autograd engine: it closes spans whose
  * end is the end of the pass (modules whose input has no grad_fn), drops spans whose end never
