@@ -277,18 +277,20 @@ static PyObject *name_in(PyObject *mapping, PyObject *obj)
     for (Py_ssize_t i = 0; i < n && !found; i++) {
         PyObject *kv = PyList_GET_ITEM(items, i);
         if (!PyTuple_Check(kv) || PyTuple_GET_SIZE(kv) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(kv, 0))) continue;
-        PyObject *v = PyTuple_GET_ITEM(kv, 1), **dictptr;
-        if (PyModule_Check(v) || PyType_Check(v) || !(dictptr = _PyObject_GetDictPtr(v)) || !*dictptr ||
-            !PyDict_Check(*dictptr))
+        PyObject *v = PyTuple_GET_ITEM(kv, 1), *d, *k, *av;
+        if (PyModule_Check(v) || PyType_Check(v)) continue;
+        if (!(d = PyObject_GenericGetDict(v, NULL))) { /* no instance dict */
+            PyErr_Clear();
             continue;
-        PyObject *k, *av;
+        }
         Py_ssize_t pos = 0;
-        while (PyDict_Next(*dictptr, &pos, &k, &av)) {
+        while (PyDict_Check(d) && PyDict_Next(d, &pos, &k, &av)) {
             if (av == obj && PyUnicode_Check(k)) {
                 found = PyUnicode_FromFormat("%U.%U", PyTuple_GET_ITEM(kv, 0), k);
                 break;
             }
         }
+        Py_DECREF(d);
     }
 out:
     Py_XDECREF(items);
