@@ -259,38 +259,53 @@ static int frame_is_library(PyObject *pyframe)
     return lib;
 }
 
-/* The name a mapping binds to obj: a key whose value is obj, else "key.attr" for a value
- * (`self`, a trainer) whose instance dict holds obj. New reference or NULL. */
+static inline PyObject *new_ref(PyObject *o) /* Py_NewRef, which Python 3.9 lacks */
+{
+    Py_INCREF(o);
+    return o;
+}
+
+/* Name of obj among the attributes of v (its instance dict): "holder.attr", or just "attr" when
+ * holder is `self`. New reference or NULL. */
+static PyObject *attr_name(PyObject *holder, PyObject *v, PyObject *obj)
+{
+    PyObject *d, *k, *av, *found = NULL;
+    if (PyModule_Check(v) || PyType_Check(v)) return NULL;
+    if (!(d = PyObject_GenericGetDict(v, NULL))) { /* no instance dict */
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_ssize_t pos = 0;
+    while (PyDict_Check(d) && PyDict_Next(d, &pos, &k, &av)) {
+        if (av == obj && PyUnicode_Check(k)) {
+            found = PyUnicode_CompareWithASCIIString(holder, "self") == 0 ? new_ref(k)
+                                                                           : PyUnicode_FromFormat("%U.%U", holder, k);
+            break;
+        }
+    }
+    Py_DECREF(d);
+    return found;
+}
+
+/* The name a mapping (a frame's locals or globals) gives obj: an attribute of `self` first (a
+ * method's `self.netD` is the model's lasting name; a local bound to it may be a loop's alias),
+ * then a key whose value is obj, then "key.attr" for another value (a trainer object) whose
+ * instance dict holds obj. New reference or NULL. */
 static PyObject *name_in(PyObject *mapping, PyObject *obj)
 {
     PyObject *items = PyMapping_Items(mapping), *found = NULL;
     if (!items) goto out;
     Py_ssize_t n = PyList_GET_SIZE(items);
-    for (Py_ssize_t i = 0; i < n && !found; i++) {
-        PyObject *kv = PyList_GET_ITEM(items, i);
-        if (!PyTuple_Check(kv) || PyTuple_GET_SIZE(kv) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(kv, 0))) continue;
-        if (PyTuple_GET_ITEM(kv, 1) == obj) {
-            found = PyTuple_GET_ITEM(kv, 0);
-            Py_INCREF(found);
+    for (int pass = 0; pass < 3 && !found; pass++) {
+        for (Py_ssize_t i = 0; i < n && !found; i++) {
+            PyObject *kv = PyList_GET_ITEM(items, i);
+            if (!PyTuple_Check(kv) || PyTuple_GET_SIZE(kv) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(kv, 0))) continue;
+            PyObject *key = PyTuple_GET_ITEM(kv, 0), *v = PyTuple_GET_ITEM(kv, 1);
+            int is_self = PyUnicode_CompareWithASCIIString(key, "self") == 0;
+            if (pass == 0 && is_self) found = attr_name(key, v, obj);
+            else if (pass == 1 && v == obj && !is_self) found = new_ref(key);
+            else if (pass == 2 && !is_self) found = attr_name(key, v, obj);
         }
-    }
-    for (Py_ssize_t i = 0; i < n && !found; i++) {
-        PyObject *kv = PyList_GET_ITEM(items, i);
-        if (!PyTuple_Check(kv) || PyTuple_GET_SIZE(kv) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(kv, 0))) continue;
-        PyObject *v = PyTuple_GET_ITEM(kv, 1), *d, *k, *av;
-        if (PyModule_Check(v) || PyType_Check(v)) continue;
-        if (!(d = PyObject_GenericGetDict(v, NULL))) { /* no instance dict */
-            PyErr_Clear();
-            continue;
-        }
-        Py_ssize_t pos = 0;
-        while (PyDict_Check(d) && PyDict_Next(d, &pos, &k, &av)) {
-            if (av == obj && PyUnicode_Check(k)) {
-                found = PyUnicode_FromFormat("%U.%U", PyTuple_GET_ITEM(kv, 0), k);
-                break;
-            }
-        }
-        Py_DECREF(d);
     }
 out:
     Py_XDECREF(items);
@@ -314,7 +329,7 @@ static uint32_t user_name_of(PyObject *obj)
                 PyObject *name = m ? name_in(m, obj) : NULL;
                 Py_ssize_t len = 0;
                 const char *cs = name ? PyUnicode_AsUTF8AndSize(name, &len) : NULL;
-                if (cs && len > 0 && strcmp(cs, "self") != 0) id = pb_intern(cs, (size_t)len);
+                if (cs && len > 0) id = pb_intern(cs, (size_t)len);
                 Py_XDECREF(name);
                 Py_XDECREF(m);
             }
