@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 BUILD := build
 
-.PHONY: all setup build demo test unit integration bench lint clean
+.PHONY: all setup build demo test unit integration realworld bench lint clean
 
 all: build
 
@@ -27,7 +27,11 @@ integration: setup
 	bash scripts/setup-extras.sh
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q tests/integration
 
-test: unit integration
+# Small real architectures (ResNet, GPT-2, BERT, LSTM, DCGAN, torch.compile) trained under probing.
+realworld: setup
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q tests/realworld
+
+test: unit integration realworld
 
 bench: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/overhead.py

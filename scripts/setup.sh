@@ -31,6 +31,13 @@ if ! $VPY -c "import torch" 2>/dev/null; then
     $VPY -m pip install -q torch==2.13.0
 fi
 $VPY -m pip install -q "meson-python>=0.15" "meson>=1.1" ninja pytest numpy
+# tests/realworld also trains Hugging Face's own GPT-2 (pure Python, no torch requirement of its
+# own, so the CPU torch stays); without it that one test is skipped. torchvision is not
+# installed: its PyPI wheel for torch 2.13 is built against the CUDA torch and does not import
+# with the CPU one, so the suite carries a faithful copy of ResNet's BasicBlock instead.
+if ! $VPY -c "import transformers" 2>/dev/null; then
+    $VPY -m pip install -q transformers || echo "setup: transformers not installed; tests/realworld skips its Hugging Face test"
+fi
 echo "setup: building and installing probing"
 $VPY -m pip install -q --no-build-isolation --force-reinstall --no-deps .
 echo "setup: done. probing is $(pwd)/.venv/bin/probing"

@@ -10,7 +10,7 @@ import sys
 
 from . import _agent
 
-__all__ = ["init", "stop", "endpoint"]
+__all__ = ["init", "stop", "endpoint", "frame"]
 __version__ = _agent.__version__
 
 
@@ -172,6 +172,50 @@ def _tell_dynamo():
 def stop():
     """Removes every hook, stops the agent's threads and server, frees its memory."""
     _agent.stop()
+
+
+def frame(function=None, thread=None):
+    """The local variables of a running function, for `probing <pid> eval`: eval runs in
+    `__main__`, but training code mostly keeps `model` and the loader inside `main()`.
+
+        probing <pid> eval "import probing; print(probing.frame('main')['model'])"
+
+    function: the function's name (`main`, `train`, `Trainer.train` matches a method too); the
+    innermost frame running it is used. None: the innermost frame that is not probing's, torch's
+    or the standard library's threading code. thread: a thread name or ident; default the main
+    thread. Returns a dict copy of the frame's locals (read it; assigning to it changes nothing
+    in the program). Raises LookupError naming the functions that are running when none
+    matches."""
+    import threading
+
+    if thread is None:
+        ident = threading.main_thread().ident
+    elif isinstance(thread, int):
+        ident = thread
+    else:
+        named = [t.ident for t in threading.enumerate() if t.name == thread]
+        if not named:
+            have = ", ".join(sorted(t.name for t in threading.enumerate()))
+            raise LookupError(f"no thread named {thread!r}; threads: {have}")
+        ident = named[0]
+    f = sys._current_frames().get(ident)
+    if f is None:
+        raise LookupError(f"thread {thread if thread is not None else 'MainThread'} is not running Python code")
+    seen = []
+    while f is not None:
+        code = f.f_code
+        qual = getattr(code, "co_qualname", code.co_name)
+        mod = f.f_globals.get("__name__", "")
+        if function is None:
+            if not (mod.startswith(("probing", "torch", "threading")) or code.co_filename.startswith("<")):
+                return dict(f.f_locals)
+        elif function in (code.co_name, qual):
+            return dict(f.f_locals)
+        seen.append(qual)
+        f = f.f_back
+    what = "frame of the program" if function is None else f"running function {function!r}"
+    raise LookupError(f"no {what} in that thread; it runs (innermost first): "
+                      f"{', '.join(seen) or 'nothing'}")
 
 
 def endpoint():

@@ -67,7 +67,7 @@ static PyObject *is_autocast_enabled, *get_autocast_dtype, *str_cpu, *str_cuda;
 static PyObject *cuda_is_initialized, *cuda_memory_allocated, *cuda_max_memory_allocated,
     *cuda_memory_reserved, *cuda_current_device, *cuda_get_device_capability,
     *cuda_get_device_properties;
-static PyObject *linear_cls, *conv_cls;
+static PyObject *linear_cls, *conv_cls, *embedding_cls, *embedding_bag_cls, *str_parameters;
 static PyObject *str_num_workers, *str_pin_memory, *str_prefetch_factor, *str_persistent_workers,
     *str_num_yielded, *str_shape, *str_enabled, *str_get_scale, *str_param_groups, *str_params,
     *str_grad, *str_state, *str_untyped_storage, *str_data_ptr, *str_nbytes, *str_is_cuda,
@@ -643,12 +643,71 @@ static int breakdown_due(PyObject *optimizer)
 
 /* ---- python.layers ---- */
 
+/* The module's own 2-D `weight` parameter (not a child's), as a new reference, or NULL. */
+static PyObject *own_matrix_weight(PyObject *mod)
+{
+    PyObject *params = str_parameters ? PyObject_GetAttr(mod, str_parameters) : NULL;
+    PyObject *w = params && PyDict_Check(params) ? PyDict_GetItemWithError(params, str_weight) : NULL; /* borrowed */
+    PyObject *res = NULL;
+    if (w && PyObject_TypeCheck(w, tensor_type)) {
+        PyObject *shape = PyObject_GetAttr(w, str_shape);
+        if (shape && PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) == 2) {
+            res = w;
+            Py_INCREF(res);
+        }
+        Py_XDECREF(shape);
+    }
+    Py_XDECREF(params);
+    PyErr_Clear();
+    return res;
+}
+
+/* A module that carries a matrix multiply: nn.Linear and convolutions by class, and any other
+ * module with a 2-D `weight` parameter of its own (Hugging Face's Conv1D, a hand-written
+ * `x @ self.weight`), except embeddings (a lookup, not a GEMM). Whether the weight is used as
+ * a GEMM operand is checked by shape at the first forward (pb_collect_layer). Once per module. */
 int pb_collect_is_layer(PyObject *mod)
 {
     int yes = (linear_cls && PyObject_IsInstance(mod, linear_cls) == 1) ||
               (conv_cls && PyObject_IsInstance(mod, conv_cls) == 1);
     PyErr_Clear();
+    if (yes || !tensor_type) return yes;
+    if ((embedding_cls && PyObject_IsInstance(mod, embedding_cls) == 1) ||
+        (embedding_bag_cls && PyObject_IsInstance(mod, embedding_bag_cls) == 1)) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyErr_Clear();
+    PyObject *w = own_matrix_weight(mod);
+    yes = w != NULL;
+    Py_XDECREF(w);
     return yes;
+}
+
+/* dims[0..2) of a 2-D tensor's shape; 0 on failure. */
+static int matrix_dims(PyObject *w, int64_t dims[2])
+{
+    PyObject *shape = PyObject_GetAttr(w, str_shape);
+    int ok = shape && PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) == 2;
+    for (int i = 0; ok && i < 2; i++) {
+        dims[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        if (dims[i] <= 0) ok = 0;
+    }
+    Py_XDECREF(shape);
+    PyErr_Clear();
+    return ok;
+}
+
+/* Last dimension of a tensor's shape, or -1. */
+static int64_t last_dim(PyObject *t)
+{
+    PyObject *shape = PyObject_GetAttr(t, str_shape);
+    int64_t d = -1;
+    if (shape && PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) > 0)
+        d = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, PyTuple_GET_SIZE(shape) - 1));
+    Py_XDECREF(shape);
+    PyErr_Clear();
+    return d;
 }
 
 /* The first tensor of a module's output: the output itself, or the first element of a tuple or
@@ -681,6 +740,25 @@ void pb_collect_layer(PyObject *mod, uint32_t name, uint32_t type, PyObject *out
     Py_XDECREF(weight);
     PyErr_Clear();
     PyObject *t = output ? first_tensor(output) : NULL;
+    if (r.in_features <= 0 && r.out_features <= 0) {
+        /* neither a Linear nor a convolution: a module with a 2-D weight (pb_collect_is_layer).
+         * The output's last dimension says how the weight is used: (out, in) as nn.Linear keeps
+         * it, or (in, out) as Conv1D; a weight matching neither is not a GEMM operand. */
+        PyObject *w = own_matrix_weight(mod);
+        int64_t dims[2], out = t ? last_dim(t) : -1;
+        int ok = w && matrix_dims(w, dims);
+        Py_XDECREF(w);
+        if (!ok || out <= 0) return;
+        if (out == dims[0]) {
+            r.out_features = dims[0];
+            r.in_features = dims[1];
+        } else if (out == dims[1]) {
+            r.out_features = dims[1];
+            r.in_features = dims[0];
+        } else {
+            return;
+        }
+    }
     if (t) {
         PyObject *shape = PyObject_GetAttr(t, str_shape);
         if (shape && PyTuple_Check(shape)) {
@@ -994,6 +1072,12 @@ int pb_collect_install(void)
     Py_XSETREF(linear_cls, import_attr("torch.nn", "Linear"));
     PyErr_Clear();
     Py_XSETREF(conv_cls, import_attr("torch.nn.modules.conv", "_ConvNd"));
+    PyErr_Clear();
+    Py_XSETREF(embedding_cls, import_attr("torch.nn", "Embedding"));
+    PyErr_Clear();
+    Py_XSETREF(embedding_bag_cls, import_attr("torch.nn", "EmbeddingBag"));
+    PyErr_Clear();
+    if (!str_parameters) str_parameters = PyUnicode_InternFromString("_parameters");
     PyErr_Clear();
     Py_XSETREF(dataloader_iter_cls, import_attr("torch.utils.data.dataloader", "_BaseDataLoaderIter"));
     PyErr_Clear();

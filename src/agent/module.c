@@ -155,9 +155,28 @@ PyMODINIT_FUNC PyInit__agent(void)
     if (pb_torch_hooks_ready_types() || pb_eval_ready_types() || pb_distributed_ready_types()) return NULL;
     PyObject *m = PyModule_Create(&moddef);
     if (!m) return NULL;
-    if (PyModule_AddStringConstant(m, "__version__", PB_VERSION)) {
-        Py_DECREF(m);
-        return NULL;
+    if (PyModule_AddStringConstant(m, "__version__", PB_VERSION)) goto fail;
+    /* The hook functions are named probing._agent.<name> (torch.compile's config writes them
+     * out as such in its repro scripts): make those names resolve. */
+    PyObject *hooks = pb_torch_hook_functions();
+    if (!hooks) goto fail;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(hooks); i++) {
+        PyObject *fn = PyTuple_GET_ITEM(hooks, i), *name = PyObject_GetAttrString(fn, "__name__");
+        const char *cs = name ? PyUnicode_AsUTF8(name) : NULL;
+        int rc = -1;
+        if (cs) {
+            Py_INCREF(fn);
+            if ((rc = PyModule_AddObject(m, cs, fn))) Py_DECREF(fn);
+        }
+        Py_XDECREF(name);
+        if (rc) {
+            Py_DECREF(hooks);
+            goto fail;
+        }
     }
+    Py_DECREF(hooks);
     return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
 }

@@ -95,8 +95,12 @@ static void show_detail(void)
 
 /* ---- per-thread frame stacks ---- */
 
+struct bspan;
+
 typedef struct frame {
     PyObject *module;     /* borrowed: only compared */
+    struct bspan *span;   /* owned or NULL: this execution's backward span, made at enter so that
+                           * the spans of nested executions can point to it (detail frames) */
     PyObject *in_grad_fn; /* owned or NULL: the input's grad_fn before forward ran */
     PyObject *range;      /* owned or NULL: the profiler range of a capture (capture.h) */
     int64_t start_ns;
@@ -142,6 +146,8 @@ typedef struct mod_entry {
     uint8_t layer_pending; /* a Linear/convolution whose python.layers row is not written yet */
     uint8_t provisional;   /* named relative to a module first seen outside any other: renamed
                             * if that module turns out to be inside a bigger tree */
+    uint8_t tree_root;     /* the root of a named tree with children (a model) */
+    uint32_t prefix;       /* tree roots: what its tree's names begin with (0: nothing) */
 } mod_entry;
 
 #define TOMB ((PyObject *)1)
@@ -209,6 +215,8 @@ static mod_entry *map_insert(PyObject *key, uint32_t name, uint32_t type)
     map[i].type = type;
     map[i].layer_pending = (uint8_t)pb_collect_is_layer(key);
     map[i].provisional = 0;
+    map[i].tree_root = 0;
+    map[i].prefix = 0;
     return &map[i];
 }
 
@@ -241,45 +249,193 @@ static const char *class_name(PyObject *o)
     return dot ? dot + 1 : n;
 }
 
-/* Walks root.named_modules() and names every module not yet known. [GIL held] */
+/* ---- names of models and optimizers in a program with several ---- */
+
+static int ntrees;      /* models named so far (roots with children) */
+static int noptimizers; /* optimizers named so far */
+
+/* Whether a Python frame runs torch's or probing's own code (skipped when looking for the
+ * user's variable). */
+static int frame_is_library(PyObject *pyframe)
+{
+    PyObject *g = PyObject_GetAttrString(pyframe, "f_globals");
+    PyObject *n = g && PyDict_Check(g) ? PyDict_GetItemString(g, "__name__") : NULL; /* borrowed */
+    const char *cs = n && PyUnicode_Check(n) ? PyUnicode_AsUTF8(n) : NULL;
+    int lib = cs && (strncmp(cs, "torch.", 6) == 0 || strncmp(cs, "probing", 7) == 0);
+    Py_XDECREF(g);
+    PyErr_Clear();
+    return lib;
+}
+
+static inline PyObject *new_ref(PyObject *o) /* Py_NewRef, which Python 3.9 lacks */
+{
+    Py_INCREF(o);
+    return o;
+}
+
+/* Name of obj among the attributes of v (its instance dict): "holder.attr", or just "attr" when
+ * holder is `self`. New reference or NULL. */
+static PyObject *attr_name(PyObject *holder, PyObject *v, PyObject *obj)
+{
+    PyObject *d, *k, *av, *found = NULL;
+    if (PyModule_Check(v) || PyType_Check(v)) return NULL;
+    if (!(d = PyObject_GenericGetDict(v, NULL))) { /* no instance dict */
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_ssize_t pos = 0;
+    while (PyDict_Check(d) && PyDict_Next(d, &pos, &k, &av)) {
+        if (av == obj && PyUnicode_Check(k)) {
+            found = PyUnicode_CompareWithASCIIString(holder, "self") == 0 ? new_ref(k)
+                                                                           : PyUnicode_FromFormat("%U.%U", holder, k);
+            break;
+        }
+    }
+    Py_DECREF(d);
+    return found;
+}
+
+/* The name a mapping (a frame's locals or globals) gives obj: an attribute of `self` first (a
+ * method's `self.netD` is the model's lasting name; a local bound to it may be a loop's alias),
+ * then a key whose value is obj, then "key.attr" for another value (a trainer object) whose
+ * instance dict holds obj. New reference or NULL. */
+static PyObject *name_in(PyObject *mapping, PyObject *obj)
+{
+    PyObject *items = PyMapping_Items(mapping), *found = NULL;
+    if (!items) goto out;
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    for (int pass = 0; pass < 3 && !found; pass++) {
+        for (Py_ssize_t i = 0; i < n && !found; i++) {
+            PyObject *kv = PyList_GET_ITEM(items, i);
+            if (!PyTuple_Check(kv) || PyTuple_GET_SIZE(kv) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(kv, 0))) continue;
+            PyObject *key = PyTuple_GET_ITEM(kv, 0), *v = PyTuple_GET_ITEM(kv, 1);
+            int is_self = PyUnicode_CompareWithASCIIString(key, "self") == 0;
+            if (pass == 0 && is_self) found = attr_name(key, v, obj);
+            else if (pass == 1 && v == obj && !is_self) found = new_ref(key);
+            else if (pass == 2 && !is_self) found = attr_name(key, v, obj);
+        }
+    }
+out:
+    Py_XDECREF(items);
+    PyErr_Clear();
+    return found;
+}
+
+/* The variable (or attribute of one) that holds obj in the user's code calling it now: the
+ * locals of the innermost frames that are not torch's, then their globals. An interned id, or
+ * 0 when none is found. Once per model or optimizer. [GIL held] */
+static uint32_t user_name_of(PyObject *obj)
+{
+    PyObject *pyframe = (PyObject *)PyEval_GetFrame(); /* borrowed */
+    uint32_t id = 0;
+    Py_XINCREF(pyframe);
+    for (int hops = 0; pyframe && pyframe != Py_None && hops < 12 && !id; hops++) {
+        if (!frame_is_library(pyframe)) {
+            static const char *const where[] = {"f_locals", "f_globals", NULL};
+            for (int w = 0; where[w] && !id; w++) {
+                PyObject *m = PyObject_GetAttrString(pyframe, where[w]);
+                PyObject *name = m ? name_in(m, obj) : NULL;
+                Py_ssize_t len = 0;
+                const char *cs = name ? PyUnicode_AsUTF8AndSize(name, &len) : NULL;
+                if (cs && len > 0) id = pb_intern(cs, (size_t)len);
+                Py_XDECREF(name);
+                Py_XDECREF(m);
+            }
+        }
+        PyObject *back = PyObject_GetAttrString(pyframe, "f_back");
+        Py_DECREF(pyframe);
+        pyframe = back;
+    }
+    Py_XDECREF(pyframe);
+    PyErr_Clear();
+    return id;
+}
+
+/* What the names of a new model's tree begin with: nothing for the program's first model (its
+ * names stay as named_modules() gives them), else the variable holding it (`netD`), else its
+ * class and ordinal (`Discriminator#2`). */
+static uint32_t tree_prefix(PyObject *root)
+{
+    if (ntrees++ == 0) return 0;
+    uint32_t id = user_name_of(root);
+    if (id) return id;
+    char text[160];
+    snprintf(text, sizeof text, "%s#%d", class_name(root), ntrees);
+    return pb_intern_cstr(text);
+}
+
 /* Names root's whole tree (named_modules(), root under its class name). Modules already named
  * keep their names, except provisional ones found below root: a module first seen at the top
  * (the agent arrived in the middle of a forward, through inject or a late import, and saw the
  * children of a model whose own call had already begun) was named as a root of its own, and
  * its subtree relative to it; when the real root is called, they get their qualified names.
- * Entries made here are provisional when root was itself first seen at the top. */
+ * Entries made here are provisional when root was itself first seen at the top.
+ * A program with several models (a GAN's generator and discriminator) names the second and
+ * later ones with a prefix (tree_prefix), so that no two modules share a name; a tree that
+ * takes in an earlier model (the real root called after its children were named as roots)
+ * takes over that model's prefix. [GIL held] */
 static void name_tree(PyObject *root, int provisional)
 {
-    PyObject *it = NULL, *items = PyObject_CallMethodNoArgs(root, str_named_modules);
+    PyObject *items = NULL, *all = PyObject_CallMethodNoArgs(root, str_named_modules);
+    if (!all) goto fail;
+    items = PySequence_List(all);
     if (!items) goto fail;
-    it = PyObject_GetIter(items);
-    if (!it) goto fail;
-    PyObject *item;
-    while ((item = PyIter_Next(it))) {
-        if (PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2) {
-            PyObject *qname = PyTuple_GET_ITEM(item, 0), *mod = PyTuple_GET_ITEM(item, 1);
-            mod_entry *have = map_find(mod);
-            Py_ssize_t len = 0;
-            const char *s = PyUnicode_Check(qname) ? PyUnicode_AsUTF8AndSize(qname, &len) : NULL;
-            if (s && !have) {
-                uint32_t name = len ? pb_intern(s, (size_t)len) : pb_intern_cstr(class_name(mod));
-                mod_entry *e = map_insert(mod, name, pb_intern_cstr(class_name(mod)));
-                if (e) e->provisional = (uint8_t)provisional;
-            } else if (s && have && have->provisional && len > 0) {
-                have->name = pb_intern(s, (size_t)len);
-                have->provisional = (uint8_t)provisional;
-                if (mod == primary_root) { /* it was never the model's root */
-                    primary_root = NULL;
-                    primary_ran = 0;
-                }
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    mod_entry *re = map_find(root);
+    int known = re && re->tree_root;
+    uint32_t prefix = known ? re->prefix : 0;
+    if (!known && n > 1) {
+        int inherited = 0;
+        for (Py_ssize_t i = 1; i < n && !inherited; i++) {
+            PyObject *item = PyList_GET_ITEM(items, i);
+            mod_entry *e = PyTuple_Check(item) && PyTuple_GET_SIZE(item) == 2 ? map_find(PyTuple_GET_ITEM(item, 1)) : NULL;
+            if (e && e->tree_root && e->provisional) {
+                inherited = 1;
+                prefix = e->prefix;
+                e->tree_root = 0;
             }
         }
-        Py_DECREF(item);
+        if (!inherited) prefix = tree_prefix(root);
+    }
+    const char *pfx = prefix ? pb_intern_get(prefix) : NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(items, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) continue;
+        PyObject *qname = PyTuple_GET_ITEM(item, 0), *mod = PyTuple_GET_ITEM(item, 1);
+        mod_entry *have = map_find(mod);
+        Py_ssize_t len = 0;
+        const char *s = PyUnicode_Check(qname) ? PyUnicode_AsUTF8AndSize(qname, &len) : NULL;
+        if (!s || (have && !(have->provisional && len > 0))) continue;
+        uint32_t name;
+        if (pfx && len) {
+            char buf[512];
+            int k = snprintf(buf, sizeof buf, "%s.%s", pfx, s);
+            name = k > 0 && (size_t)k < sizeof buf ? pb_intern(buf, (size_t)k) : pb_intern(s, (size_t)len);
+        } else if (pfx) {
+            name = prefix;
+        } else {
+            name = len ? pb_intern(s, (size_t)len) : pb_intern_cstr(class_name(mod));
+        }
+        if (!have) {
+            mod_entry *e = map_insert(mod, name, pb_intern_cstr(class_name(mod)));
+            if (e) e->provisional = (uint8_t)provisional;
+        } else {
+            have->name = name;
+            have->provisional = (uint8_t)provisional;
+            if (mod == primary_root) { /* it was never the model's root */
+                primary_root = NULL;
+                primary_ran = 0;
+            }
+        }
+    }
+    if (n > 1 && (re = map_find(root))) {
+        re->tree_root = 1;
+        re->prefix = prefix;
     }
 fail:
     if (PyErr_Occurred()) PyErr_Clear(); /* a module whose named_modules() fails: fall back below */
-    Py_XDECREF(it);
     Py_XDECREF(items);
+    Py_XDECREF(all);
 }
 
 /* Slow path: a module seen for the first time. [GIL held] */
@@ -402,10 +558,19 @@ static PyObject *first_grad_fn(PyObject *o, int depth)
  * backward pass ends or the step ends, so the same node is found again and its identity cannot be
  * reused by another node.
  *
- * Self time is found by a sweep: at every backward event the time since the previous event goes
- * to the innermost active span (deepest; the latest started among equals). Backward intervals do
- * not nest cleanly (two branches that consume one tensor both end when its gradient is complete),
- * which is why a stack would not do. Time spent in forward executions inside backward
+ * Self time follows the autograd graph (as torch.profiler ties a backward op to the module whose
+ * forward made its node): each probe has an owner, the span of the innermost execution that
+ * returned the node as its output (executions return innermost first, so the first to claim a
+ * node owns it; one returning its input unchanged claims nothing). At every backward event the
+ * time since the previous event goes to the owner of the probe that fired before it: the engine
+ * runs one node at a time, and the unprobed nodes that follow (AccumulateGrad of the module's
+ * weights) are the same module's. A node no execution returned (a residual add, attention's
+ * matmuls written in the attention module itself) goes to the parent of the execution that
+ * consumed it, the code that made it; failing that, to the innermost active span. Spans are
+ * made at enter, so a span knows its parent's; a span's total runs from its start to the end of
+ * the last time given to it or to a span nested in it (backward intervals do not nest: siblings
+ * that read one input all end when its gradient is complete, and would otherwise contain each
+ * other). Time spent in forward executions inside backward
  * (activation-checkpoint recomputation) goes to those forward rows. When the first probe of a
  * backward pass runs, backward_done is queued with the autograd engine: it closes spans whose
  * end is the end of the pass (modules whose input has no grad_fn), drops spans whose end never
@@ -418,9 +583,11 @@ typedef struct probe probe;
 
 typedef struct bspan {
     struct bspan *next_free;
-    int refs;            /* probes that list it + the active list */
+    struct bspan *parent; /* owned or NULL: the span of the execution this one was nested in */
+    int refs;            /* probes that list or own it, the active list, frames, child spans */
     int64_t start_ns;
     int64_t self_ns;
+    int64_t last_ns;     /* end of the last time credited to it or to a span nested in it */
     uint32_t name, type, seq;
     uint16_t depth;
     uint8_t started;     /* in the active list */
@@ -441,14 +608,18 @@ static bspan *span_new(void)
 
 static void span_unref(bspan *s)
 {
-    if (--s->refs > 0) return;
-    s->next_free = free_spans;
-    free_spans = s;
+    while (s && --s->refs <= 0) {
+        bspan *parent = s->parent;
+        s->next_free = free_spans;
+        free_spans = s;
+        s = parent;
+    }
 }
 
 struct probe {
     PyObject_HEAD
     vectorcallfunc vectorcall;
+    bspan *owner;           /* owned or NULL: the innermost execution whose forward made the node */
     bspan **ends, **starts; /* owned references */
     int nends, nstarts, cap_ends, cap_starts;
 };
@@ -471,6 +642,7 @@ static int list_add(bspan ***list, int *n, int *cap, bspan *s)
 static bspan *active[MAX_ACTIVE]; /* each holds a ref */
 static int nactive;
 static int64_t last_event_ns;
+static bspan *cur_owner; /* owned or NULL: the span running the node whose probe fired last */
 /* pass_active: a probe ran and backward_done is queued; bwd_paused: a forward runs inside it
  * (declared above end_step) */
 static int64_t pass_start_ns, pass_paused_ns, pause_start_ns;
@@ -478,17 +650,35 @@ static PyObject *backward_done_fn, *backward_synced_fn;
 static int64_t backward_done_ns;  /* when backward_done ran; 0 when no backward_synced is due */
 static void node_map_clear(void);
 
+/* Time since the previous event goes to the execution whose node ran in it: the owner of the
+ * node whose probe fired last (the engine runs one node at a time per device; nodes without a
+ * probe that run after it, such as AccumulateGrad for its weights, go with it). A node made by no
+ * module's forward directly (a residual add, attention's matmuls in the attention module's own
+ * code) has no owner: its time goes to the innermost active span, deepest and latest started. */
 static void sweep(int64_t now)
 {
-    if (nactive && !bwd_paused) {
-        bspan *in = active[0];
-        for (int i = 1; i < nactive; i++) {
-            bspan *c = active[i];
-            if (c->depth > in->depth || (c->depth == in->depth && c->start_ns >= in->start_ns)) in = c;
+    if (!bwd_paused) {
+        bspan *in = cur_owner && cur_owner->started ? cur_owner : NULL;
+        if (!in && nactive) {
+            in = active[0];
+            for (int i = 1; i < nactive; i++) {
+                bspan *c = active[i];
+                if (c->depth > in->depth || (c->depth == in->depth && c->start_ns >= in->start_ns)) in = c;
+            }
         }
-        in->self_ns += now - last_event_ns;
+        if (in) {
+            in->self_ns += now - last_event_ns;
+            for (bspan *a = in; a; a = a->parent) a->last_ns = now;
+        }
     }
     last_event_ns = now;
+}
+
+static void set_owner(bspan *s)
+{
+    if (s) s->refs++;
+    if (cur_owner) span_unref(cur_owner);
+    cur_owner = s;
 }
 
 /* The first probe of a backward pass ran: queue backward_done with the engine. */
@@ -515,6 +705,7 @@ static void pass_abandon(void)
     }
     nactive = 0;
     pass_active = 0;
+    set_owner(NULL);
     node_map_clear();
 }
 
@@ -523,6 +714,7 @@ static void span_start(bspan *s, int64_t now)
     if (s->started) return;
     if (nactive >= MAX_ACTIVE) return; /* pathological graph: this execution gets no row */
     s->start_ns = now;
+    s->last_ns = now;
     s->self_ns = 0;
     s->seq = seq++;
     s->started = 1;
@@ -541,7 +733,8 @@ static void span_end(bspan *s, int64_t now)
     }
     s->started = 0;
     tstate *ts = get_tstate();
-    push_row(s->start_ns, now, s->self_ns, s->seq, s->name, s->type, s->depth, PB_STAGE_BACKWARD, ts ? ts->tid : 0);
+    push_row(s->start_ns, s->last_ns, s->self_ns, s->seq, s->name, s->type, s->depth, PB_STAGE_BACKWARD,
+             ts ? ts->tid : 0);
     span_unref(s);
 }
 
@@ -553,6 +746,15 @@ static PyObject *probe_vectorcall(PyObject *self, PyObject *const *args, size_t 
     int64_t now = pb_now_ns();
     if (!pass_active) pass_begin(now);
     sweep(now);
+    /* the node's owner runs from here; a node no module made is its consumer's parent's code */
+    bspan *owner = p->owner;
+    if (!owner) {
+        bspan *deepest = NULL;
+        for (int i = 0; i < p->nends; i++)
+            if (!deepest || p->ends[i]->depth > deepest->depth) deepest = p->ends[i];
+        owner = deepest ? deepest->parent : NULL;
+    }
+    set_owner(owner);
     for (int i = 0; i < p->nends; i++) span_end(p->ends[i], now);
     for (int i = 0; i < p->nstarts; i++) {
         bspan *s = p->starts[i];
@@ -567,6 +769,7 @@ static void probe_dealloc(PyObject *self)
     probe *p = (probe *)self;
     for (int i = 0; i < p->nends; i++) span_unref(p->ends[i]);
     for (int i = 0; i < p->nstarts; i++) span_unref(p->starts[i]);
+    if (p->owner) span_unref(p->owner);
     free(p->ends);
     free(p->starts);
     PyObject_Free(self);
@@ -596,11 +799,12 @@ static PyObject *backward_done(PyObject *self, PyObject *unused)
         s->started = 0;
         if (s->engine_end && atomic_load_explicit(&enabled, memory_order_relaxed)) {
             tstate *ts = get_tstate();
-            push_row(s->start_ns, now, s->self_ns, s->seq, s->name, s->type, s->depth, PB_STAGE_BACKWARD,
+            push_row(s->start_ns, s->last_ns, s->self_ns, s->seq, s->name, s->type, s->depth, PB_STAGE_BACKWARD,
                      ts ? ts->tid : 0);
         }
         span_unref(s);
     }
+    set_owner(NULL);
     node_map_clear();
     if (pass_active) {
         int64_t pass_ns = now - pass_start_ns - pass_paused_ns;
@@ -736,6 +940,7 @@ static probe *probe_for(PyObject *gf)
     probe *p = PyObject_New(probe, &probe_type);
     if (!p) return NULL;
     p->vectorcall = probe_vectorcall;
+    p->owner = NULL;
     p->ends = p->starts = NULL;
     p->nends = p->nstarts = p->cap_ends = p->cap_starts = 0;
     PyObject *h = PyObject_CallMethodOneArg(gf, str_register_prehook, (PyObject *)p);
@@ -752,11 +957,17 @@ static probe *probe_for(PyObject *gf)
     return p;
 }
 
+/* The frame's execution made a graph: its span starts at out_gf and ends at the node its input
+ * had (or at the end of the pass). The first execution to claim out_gf, the innermost one that
+ * made it (nested executions return first), owns the node's time. */
 static void register_backward(frame *f, PyObject *out_gf, uint16_t depth)
 {
-    bspan *s = span_new();
-    if (!s) return;
-    s->refs = 1; /* ours, until the end of this function */
+    bspan *s = f->span;
+    if (!s) {
+        if (!(s = span_new())) return;
+        s->refs = 1; /* the frame's */
+        f->span = s;
+    }
     s->name = f->name;
     s->type = f->type;
     s->depth = depth;
@@ -765,13 +976,22 @@ static void register_backward(frame *f, PyObject *out_gf, uint16_t depth)
     probe *end = f->in_grad_fn ? probe_for(f->in_grad_fn) : NULL;
     if (!start || (f->in_grad_fn && !end)) {
         PyErr_Clear();
-        span_unref(s);
         return;
     }
     s->end_probe = end;
     if (end) list_add(&end->ends, &end->nends, &end->cap_ends, s);
     list_add(&start->starts, &start->nstarts, &start->cap_starts, s);
-    span_unref(s);
+    if (!start->owner && out_gf != f->in_grad_fn) { /* a module returning its input made no node */
+        start->owner = s;
+        s->refs++;
+    }
+}
+
+/* Drops a frame's span reference (its probes keep the span while the graph lives). */
+static inline void frame_drop_span(frame *f)
+{
+    if (f->span) span_unref(f->span);
+    f->span = NULL;
 }
 
 /* ---- the hooks ---- */
@@ -858,6 +1078,7 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
     }
     frame *f = &ts->stack[ts->depth];
     f->module = mod;
+    f->span = NULL;
     f->in_grad_fn = NULL;
     f->range = NULL;
     f->layer_capture = 0;
@@ -875,8 +1096,15 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
     f->child_ns = 0;
     f->layer_capture = e->layer_pending;
     e->layer_pending = 0;
-    if (record_backward && grad_enabled())
+    if (record_backward && grad_enabled()) {
         for (Py_ssize_t i = 0; i < n && i < 16 && !f->in_grad_fn; i++) f->in_grad_fn = first_grad_fn(inputs[i], 1);
+        if ((f->span = span_new())) {
+            frame *up = ts->depth > 1 ? &ts->stack[ts->depth - 2] : NULL;
+            f->span->refs = 1; /* the frame's */
+            f->span->parent = up ? up->span : NULL;
+            if (f->span->parent) f->span->parent->refs++;
+        }
+    }
     f->range = pb_capture_ranges ? pb_capture_range_enter(f->name) : NULL;
     f->start_ns = pb_now_ns();
 }
@@ -922,6 +1150,7 @@ static void leave(PyObject *mod, PyObject *output)
         frame *skipped = &ts->stack[--ts->depth];
         end_capture_range(skipped);
         Py_CLEAR(skipped->in_grad_fn);
+        frame_drop_span(skipped);
     }
     frame *f = &ts->stack[--ts->depth];
     uint16_t depth = (uint16_t)ts->depth;
@@ -941,6 +1170,7 @@ static void leave(PyObject *mod, PyObject *output)
         }
         if (depth > 0) ts->stack[depth - 1].child_ns += total;
         Py_CLEAR(f->in_grad_fn);
+        frame_drop_span(f);
         if (f->layer_capture) { /* last use of f: reading the layer may run Python that enters modules */
             uint32_t name = f->name, type = f->type;
             f->layer_capture = 0;
@@ -1202,6 +1432,23 @@ static void remove_call_wrapper(void)
     if (cur == (PyObject *)installed_call) Py_CLEAR(installed_call);
 }
 
+/* An optimizer's name in step rows: its class for the program's first (`Adam`), for later ones
+ * the variable holding it (`optimizerD`), else class and ordinal (`Adam#2`). Found once per
+ * optimizer and kept in the module map (optimizers are weakly referenceable too). [GIL held] */
+static uint32_t optimizer_name(PyObject *opt, uint32_t type)
+{
+    mod_entry *e = map_find(opt);
+    if (e) return e->name;
+    uint32_t name = type;
+    if (noptimizers++ > 0 && !(name = user_name_of(opt))) {
+        char text[160];
+        snprintf(text, sizeof text, "%s#%d", class_name(opt), noptimizers);
+        name = pb_intern_cstr(text);
+    }
+    if ((e = map_insert(opt, name, type))) e->layer_pending = 0;
+    return name;
+}
+
 /* optimizer step pre-hook(optimizer, args, kwargs) */
 static PyObject *opt_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -1220,8 +1467,8 @@ static PyObject *opt_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
         pb_collect_stage_time(PB_STAGE_STEP, now - opt_start_ns);
         if (detail) {
             tstate *ts = get_tstate();
-            uint32_t name = pb_intern_cstr(class_name(args[0]));
-            push_row(opt_start_ns, now, now - opt_start_ns, opt_seq, name, name, 0, PB_STAGE_STEP, ts ? ts->tid : 0);
+            uint32_t type = pb_intern_cstr(class_name(args[0])), name = optimizer_name(args[0], type);
+            push_row(opt_start_ns, now, now - opt_start_ns, opt_seq, name, type, 0, PB_STAGE_STEP, ts ? ts->tid : 0);
         }
     }
     opt_start_ns = 0;
@@ -1269,13 +1516,24 @@ out:
 
 static PyObject *hook_fns[4]; /* created once, kept for the life of the process */
 
+/* A C function object for def, named probing._agent.<name>: a builtin made without a module has
+ * __module__ None, and torch.compile's config (dynamo's ignore_logger_methods, which holds the
+ * hook functions) is serialised by Inductor's codegen_config(), whose get_module_name() adds
+ * strings to __module__: every real compile failed with a TypeError. [GIL held] */
+static PyObject *agent_function(PyMethodDef *def)
+{
+    static PyObject *modname;
+    if (!modname && !(modname = PyUnicode_InternFromString("probing._agent"))) return NULL;
+    return PyCFunction_NewEx(def, NULL, modname);
+}
+
 int pb_torch_hooks_ready_types(void)
 {
     if (PyType_Ready(&probe_type) || PyType_Ready(&modcall_type)) return -1;
-    if (!backward_done_fn && !(backward_done_fn = PyCFunction_New(&backward_done_def, NULL))) return -1;
-    if (!backward_synced_fn && !(backward_synced_fn = PyCFunction_New(&backward_synced_def, NULL))) return -1;
+    if (!backward_done_fn && !(backward_done_fn = agent_function(&backward_done_def))) return -1;
+    if (!backward_synced_fn && !(backward_synced_fn = agent_function(&backward_synced_def))) return -1;
     for (int i = 0; i < 4; i++) {
-        if (!hook_fns[i] && !(hook_fns[i] = PyCFunction_New(&hook_defs[i], NULL))) return -1;
+        if (!hook_fns[i] && !(hook_fns[i] = agent_function(&hook_defs[i]))) return -1;
     }
     return 0;
 }
@@ -1297,7 +1555,7 @@ int pb_torch_hooks_install(void)
         str_register_prehook = PyUnicode_InternFromString("register_prehook");
         str_named_modules = PyUnicode_InternFromString("named_modules");
         str_remove = PyUnicode_InternFromString("remove");
-        died_fn = PyCFunction_New(&died_def, NULL);
+        died_fn = agent_function(&died_def);
         if (!str_grad_fn || !str_register_prehook || !str_named_modules || !str_remove || !died_fn) goto out;
     }
     torch = PyImport_ImportModule("torch");
@@ -1411,6 +1669,7 @@ void pb_torch_hooks_remove(void)
         Py_CLEAR(handles[i]);
     }
     map_clear();
+    ntrees = noptimizers = 0;
     pass_abandon();
     bwd_paused = 0;
     backward_done_ns = 0;

@@ -213,7 +213,10 @@ static void check_alignment(pb__report *r, const amp_use *u)
         long long in = (long long)pb__report_num(row, "in_features", NULL);
         long long out = (long long)pb__report_num(row, "out_features", NULL);
         long long rows_m = (long long)pb__report_num(row, "rows", NULL);
-        int conv = type && strstr(type, "Conv") != NULL;
+        /* torch's convolutions (Conv2d, ConvTranspose1d, ...): channels, no GEMM rows check.
+         * Hugging Face's Conv1D is a Linear with its weight transposed: a GEMM. */
+        size_t tlen = type ? strlen(type) : 0;
+        int conv = tlen > 4 && !strncmp(type, "Conv", 4) && type[tlen - 1] == 'd';
         long long mult = dtype && !strcmp(dtype, "bfloat16") ? TC_MULTIPLE_BF16 : TC_MULTIPLE_FP16;
         double self = pb__report_num(row, "self_s", NULL);
         total = pb__report_num(row, "total_s", NULL);
