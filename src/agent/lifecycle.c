@@ -128,12 +128,6 @@ static int info_json(void *ctx, pb_buf *out)
     } else {
         pb_jsonw_null(&w);
     }
-    /* The node, so that exports of recordings made elsewhere still say where they ran. */
-    char host[256] = "";
-    if (gethostname(host, sizeof host) != 0) host[0] = '\0';
-    host[sizeof host - 1] = '\0';
-    pb_jsonw_key(&w, "host");
-    pb_jsonw_str(&w, host);
     pb_jsonw_key(&w, "version");
     pb_jsonw_str(&w, PB_VERSION);
     return pb_jsonw_obj_end(&w);

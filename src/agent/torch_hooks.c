@@ -1018,10 +1018,13 @@ static inline int grad_enabled(void)
  * optimizer step, and one step would take all of its forwards. So: a forward under no_grad (or
  * inference_mode), after the model already ran in this step, when more no_grad forwards have run
  * since the last optimizer step than any optimizer step had (measured over the optimizer steps
- * after the first, whose stretch began with the agent in forward-only mode), starts an
- * evaluation stretch: steps end at each forward again, as before the first optimizer step (the
+ * after the first, whose stretch began with the agent in forward-only mode) and more than
+ * PB_EVAL_STRETCH_MIN, starts an evaluation stretch (a shorter evaluation pass inside the
+ * training loop stays in its training step, so step numbers keep counting iterations and the
+ * report sees that step as a periodic slow step): steps end at each forward again, as before the first optimizer step (the
  * caller ends this one). The next forward with autograd on, or an optimizer step, ends the
  * stretch. One is_grad_enabled() call per forward of the model. [GIL held] */
+#define PB_EVAL_STRETCH_MIN 512 /* no_grad forwards: a shorter pass stays in its training step */
 static void evaluation_stretch(void)
 {
     int grad = grad_enabled();
@@ -1033,7 +1036,9 @@ static void evaluation_stretch(void)
         return;
     }
     if (grad) return;
-    if (nograd_forwards++ > nograd_per_optimizer && nograd_learned && primary_ran) {
+    int64_t threshold = nograd_per_optimizer > PB_EVAL_STRETCH_MIN ? nograd_per_optimizer
+                                                                    : PB_EVAL_STRETCH_MIN;
+    if (nograd_forwards++ > threshold && nograd_learned && primary_ran) {
         training_latched = 0;
         evaluating = 1;
         nograd_forwards = 0;

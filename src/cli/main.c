@@ -352,8 +352,8 @@ static void print_help(FILE *out)
         if (commands[i].run) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fputs("\nA target is a pid (12345), host:port or [::1]:port (an agent started with\n"
           "PROBING_LISTEN), the path of an agent socket, or a recording file (run.db, written by\n"
-          "'probing run -o' or 'record -o'; query, tables, info, report, timeline and flamegraph\n"
-          "read it after the process is gone). It may also be given as -t TARGET\n"
+          "'probing run -o' or 'record -o'; query, tables, info, report, timeline, flamegraph,\n"
+          "export and ui read it after the process is gone). It may also be given as -t TARGET\n"
           "(--target), before or after the command. A host:port target needs the agent's token:\n"
           "--token T, else $PROBING_TOKEN, else the agent's token file when readable\n"
           "(docs/security.md).\n"
@@ -361,15 +361,16 @@ static void print_help(FILE *out)
           "                 <command>' for one command\n"
           "  -V, --version  show the version\n"
           "\nExit status: 0 success; 1 error (including SQL errors and exceptions in eval);\n"
-          "2 usage error or eval/capture timeout; 130 capture interrupted (Ctrl-C); run: the\n"
-          "command's own status (127: not found).\n",
+          "2 usage error or eval/capture timeout; 3 some ranks did not answer (ranks, hang,\n"
+          "query --ranks); 130 capture interrupted (Ctrl-C); run: the command's own status\n"
+          "(127: not found).\n",
           out);
 }
 
 /* The commands that answer from a recording file as from a live agent (recording.c serves their
  * requests); the others with a target need a live process, backtrace and inject a pid. */
 static const char *const reads_recordings[] = {"query", "tables", "info", "report", "timeline",
-                                               "flamegraph", NULL};
+                                               "flamegraph", "export", "ui", NULL};
 
 static void print_command_help(const command *c)
 {

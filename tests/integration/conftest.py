@@ -370,6 +370,10 @@ def env(session_dir):
     sockets.mkdir(mode=0o700)
     e["PROBING_DIR"] = str(sockets)
     e["PYTHONUNBUFFERED"] = "1"
+    # Held workloads end by themselves after this long (a safety net; teardown kills them). The
+    # session-scoped ones serve tests across the whole suite, which takes longer than the
+    # workload's own default of 300 s.
+    e.setdefault("PROBING_TEST_HOLD_S", "3600")
     pp = find_pythonpath()
     if pp is not None:
         if not (pp / "probing" / "__init__.py").exists():

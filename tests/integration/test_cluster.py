@@ -17,7 +17,7 @@ From node A, with node A's socket directory:
     --deadline 3` prints the others' rows, names it on stderr and exits 3;
   - `timeline --ranks all` is one trace with a process per rank and each rank's clock offset;
   - `report` names a slowed node (ranks 2 and 3 sleep 30 ms more per step) once, as the node;
-  - after the job, its per-rank recordings (`run -o rec-<rank>.db`) answer `query --ranks` as
+  - after the job, its per-rank recordings (`run -o rec-%r.db`) answer `query --ranks` as
     one job.
 Skipped, with the reason, where `ip netns` cannot be used (needs root and iproute2). Only
 traffic between the two namespaces.
@@ -108,7 +108,7 @@ class Job:
             self.outs[rank] = out
             self.procs[rank] = subprocess.Popen(
                 ["ip", "netns", "exec", NODES[node][0], self.cli.binary, "run", "-o",
-                 self.work / f"rec-{rank}.db", "--", PYTHON, "-u",
+                 self.work / "rec-%r.db", "--", PYTHON, "-u",
                  str(WORKLOADS / "cluster_job.py"), str(self.control)],
                 env=e, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + STEP_TIMEOUT_S
@@ -309,7 +309,7 @@ def test_cluster_killed_rank_gives_partial_results(job):
 
 
 def test_cluster_recordings_open_as_one_job(job):
-    """Each rank ran under `probing run -o rec-<rank>.db`: after the job is gone, any one of
+    """Each rank ran under `probing run -o rec-%r.db` (rec-0.db ... rec-3.db): after the job is gone, any one of
     the files is the job (the recordings beside it with the same job and world size)."""
     job.stop()
     rec0 = job.work / "rec-0.db"

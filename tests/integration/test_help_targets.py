@@ -2,6 +2,7 @@
 files included, and what they say is what the commands do: every command whose help lists a
 recording file among its targets reads one, and every other command refuses one."""
 import re
+import subprocess
 
 import pytest
 
@@ -34,8 +35,8 @@ def test_main_help_lists_recording_files_among_targets(cli):
     text = " ".join(cli("--help").stdout.split())
     assert ("A target is a pid (12345), host:port or [::1]:port (an agent started with "
             "PROBING_LISTEN), the path of an agent socket, or a recording file (run.db, written "
-            "by 'probing run -o' or 'record -o'; query, tables, info, report, timeline and "
-            "flamegraph read it after the process is gone).") in text
+            "by 'probing run -o' or 'record -o'; query, tables, info, report, timeline, "
+            "flamegraph, export and ui read it after the process is gone).") in text
 
 
 def test_every_command_help_says_whether_it_reads_recordings(cli, recording, tmp_path):
@@ -49,9 +50,22 @@ def test_every_command_help_says_whether_it_reads_recordings(cli, recording, tmp
         line = target_line(cli, command)
         if command in readers:
             assert line == RECORDING_TARGET, (command, line)
+            if command == "ui":  # a server: it reads the file and serves until stopped
+                ui = subprocess.Popen([str(cli.binary), str(recording), "ui"], env=cli.env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                try:
+                    assert "http://127.0.0.1:" in ui.stdout.readline(), command
+                finally:
+                    ui.kill()
+                    ui.communicate(timeout=60)
+                continue
+            if command == "export" and subprocess.run([PYTHON, "-c", "import pyarrow"],
+                                                      capture_output=True).returncode != 0:
+                continue  # export needs pyarrow (test_parquet.py skips with the reason)
             extra = {"query": ["SELECT COUNT(*) FROM python.steps"],
                      "timeline": ["-o", tmp_path / "t.json"],
-                     "flamegraph": ["-o", tmp_path / "f.svg"]}.get(command, [])
+                     "flamegraph": ["-o", tmp_path / "f.svg"],
+                     "export": ["--parquet", tmp_path / "parquet"]}.get(command, [])
             r = cli(recording, command, *extra, check=False)
             assert r.returncode == 0, (command, r.stderr)
         elif command in ("backtrace", "inject"):

@@ -3,7 +3,8 @@ however many forwards they run (gradient accumulation, a forward under no_grad f
 and an evaluation loop under no_grad after training gets one step per forward again, so no step
 (and no detail step) takes the whole evaluation (docs/tables.md, python.torch_trace `step`)."""
 
-EVAL_BATCHES = 300
+EVAL_BATCHES = 600
+STRETCH_MIN = 512  # PB_EVAL_STRETCH_MIN in src/agent/torch_hooks.c
 
 
 def root_forwards_and_optimizer(cli, run):
@@ -32,13 +33,13 @@ def test_evaluation_after_training_gets_a_step_per_forward(cli, traced, env):
     # after the evaluation starts at its first forward with autograd on (its no_grad target
     # forward before that ends the evaluation's last step).
     assert [f for _, f in training] == [1] + [4] * 19 + [3] + [4] * 4, training
-    # The evaluation: 300 forwards (and the next training step's leading no_grad forward) in
-    # steps of one forward each, after a first one that takes as many no_grad forwards as a
-    # training step has (2) and one more.
+    # The evaluation: 600 forwards (and the next training step's leading no_grad forward) in
+    # steps of one forward each, after a first one that takes the stretch's minimum (512 no_grad
+    # forwards: a shorter evaluation pass stays in its training step) and one more.
     last_before, first_after = training[19][0], training[20][0]
     evaluation = [f for s, f, opt in steps if last_before < s < first_after]
     assert sum(evaluation) == EVAL_BATCHES + 1
-    assert evaluation == [3] + [1] * (EVAL_BATCHES - 2), evaluation[:10]
+    assert evaluation == [STRETCH_MIN + 1] + [1] * (EVAL_BATCHES - STRETCH_MIN), evaluation[:10]
     run.finish()
 
 
