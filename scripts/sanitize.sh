@@ -36,7 +36,10 @@ if [ "${SANITIZE_INTEGRATION:-1}" != 0 ]; then
     # agent extension can load; leak checking is off (the interpreter never frees everything).
     # Reports go to files (a report in a training process must not be lost in its stderr).
     # Timing-dependent diagnosis assertions skip themselves (PROBING_SANITIZED): ASan slows the
-    # code it instruments unevenly.
+    # code it instruments unevenly. Left out here, for CI's time: the browser tests of the web
+    # view, HTA and Parquet (their time goes to Chromium, pandas and pyarrow) and the two-node
+    # namespace tests; the C they drive (cmd_ui.c, cmd_export.c, fanout.c, job.c) was run under
+    # ASan+UBSan when it was written (docs/security.md).
     PY=${PYTHON:-python3}
     [ -x .venv/bin/python ] && PY=.venv/bin/python
     status=0
@@ -45,7 +48,10 @@ if [ "${SANITIZE_INTEGRATION:-1}" != 0 ]; then
     ASAN_OPTIONS="detect_leaks=0:log_path=$logs/asan:detect_odr_violation=0" \
     UBSAN_OPTIONS="print_stacktrace=1:log_path=$logs/ubsan" \
     PROBING_SANITIZED=1 PROBING_TEST_HOLD_S=3600 \
-        "$PY" -m pytest -q -p no:cacheprovider tests/integration || status=$?
+        "$PY" -m pytest -q -p no:cacheprovider tests/integration \
+            --ignore=tests/integration/test_ui.py --ignore=tests/integration/test_hta.py \
+            --ignore=tests/integration/test_parquet.py --ignore=tests/integration/test_cluster.py \
+            || status=$?
     if ls "$logs"/* >/dev/null 2>&1; then
         echo "sanitizer reports:"; cat "$logs"/*
         status=1
