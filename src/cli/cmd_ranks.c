@@ -76,6 +76,10 @@ int cmd_ranks(const pb_cli_args *a)
     int rc = pb_format_parse(a->format, PB_FORMAT_TABLE | PB_FORMAT_CSV | PB_FORMAT_JSON, "ranks", &fmt);
     if (rc) return rc;
     pb_rank_ep *eps = NULL;
+    if (a->resolved.kind == PB_TARGET_FILE) {
+        pb_cli_error("%s is a recording file: ranks needs the running job (a recording has no live ranks to ask; 'probing %s query --ranks all \"SQL\"' reads the job's recordings)", a->target, a->target);
+        return PB_EXIT_USAGE;
+    }
     int n = 0;
     if (pb_fanout_roster(&a->resolved, deadline_ms(a), &eps, &n)) return PB_EXIT_ERROR;
     pb_fanout_req *reqs = requests_for(eps, n, NULL);

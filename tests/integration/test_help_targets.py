@@ -14,7 +14,7 @@ RECORDING_TARGET = ("TARGET: a pid, host:port, socket path, or a recording file 
 
 def commands_with_a_target(cli):
     usage = cli("--help").stdout.split("\nCommands:")[0]
-    return re.findall(r"^  probing <(?:target|pid)> (\w+)", usage, re.M)
+    return re.findall(r"^  probing <(?:target|pid)[^>]*> (\w+)", usage, re.M)
 
 
 def target_line(cli, command):
