@@ -240,7 +240,8 @@ def test_prometheus_scrapes_both_ranks(exporter, job, cli, tmp_path):
                              f"--web.listen-address=127.0.0.1:{port}"],
                             stdout=log, stderr=subprocess.STDOUT, env=outside_env())
     try:
-        query = urllib.parse.quote("probing_step_duration_seconds_count")
+        # This job's ranks only: the exporter also serves the session's other traced processes.
+        query = urllib.parse.quote(f'probing_step_duration_seconds_count{{job="{job_label}"}}')
 
         def result():
             try:
