@@ -1,6 +1,7 @@
 # The front door. Two commands do everything on a fresh machine:
 #   make demo   installs what is missing, trains a real model under probing, shows what it saw
-#   make test   installs what is missing, runs every test (C unit tests, then integration tests)
+#   make test   installs what is missing, runs every test (C unit tests, integration tests, then
+#               the real-model suite tests/realworld)
 VENV := .venv
 BIN := $(VENV)/bin
 BUILD := build
@@ -42,6 +43,9 @@ bench: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/capture_cost.py
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/memory_breakdown.py
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/exporter_cost.py
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/load.py
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/fanout.py
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/ui_overhead.py
 
 lint:
 	clang-format --dry-run --Werror src/*/*.c src/*/*.h tests/unit/*.c
