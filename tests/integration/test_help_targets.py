@@ -66,7 +66,9 @@ def test_every_command_help_says_whether_it_reads_recordings(cli, recording, tmp
                      "timeline": ["-o", tmp_path / "t.json"],
                      "flamegraph": ["-o", tmp_path / "f.svg"],
                      "export": ["--parquet", tmp_path / "parquet"]}.get(command, [])
-            r = cli(recording, command, *extra, check=False)
+            # export runs pyarrow in $PROBING_PYTHON, else python3 on PATH: the tests' Python
+            r = cli(recording, command, *extra, check=False,
+                    env=dict(cli.env, PROBING_PYTHON=PYTHON) if command == "export" else None)
             assert r.returncode == 0, (command, r.stderr)
         elif command in ("backtrace", "inject"):
             assert line == (f"TARGET: the pid of a Python process on this machine (a recording "
