@@ -422,3 +422,69 @@ fail:
     json_decref(all);
     return 1;
 }
+
+int pb_client_query_objects(const pb_target *t, const char *sql, long timeout_ms, json_t **rows,
+                            char **error)
+{
+    json_t *root = NULL, *request = json_pack("{s:s}", "sql", sql);
+    long status = 0;
+    char err[1024];
+    pb_response resp;
+    json_error_t jerr;
+    *rows = NULL;
+    *error = NULL;
+    char *body = request ? json_dumps(request, JSON_COMPACT) : NULL;
+    json_decref(request);
+    if (!body) {
+        *error = strdup("out of memory");
+        return -1;
+    }
+    int rc = pb_client_request(t, "POST", "/api/query", body, timeout_ms, &resp,
+                               err, sizeof err);
+    free(body);
+    if (rc) {
+        *error = strdup(err);
+        return -1;
+    }
+    status = resp.status;
+    root = json_loadb(resp.body.data, resp.body.len, JSON_ALLOW_NUL, &jerr);
+    pb_buf_free(&resp.body);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        *error = strdup("the target sent a response that is not valid JSON");
+        return -1;
+    }
+    json_t *columns = json_object_get(root, "columns"), *data = json_object_get(root, "rows");
+    if (status != 200 || !json_is_array(columns) || !json_is_array(data)) {
+        const char *msg = json_string_value(json_object_get(root, "error"));
+        *error = strdup(msg ? msg : "the target sent an incomplete answer");
+        json_decref(root);
+        return -1;
+    }
+    json_t *out = json_array(), *row;
+    size_t i;
+    json_array_foreach(data, i, row) {
+        json_t *obj = json_object();
+        for (size_t c = 0; c < json_array_size(columns) && c < json_array_size(row); c++)
+            json_object_set(obj, json_string_value(json_array_get(columns, c)),
+                            json_array_get(row, c));
+        json_array_append_new(out, obj);
+    }
+    json_decref(root);
+    *rows = out;
+    return 0;
+}
+
+json_t *pb_client_get_object(const pb_target *t, const char *path, long timeout_ms)
+{
+    char err[512];
+    pb_response resp;
+    if (pb_client_request(t, "GET", path, NULL, timeout_ms, &resp, err, sizeof err)) return NULL;
+    json_t *root = json_loadb(resp.body.data, resp.body.len, JSON_ALLOW_NUL, NULL);
+    pb_buf_free(&resp.body);
+    if (resp.status != 200 || !json_is_object(root)) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}

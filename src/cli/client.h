@@ -48,6 +48,17 @@ int pb_client_call(const pb_target *t, const char *method, const char *path, jso
 json_t *pb_client_call_ok(const pb_target *t, const char *method, const char *path,
                           json_t *request, long timeout_ms);
 
+/* Runs sql (borrowed) on t through POST /api/query, waiting at most timeout_ms, for the report
+ * library (pb_report_query_fn's contract): on success *rows receives an array of row objects
+ * keyed by column name (caller owns) and 0 is returned; on failure -1 with *error (caller
+ * frees) saying why. Prints nothing. [any thread] */
+int pb_client_query_objects(const pb_target *t, const char *sql, long timeout_ms, json_t **rows,
+                            char **error);
+
+/* GET path of t, quietly: the answer's JSON object when it came with status 200 (caller owns),
+ * else NULL. [any thread] */
+json_t *pb_client_get_object(const pb_target *t, const char *path, long timeout_ms);
+
 /* Prints the error of a non-200 answer: its "error" field, or a generic line naming the status
  * when there is none. root is borrowed. */
 void pb_client_print_error(long status, json_t *root);

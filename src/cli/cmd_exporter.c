@@ -172,49 +172,17 @@ static double num(json_t *row, size_t i)
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
-/* pb_report_query_fn over query(): rows as objects, as the report wants them. */
+/* pb_report_query_fn within the scrape's deadline: rows as objects, as the report wants them. */
 static int report_query(void *ctx, const char *sql, json_t **rows, char **error)
 {
     agent_job *j = ctx;
-    json_t *req = json_pack("{s:s}", "sql", sql);
-    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
-    json_decref(req);
+    long ms = remaining_ms(j);
     *rows = NULL;
-    *error = NULL;
-    if (!body) {
-        *error = strdup("out of memory");
+    if (ms <= 0) {
+        *error = strdup("the scrape deadline has passed");
         return -1;
     }
-    long ms = remaining_ms(j);
-    char err[512] = "the scrape deadline has passed";
-    pb_response resp;
-    int rc = -1;
-    if (ms > 0 && pb_client_request(&j->target, "POST", "/api/query", body, ms, &resp, err,
-                                    sizeof err) == 0) {
-        json_t *root = json_loadb(resp.body.data, resp.body.len, JSON_ALLOW_NUL, NULL);
-        pb_buf_free(&resp.body);
-        json_t *columns = json_object_get(root, "columns"), *data = json_object_get(root, "rows");
-        if (resp.status == 200 && json_is_array(columns) && json_is_array(data)) {
-            json_t *out = json_array(), *row;
-            size_t i;
-            json_array_foreach(data, i, row) {
-                json_t *obj = json_object();
-                for (size_t c = 0; c < json_array_size(columns) && c < json_array_size(row); c++)
-                    json_object_set(obj, json_string_value(json_array_get(columns, c)),
-                                    json_array_get(row, c));
-                json_array_append_new(out, obj);
-            }
-            *rows = out;
-            rc = 0;
-        } else {
-            const char *msg = json_string_value(json_object_get(root, "error"));
-            snprintf(err, sizeof err, "%s", msg ? msg : "the agent sent an incomplete answer");
-        }
-        json_decref(root);
-    }
-    free(body);
-    if (rc) *error = strdup(err);
-    return rc;
+    return pb_client_query_objects(&j->target, sql, ms, rows, error);
 }
 
 /* Reads NAME=value from /proc/<pid>/environ into out ("" when absent or unreadable). */

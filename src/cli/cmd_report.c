@@ -32,54 +32,7 @@
 /* pb_report_query_fn over POST /api/query. ctx is the pb_target. [main thread] */
 static int query_target(void *ctx, const char *sql, json_t **rows, char **error)
 {
-    const pb_target *t = ctx;
-    json_t *root = NULL, *request = json_pack("{s:s}", "sql", sql);
-    long status = 0;
-    char err[1024];
-    pb_response resp;
-    json_error_t jerr;
-    *rows = NULL;
-    *error = NULL;
-    char *body = request ? json_dumps(request, JSON_COMPACT) : NULL;
-    json_decref(request);
-    if (!body) {
-        *error = strdup("out of memory");
-        return -1;
-    }
-    int rc = pb_client_request(t, "POST", "/api/query", body, PB_CLI_QUERY_TIMEOUT_MS, &resp,
-                               err, sizeof err);
-    free(body);
-    if (rc) {
-        *error = strdup(err);
-        return -1;
-    }
-    status = resp.status;
-    root = json_loadb(resp.body.data, resp.body.len, JSON_ALLOW_NUL, &jerr);
-    pb_buf_free(&resp.body);
-    if (!json_is_object(root)) {
-        json_decref(root);
-        *error = strdup("the target sent a response that is not valid JSON");
-        return -1;
-    }
-    json_t *columns = json_object_get(root, "columns"), *data = json_object_get(root, "rows");
-    if (status != 200 || !json_is_array(columns) || !json_is_array(data)) {
-        const char *msg = json_string_value(json_object_get(root, "error"));
-        *error = strdup(msg ? msg : "the target sent an incomplete answer");
-        json_decref(root);
-        return -1;
-    }
-    json_t *out = json_array(), *row;
-    size_t i;
-    json_array_foreach(data, i, row) {
-        json_t *obj = json_object();
-        for (size_t c = 0; c < json_array_size(columns) && c < json_array_size(row); c++)
-            json_object_set(obj, json_string_value(json_array_get(columns, c)),
-                            json_array_get(row, c));
-        json_array_append_new(out, obj);
-    }
-    json_decref(root);
-    *rows = out;
-    return 0;
+    return pb_client_query_objects(ctx, sql, PB_CLI_QUERY_TIMEOUT_MS, rows, error);
 }
 
 /* Runs the conditions code with a short timeout. Returns the object (caller owns) or NULL with
@@ -127,18 +80,7 @@ static json_t *conditions(const pb_target *t, char *buf, size_t len, const char 
 /* GET /api/info of t with the `list` timeout: the object (caller owns) or NULL. */
 static json_t *peer_info(const pb_target *t)
 {
-    char err[512];
-    pb_response resp;
-    if (pb_client_request(t, "GET", "/api/info", NULL, PB_CLI_LIST_TIMEOUT_MS, &resp, err,
-                          sizeof err))
-        return NULL;
-    json_t *info = json_loadb(resp.body.data, resp.body.len, JSON_ALLOW_NUL, NULL);
-    pb_buf_free(&resp.body);
-    if (resp.status != 200 || !json_is_object(info)) {
-        json_decref(info);
-        return NULL;
-    }
-    return info;
+    return pb_client_get_object(t, "/api/info", PB_CLI_LIST_TIMEOUT_MS);
 }
 
 typedef struct peers {

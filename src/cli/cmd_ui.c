@@ -565,19 +565,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 static json_t *info_of(ui_server *s, const pb_target *t, long timeout_ms)
 {
-    char err[512];
-    pb_response resp;
     int locked = t->kind == PB_TARGET_FILE;
     if (locked) pthread_mutex_lock(&s->file_lock);
-    int rc = pb_client_request(t, "GET", "/api/info", NULL, timeout_ms, &resp, err, sizeof err);
+    json_t *info = pb_client_get_object(t, "/api/info", timeout_ms);
     if (locked) pthread_mutex_unlock(&s->file_lock);
-    if (rc) return NULL;
-    json_t *info = json_loadb(resp.body.data, resp.body.len, JSON_ALLOW_NUL, NULL);
-    pb_buf_free(&resp.body);
-    if (resp.status != 200 || !json_is_object(info)) {
-        json_decref(info);
-        return NULL;
-    }
     return info;
 }
 
