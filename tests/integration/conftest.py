@@ -491,6 +491,51 @@ def api_get(socket_path, path, timeout=30):
     return status, json.loads(body)
 
 
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a job's rendezvous)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start_torchrun_job(cli, env, session_dir, name, steps, *extra):
+    """A 2-rank `probing run -- torchrun` job of ddp_gloo.py held at the end, in
+    session_dir/name: (the launcher's Traced, {rank: pid}, release). The launcher starts no
+    agent; each rank has its own. release() lets the ranks exit and cleans up."""
+    work = session_dir / name
+    work.mkdir()
+    launcher = Launcher(cli, env, work, env["PROBING_DIR"])
+    hold = work / "hold"
+    job = launcher.command([cli.binary, "run", "--", PYTHON, "-m", "torch.distributed.run",
+                            "--nproc_per_node", "2", "--master_port", free_port(),
+                            WORKLOADS / "ddp_gloo.py", "--steps", steps, "--hold-file", hold,
+                            *extra],
+                           name=name, expect_socket=False)
+
+    def release():
+        for r in (0, 1):
+            (work / f"hold.{r}").touch()
+        try:
+            job.proc.wait(timeout=60)
+        finally:
+            launcher.cleanup()
+    try:
+        job._poll("HOLDING from both ranks",
+                  lambda: len(re.findall(r"^HOLDING$", job.stdout(), re.M)) == 2, STEP_TIMEOUT_S)
+        ranks = {}
+        for a in json.loads(cli("list", "-f", "json").stdout):
+            if f"hold-file {hold}" in a["cmdline"] and "torch.distributed.run" not in a["cmdline"]:
+                status, info = api_get(a["endpoint"], "/api/info")
+                assert status == 200
+                ranks[info["rank"]] = str(a["pid"])
+    except BaseException:
+        release()
+        raise
+    return job, ranks, release
+
 def _dechunk(body):
     out = bytearray()
     while body:

@@ -12,53 +12,18 @@ in python.steps.grad_sync: DDP waiting for its gradient all-reduces)."""
 import json
 import os
 import re
-import socket
 
 import pytest
 
-from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, api_get, example_file, needs_seeds, seed_file
+from conftest import (PYTHON, WORKLOADS, example_file, free_port, needs_seeds, seed_file,
+                      start_torchrun_job)
 
 STEPS = 8
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def start_job(cli, env, session_dir, name, *extra):
     """A 2-rank torchrun job of ddp_gloo.py held at the end: (job, {rank: pid}, release)."""
-    from conftest import Launcher
-    work = session_dir / name
-    work.mkdir()
-    launcher = Launcher(cli, env, work, env["PROBING_DIR"])
-    hold = work / "hold"
-    job = launcher.command([cli.binary, "run", "--", PYTHON, "-m", "torch.distributed.run",
-                            "--nproc_per_node", "2", "--master_port", free_port(),
-                            WORKLOADS / "ddp_gloo.py", "--steps", STEPS, "--hold-file", hold,
-                            *extra],
-                           name=name, expect_socket=False)  # the launcher starts no agent
-    job._poll("HOLDING from both ranks",
-              lambda: len(re.findall(r"^HOLDING$", job.stdout(), re.M)) == 2, STEP_TIMEOUT_S)
-    agents = json.loads(cli("list", "-f", "json").stdout)
-    ranks = {}
-    for a in agents:
-        if (f"hold-file {hold}" in a["cmdline"] and "torch.distributed.run" not in a["cmdline"]):
-            status, info = api_get(a["endpoint"], "/api/info")
-            assert status == 200
-            ranks[info["rank"]] = str(a["pid"])
-
-    def release():
-        for r in (0, 1):
-            (work / f"hold.{r}").touch()
-        try:
-            job.proc.wait(timeout=60)
-        finally:
-            launcher.cleanup()
-    return job, ranks, release
+    return start_torchrun_job(cli, env, session_dir, name, STEPS, *extra)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS
+from conftest import STEP_TIMEOUT_S, free_port, start_torchrun_job
 
 STEPS = 8
 HOST = socket.gethostname()
@@ -33,13 +33,6 @@ def outside_env():
     return {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS",
                                                              "UBSAN_OPTIONS")}
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def poll(what, predicate, timeout=STEP_TIMEOUT_S):
@@ -88,33 +81,13 @@ def http_get(url, headers=None, timeout=60):
 @pytest.fixture(scope="module")
 def job(cli, env, session_dir):
     """A 2-rank torchrun job of ddp_gloo.py held at the end: (job label, {rank: pid})."""
-    from conftest import Launcher
-    work = session_dir / "exporter-job"
-    work.mkdir()
-    launcher = Launcher(cli, env, work, env["PROBING_DIR"])
-    hold = work / "hold"
-    proc = launcher.command([cli.binary, "run", "--", PYTHON, "-m", "torch.distributed.run",
-                             "--nproc_per_node", "2", "--master_port", free_port(),
-                             WORKLOADS / "ddp_gloo.py", "--steps", STEPS, "--hold-file", hold],
-                            name="exporter-job", expect_socket=False)  # the launcher starts no agent
+    proc, ranks, release = start_torchrun_job(cli, env, session_dir, "exporter-job", STEPS)
     try:
-        proc._poll("HOLDING from both ranks",
-                   lambda: len(re.findall(r"^HOLDING$", proc.stdout(), re.M)) == 2,
-                   STEP_TIMEOUT_S)
-        ranks, job_label = {}, None
-        for a in json.loads(cli("list", "-f", "json").stdout):
-            if f"hold-file {hold}" in a["cmdline"] and "torch.distributed.run" not in a["cmdline"]:
-                ranks[a["rank"]] = str(a["pid"])
-                job_label = a["job"]
         assert sorted(ranks) == [0, 1], ranks
-        yield job_label, ranks
+        agents = {str(a["pid"]): a for a in json.loads(cli("list", "-f", "json").stdout)}
+        yield agents[ranks[0]]["job"], ranks
     finally:
-        for r in (0, 1):
-            (work / f"hold.{r}").touch()
-        try:
-            proc.proc.wait(timeout=60)
-        finally:
-            launcher.cleanup()
+        release()
 
 
 class Exporter:

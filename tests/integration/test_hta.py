@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS
+from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, free_port
 
 pytest.importorskip("hta", reason="HolisticTraceAnalysis is not installed (pip install "
                                   "HolisticTraceAnalysis; scripts/setup-extras.sh installs it)")
@@ -25,14 +25,6 @@ print(json.dumps({"ranks": sorted(int(r) for r in a.t.traces),
                                  for r in a.t.traces}}))
 """
 
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def test_hta_reads_per_rank_captures_as_one_trace_directory(cli, env, session_dir, tmp_path):

@@ -6,16 +6,14 @@ grouped by rank, must give the numbers `probing query` gives on each rank; two r
 exported at once land in two folders with their own rows; `time` columns are absolute.
 """
 import json
-import re
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS
+from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, start_torchrun_job
 
 duckdb = pytest.importorskip("duckdb", reason="DuckDB is not installed (pip install duckdb; "
                                                "scripts/setup-extras.sh installs it)")
@@ -50,43 +48,16 @@ def sql(query):
         return con.execute(query).fetchall()
 
 
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
 
 @pytest.fixture(scope="module")
 def job(cli, env, session_dir):
     """A 2-rank torchrun job of ddp_gloo.py held at the end: {rank: pid}."""
-    from conftest import Launcher
-    work = session_dir / "parquet-job"
-    work.mkdir()
-    launcher = Launcher(cli, env, work, env["PROBING_DIR"])
-    hold = work / "hold"
-    proc = launcher.command([cli.binary, "run", "--", PYTHON, "-m", "torch.distributed.run",
-                             "--nproc_per_node", "2", "--master_port", free_port(),
-                             WORKLOADS / "ddp_gloo.py", "--steps", 12, "--hold-file", hold],
-                            name="parquet-job", expect_socket=False)  # the launcher starts no agent
+    proc, ranks, release = start_torchrun_job(cli, env, session_dir, "parquet-job", 12)
     try:
-        proc._poll("HOLDING from both ranks",
-                   lambda: len(re.findall(r"^HOLDING$", proc.stdout(), re.M)) == 2,
-                   STEP_TIMEOUT_S)
-        ranks = {a["rank"]: str(a["pid"]) for a in json.loads(cli("list", "-f", "json").stdout)
-                 if f"hold-file {hold}" in a["cmdline"]
-                 and "torch.distributed.run" not in a["cmdline"]}
         assert sorted(ranks) == [0, 1], ranks
         yield ranks
     finally:
-        for r in (0, 1):
-            (work / f"hold.{r}").touch()
-        try:
-            proc.proc.wait(timeout=60)
-        finally:
-            launcher.cleanup()
+        release()
 
 
 def test_overall_profile_by_rank_equals_probing(cli, job, tmp_path):

@@ -9,23 +9,15 @@ and the wait are mirror images.
 import json
 import os
 import re
-import socket
 import time
 
 import pytest
 
-from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, api_get
+from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, api_get, free_port
 
 SANITIZED = bool(os.environ.get("PROBING_SANITIZED"))
 STEPS = 40
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ import pytest
 from conftest import PYTHON, START_TIMEOUT_S, WORKLOADS
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_distributed import free_port  # noqa: E402
+from conftest import free_port  # noqa: E402
 
 
 def run(cli, *args, env=None, timeout=240):

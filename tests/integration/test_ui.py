@@ -457,10 +457,10 @@ def test_ui_live_updates_and_capture_download(cli, launcher, tmp_path):
 def test_ui_ranks_of_a_job_on_this_machine(cli, env, session_dir, tmp_path):
     """One rank of a 2-rank torchrun job as the target: the rank page shows both, and names the
     rank planted slower (40 ms of sleep before its forward each step)."""
-    from test_distributed import start_job
+    from conftest import start_torchrun_job
     driver = browser_or_skip()
-    job, ranks, release = start_job(cli, env, session_dir, "ui-ddp-slow", "--slow-rank", 1,
-                                    "--slow-ms", 40)
+    job, ranks, release = start_torchrun_job(cli, env, session_dir, "ui-ddp-slow", 8,
+                                             "--slow-rank", 1, "--slow-ms", 40)
     ui = UIServer(cli, ranks[0], tmp_path)
     try:
         status, body, _ = ui.get("/ui/targets")
