@@ -163,12 +163,7 @@ int cmd_hang(const pb_cli_args *a)
         goto out;
     }
     for (int r = 0; r < n; r++) {
-        if (eps[r].via[0] && !(eps[r].target.kind == PB_TARGET_TCP && !eps[r].target.token[0])) {
-            reqs[r].target = eps[r].target;
-            reqs[r].usable = 1;
-        } else {
-            snprintf(reqs[r].err, sizeof reqs[r].err, "%s", eps[r].why);
-        }
+        pb_fanout_prepare(&reqs[r], &eps[r]);
     }
     pb_fanout_run(reqs, n, "GET", "/api/rank", NULL, deadline);
     for (int r = 0; r < n; r++) answered[r] = reqs[r].root && reqs[r].status == 200;

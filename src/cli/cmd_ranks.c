@@ -42,12 +42,7 @@ static pb_fanout_req *requests_for(const pb_rank_ep *eps, int n, const unsigned 
     }
     for (int r = 0; r < n; r++) {
         if (sel && !sel[r]) continue;
-        if (eps[r].via[0] && !(eps[r].target.kind == PB_TARGET_TCP && !eps[r].target.token[0])) {
-            reqs[r].target = eps[r].target;
-            reqs[r].usable = 1;
-        } else {
-            snprintf(reqs[r].err, sizeof reqs[r].err, "%s", eps[r].why);
-        }
+        pb_fanout_prepare(&reqs[r], &eps[r]);
     }
     return reqs;
 }

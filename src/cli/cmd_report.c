@@ -116,7 +116,7 @@ static int job_peers(const pb_cli_args *a, long long my_rank, peers *p)
     for (int r = 0; r < n && p->targets && p->list && p->names; r++) {
         pb_rank_ep *e = &p->roster[r];
         if (r == my_rank) continue;
-        if (!e->via[0] || (e->target.kind == PB_TARGET_TCP && !e->target.token[0])) {
+        if (!pb_fanout_reachable(e)) {
             unreachable++;
             continue;
         }

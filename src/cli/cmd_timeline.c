@@ -302,12 +302,7 @@ static int timeline_ranks(const pb_cli_args *a)
     rc = PB_EXIT_ERROR;
     for (int r = 0; r < n; r++) {
         if (!sel[r]) continue;
-        if (eps[r].via[0] && !(eps[r].target.kind == PB_TARGET_TCP && !eps[r].target.token[0])) {
-            reqs[r].target = eps[r].target;
-            reqs[r].usable = 1;
-        } else {
-            snprintf(reqs[r].err, sizeof reqs[r].err, "%s", eps[r].why);
-        }
+        pb_fanout_prepare(&reqs[r], &eps[r]);
     }
     pb_fanout_run(reqs, n, "GET", "/api/rank", NULL, deadline);
     int64_t t0 = 0;

@@ -487,3 +487,20 @@ bad:
     pb_cli_error("--ranks wants 'all' or a list of ranks and ranges such as 0,2-5, not '%s'", spec);
     return PB_EXIT_USAGE;
 }
+
+int pb_fanout_reachable(const pb_rank_ep *ep)
+{
+    return ep->via[0] && !(ep->target.kind == PB_TARGET_TCP && !ep->target.token[0]);
+}
+
+int pb_fanout_prepare(pb_fanout_req *req, const pb_rank_ep *ep)
+{
+    if (pb_fanout_reachable(ep)) {
+        req->target = ep->target;
+        req->usable = 1;
+    } else {
+        req->usable = 0;
+        snprintf(req->err, sizeof req->err, "%s", ep->why);
+    }
+    return req->usable;
+}

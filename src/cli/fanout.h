@@ -58,6 +58,13 @@ typedef struct pb_rank_ep {
     pb_target target;    /* valid when via is set */
 } pb_rank_ep;
 
+/* Whether ep can be asked: through its Unix socket, its recording, or TCP with a token. */
+int pb_fanout_reachable(const pb_rank_ep *ep);
+
+/* Prepares req to ask ep: its target and usable = 1 when reachable, else usable = 0 and err
+ * saying why (ep->why). Returns usable. */
+int pb_fanout_prepare(pb_fanout_req *req, const pb_rank_ep *ep);
+
 /* The roster of the job t belongs to, ranks 0..world-1 in order (*out malloc'ed, caller frees;
  * *n = world). A process outside a distributed job gives a roster of itself (world 1). On
  * failure prints why ("probing: ...") and returns 1. [main thread] */
