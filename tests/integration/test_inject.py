@@ -11,9 +11,11 @@ The ptrace + Py_AddPendingCall path is also run against every other CPython on t
 import glob
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -191,8 +193,18 @@ def test_inject_without_permission(cli, launcher, bare_env, tmp_path):
     wait_for(lambda: "READY" in t.stdout(), "READY")
     env = dict(cli.env, PROBING_DIR=str(tmp_path / "nobody"))
     os.chmod(tmp_path, 0o755)
-    r = subprocess.run([str(cli.binary), str(t.pid), "inject"], env=env, capture_output=True,
-                       text=True, timeout=60, user=65534, cwd="/")
+    # A copy nobody can run, whatever the mode of the directories above the checkout (a clone
+    # in a mktemp -d directory is 0700); the permission check comes before anything else.
+    where = tempfile.mkdtemp(prefix="pbnobody", dir="/tmp")
+    try:
+        os.chmod(where, 0o755)
+        binary = os.path.join(where, "probing")
+        shutil.copy2(cli.binary, binary)
+        os.chmod(binary, 0o755)
+        r = subprocess.run([binary, str(t.pid), "inject"], env=env, capture_output=True,
+                           text=True, timeout=60, user=65534, cwd="/")
+    finally:
+        shutil.rmtree(where, ignore_errors=True)
     assert r.returncode == 1
     assert r.stderr.startswith(f"probing: not allowed to read process {t.pid}"), r.stderr
     assert not t.socket_path.exists() and t.alive()
