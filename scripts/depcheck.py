@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""Dependencies point down: print the file-level cycles among src/ files; exit 1 on one.
+
+A "file" here is a unit: `src/x/foo.c` with its header `src/x/foo.h` (a header alone is a unit
+too). Unit A depends on unit B when
+  - A's object file uses a symbol (function or variable) that B's object file defines: read
+    from the compiled objects with `nm`, so macros, inline helpers and callbacks passed as
+    pointers are seen exactly as the linker sees them; or
+  - a file of A has `#include "b.h"` naming a header of B.
+A cycle is a set of two or more units each reachable from the others (a strongly connected
+component); for each one the script prints the edges inside it and the symbols or includes that
+make them, so the fix is visible.
+
+Usage: scripts/depcheck.py [BUILD_DIR]            (default: build; needs a compiled tree)
+       scripts/depcheck.py [BUILD_DIR] --folders  also print which folder uses which
+       scripts/depcheck.py [BUILD_DIR] --edges    also print every file-level edge
+Run by `make lint`.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+from collections import defaultdict
+
+# The checkout the command is run in (so one copy of the script can check any worktree), else
+# the one the script lives in.
+ROOT = (os.getcwd() if os.path.isdir(os.path.join(os.getcwd(), "src"))
+        else os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def unit_of(path):
+    """src/x/foo.c or src/x/foo.h -> src/x/foo (paths relative to the repository root)."""
+    return os.path.splitext(path)[0]
+
+
+def source_objects(build):
+    """Map each src/ source (relative path) to one object file compiled from it."""
+    cc_path = os.path.join(build, "compile_commands.json")
+    try:
+        with open(cc_path) as f:
+            commands = json.load(f)
+    except OSError as e:
+        sys.exit(f"depcheck: cannot read {cc_path} ({e.strerror}): build first (make build)")
+    objs = {}
+    for c in commands:
+        src = os.path.relpath(os.path.join(c["directory"], c["file"]), ROOT)
+        if not src.startswith("src/"):
+            continue
+        obj = os.path.join(c["directory"], c["output"])
+        if os.path.exists(obj):
+            # A source compiled into several targets defines the same symbols in each: one is
+            # enough, and the library's object (not a test's) is preferred.
+            if src not in objs or "tests" in objs[src]:
+                objs[src] = obj
+    if not objs:
+        sys.exit(f"depcheck: no compiled src/ objects under {build}: build first (make build)")
+    return objs
+
+
+def symbols(obj):
+    """(defined, undefined) global symbol names of one object file."""
+    out = subprocess.run(["nm", "-P", obj], capture_output=True, text=True, check=True).stdout
+    defined, undefined = set(), set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        name, kind = parts[0], parts[1]
+        if kind == "U":
+            undefined.add(name)
+        elif kind in "TDBRCVWGS" and kind.isupper():
+            defined.add(name)
+    return defined, undefined
+
+
+def header_index():
+    """basename -> list of headers under src/ (relative paths)."""
+    idx = defaultdict(list)
+    for d, _, files in os.walk(os.path.join(ROOT, "src")):
+        for fn in files:
+            if fn.endswith(".h"):
+                idx[fn].append(os.path.relpath(os.path.join(d, fn), ROOT))
+    return idx
+
+
+def resolve_include(name, including, idx):
+    """The src/ header a quoted include names, or None (system/python headers)."""
+    cand = os.path.normpath(os.path.join(os.path.dirname(including), name))
+    if os.path.exists(os.path.join(ROOT, cand)):
+        return cand
+    hits = idx.get(os.path.basename(name), [])
+    if len(hits) == 1:
+        return hits[0]
+    for h in hits:                       # same folder first, then a path suffix match
+        if h.endswith("/" + name):
+            return h
+    return None
+
+
+def all_sources():
+    out = []
+    for d, _, files in os.walk(os.path.join(ROOT, "src")):
+        for fn in files:
+            if fn.endswith((".c", ".h", ".cc", ".cpp")):
+                out.append(os.path.relpath(os.path.join(d, fn), ROOT))
+    return sorted(out)
+
+
+def build_graph(build):
+    objs = source_objects(build)
+    defs = {}                            # symbol -> unit
+    uses = {}                            # unit -> set of undefined symbols
+    for src, obj in objs.items():
+        d, u = symbols(obj)
+        for s in d:
+            defs.setdefault(s, unit_of(src))
+        uses.setdefault(unit_of(src), set()).update(u)
+    why = defaultdict(set)               # (a, b) -> reasons
+    for a, us in uses.items():
+        for s in us:
+            b = defs.get(s)
+            if b and b != a:
+                why[(a, b)].add(s + "()")
+    idx = header_index()
+    for path in all_sources():
+        with open(os.path.join(ROOT, path), errors="replace") as f:
+            text = f.read()
+        for inc in INCLUDE_RE.findall(text):
+            h = resolve_include(inc, path, idx)
+            if h and unit_of(h) != unit_of(path):
+                why[(unit_of(path), unit_of(h))].add("#include " + os.path.basename(h))
+    return why
+
+
+def sccs(nodes, edges):
+    """Tarjan's strongly connected components (iterative)."""
+    index, low, on, stack, out = {}, {}, set(), [], []
+    counter = [0]
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, iter(edges.get(root, ())))]
+        index[root] = low[root] = counter[0]; counter[0] += 1
+        stack.append(root); on.add(root)
+        while work:
+            v, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter[0]; counter[0] += 1
+                    stack.append(w); on.add(w)
+                    work.append((w, iter(edges.get(w, ()))))
+                    break
+                if w in on:
+                    low[v] = min(low[v], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop(); on.discard(w); comp.append(w)
+                        if w == v:
+                            break
+                    out.append(sorted(comp))
+    return out
+
+
+def main(argv):
+    build = "build"
+    flags = set()
+    for a in argv[1:]:
+        if a.startswith("--"):
+            flags.add(a)
+        else:
+            build = a
+    if not os.path.isabs(build):
+        build = os.path.join(ROOT, build) if not os.path.isdir(build) else os.path.abspath(build)
+    why = build_graph(build)
+    edges = defaultdict(set)
+    nodes = set()
+    for a, b in why:
+        edges[a].add(b)
+        nodes.update((a, b))
+    if "--edges" in flags:
+        for (a, b) in sorted(why):
+            print(f"{a} -> {b}: {', '.join(sorted(why[(a, b)])[:4])}")
+    if "--folders" in flags:
+        fol = defaultdict(int)
+        for (a, b) in why:
+            fa, fb = os.path.dirname(a), os.path.dirname(b)
+            if fa != fb:
+                fol[(fa, fb)] += 1
+        for (fa, fb), n in sorted(fol.items()):
+            print(f"{fa} -> {fb} ({n} file pairs)")
+    cycles = [c for c in sccs(sorted(nodes), edges) if len(c) > 1]
+    print(f"depcheck: {len(nodes)} files, {len(why)} file-level dependencies, "
+          f"{len(cycles)} cycle(s)")
+    for c in cycles:
+        members = set(c)
+        print(f"\ncycle among {len(c)} files: {', '.join(c)}")
+        for a in c:
+            for b in sorted(edges[a] & members):
+                reasons = sorted(why[(a, b)])
+                more = f" (+{len(reasons) - 4} more)" if len(reasons) > 4 else ""
+                print(f"  {a} -> {b}: {', '.join(reasons[:4])}{more}")
+    return 1 if cycles else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
