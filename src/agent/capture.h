@@ -20,8 +20,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "api.h"
 #include "registry.h"
-#include "server.h"
 
 enum { PB_OPS_FORWARD = 0, PB_OPS_BACKWARD, PB_OPS_OPTIMIZER, PB_OPS_OTHER };
 enum { PB_OPS_CPU = 0, PB_OPS_CUDA };

@@ -1,10 +1,10 @@
 /* capture_state.c - the capture state machine and its JSON; see capture_state.h. */
 #include "capture_state.h"
 
+#include "api.h"
 #include "clock.h"
 #include "error.h"
 #include "jsonw.h"
-#include "routes.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -173,7 +173,7 @@ static int write_status(pb_buf *out)
 static int status_answer(int http_status, pb_buf *out)
 {
     pb_buf_reset(out);
-    if (write_status(out)) return pb__route_error(out, 500, "out of memory");
+    if (write_status(out)) return pb_api_error(out, 500, "out of memory");
     return http_status;
 }
 
@@ -205,16 +205,16 @@ int pb_capture_state_request(const pb_capture_request *req, int64_t current_step
     int status;
     pthread_mutex_lock(&lock);
     if (st.closed) {
-        status = pb__route_error(out, 503, "the agent is detaching from this process; no new "
-                                 "capture can start");
+        status = pb_api_error(out, 503, "the agent is detaching from this process; no new "
+                              "capture can start");
     } else if (active(st.phase)) {
         describe_active(what, sizeof what);
-        status = pb__route_error(out, 409, "one capture runs at a time and %s; wait for it to "
-                                 "end", what);
+        status = pb_api_error(out, 409, "one capture runs at a time and %s; wait for it to "
+                              "end", what);
     } else if (!torch_ready) {
-        status = pb__route_error(out, 503, "capture needs torch: this process has not imported "
-                                 "torch under the agent (or runs with PROBING_TORCH=0), so no "
-                                 "training step can be seen");
+        status = pb_api_error(out, 503, "capture needs torch: this process has not imported "
+                              "torch under the agent (or runs with PROBING_TORCH=0), so no "
+                              "training step can be seen");
     } else {
         drop_trace();
         char prefix[sizeof st.trace_prefix];
@@ -251,10 +251,10 @@ int pb_capture_state_cancel(uint32_t id, pb_buf *out)
     pthread_mutex_lock(&lock);
     if (id && (st.phase == PB_CAPTURE_NONE || id != st.id)) {
         if (st.phase == PB_CAPTURE_NONE)
-            status = pb__route_error(out, 409, "there is no capture %u in this process", id);
+            status = pb_api_error(out, 409, "there is no capture %u in this process", id);
         else
-            status = pb__route_error(out, 409, "capture %u is not the current capture (%u); "
-                                     "nothing was cancelled", id, st.id);
+            status = pb_api_error(out, 409, "capture %u is not the current capture (%u); "
+                                  "nothing was cancelled", id, st.id);
     } else {
         if (st.phase == PB_CAPTURE_PENDING) {
             st.cancel_requested = 1;
@@ -320,23 +320,23 @@ int pb_capture_state_trace(pb_buf *out)
     pthread_mutex_lock(&lock);
     id = st.id;
     if (st.phase == PB_CAPTURE_NONE) {
-        status = pb__route_error(out, 404, "no capture has been made in this process");
+        status = pb_api_error(out, 404, "no capture has been made in this process");
     } else if (active(st.phase)) {
         char what[256];
         describe_active(what, sizeof what);
-        status = pb__route_error(out, 409, "%s; its trace is written when it ends", what);
+        status = pb_api_error(out, 409, "%s; its trace is written when it ends", what);
     } else if (st.phase != PB_CAPTURE_DONE) {
-        status = pb__route_error(out, 404, "capture %u %s: it has no trace", id,
-                                 st.phase == PB_CAPTURE_FAILED ? "failed" : "was cancelled");
+        status = pb_api_error(out, 404, "capture %u %s: it has no trace", id,
+                              st.phase == PB_CAPTURE_FAILED ? "failed" : "was cancelled");
     } else if (st.trace_sent) {
-        status = pb__route_error(out, 404, "the trace of capture %u was already sent (a trace is "
-                                 "sent once, then removed from the process's directory)", id);
+        status = pb_api_error(out, 404, "the trace of capture %u was already sent (a trace is "
+                              "sent once, then removed from the process's directory)", id);
     } else if (st.trace_error[0]) {
-        status = pb__route_error(out, 500, "the trace of capture %u could not be written: %s", id,
-                                 st.trace_error);
+        status = pb_api_error(out, 500, "the trace of capture %u could not be written: %s", id,
+                              st.trace_error);
     } else if (!st.trace_path[0]) {
-        status = pb__route_error(out, 404, "capture %u was made without a trace (ask for one "
-                                 "with -o FILE)", id);
+        status = pb_api_error(out, 404, "capture %u was made without a trace (ask for one "
+                              "with -o FILE)", id);
     } else {
         /* Taken out of the state, so that one request sends it; read without the lock. */
         memcpy(path, st.trace_path, sizeof path);
@@ -348,13 +348,13 @@ int pb_capture_state_trace(pb_buf *out)
     int rc = read_file(path, out);
     unlink(path);
     if (rc == PB_ETOOBIG)
-        return pb__route_error(out, 413, "the trace of capture %u is over 1 GiB; capture fewer "
-                               "steps", id);
+        return pb_api_error(out, 413, "the trace of capture %u is over 1 GiB; capture fewer "
+                            "steps", id);
     if (rc == -ENOENT)
-        return pb__route_error(out, 404, "the trace of capture %u was not written (see the "
-                               "capture's error)", id);
-    if (rc) return pb__route_error(out, 500, "cannot read the trace of capture %u: %s", id,
-                                   strerror(-rc));
+        return pb_api_error(out, 404, "the trace of capture %u was not written (see the "
+                            "capture's error)", id);
+    if (rc) return pb_api_error(out, 500, "cannot read the trace of capture %u: %s", id,
+                                strerror(-rc));
     return 200;
 }
 
@@ -365,9 +365,9 @@ int pb_capture_state_close(pb_buf *out)
     if (st.phase == PB_CAPTURE_PENDING || st.phase == PB_CAPTURE_RUNNING) {
         char what[256];
         describe_active(what, sizeof what);
-        status = pb__route_error(out, 409, "cannot detach while %s: the capture must end first "
-                                 "(the training thread stops torch.profiler at a step boundary); "
-                                 "wait for it, or cancel it", what);
+        status = pb_api_error(out, 409, "cannot detach while %s: the capture must end first "
+                              "(the training thread stops torch.profiler at a step boundary); "
+                              "wait for it, or cancel it", what);
     } else {
         st.closed = 1;
     }

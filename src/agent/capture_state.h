@@ -19,8 +19,8 @@
 #ifndef PB_AGENT_CAPTURE_STATE_H
 #define PB_AGENT_CAPTURE_STATE_H
 
+#include "api.h"
 #include "buf.h"
-#include "server.h"
 
 #include <stdatomic.h>
 #include <stddef.h>

@@ -20,7 +20,6 @@
 #include "memsample.h"
 #include "record.h"
 #include "paths.h"
-#include "routes.h"
 #include "server.h"
 #include "sysmon.h"
 #include "tables.h"
@@ -187,7 +186,7 @@ static int record_serve(void *ctx, pb_record_verb verb, const pb_record_request 
         pb_buf info = PB_BUF_INIT;
         int rc = info_json(NULL, &info), status;
         if (rc)
-            status = pb__route_error(out, 500, "cannot describe the process: %s", pb_strerror(rc));
+            status = pb_api_error(out, 500, "cannot describe the process: %s", pb_strerror(rc));
         else
             status = pb_record_request_start(req->path, req->force,
                                              atomic_load(&detach_requested), &info, out);

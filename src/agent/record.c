@@ -37,16 +37,16 @@
  */
 #include "record.h"
 
+#include "api.h"
 #include "clock.h"
 #include "config.h"
+#include "db.h"
 #include "error.h"
 #include "intern.h"
 #include "jsonw.h"
 #include "log.h"
 #include "recpath.h"
 #include "registry.h"
-#include "routes.h"
-#include "vt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -181,7 +181,7 @@ static int write_catalogue(const uint64_t *rows, const uint64_t *dropped)
         pb_jsonw w;
         cols.len = 0;
         pb_jsonw_init(&w, &cols);
-        if (pb__table_columns_json(&w, tab) || pb_buf_putc(&cols, '\0')) {
+        if (pb_db_table_columns_json(&w, tab) || pb_buf_putc(&cols, '\0')) {
             rc = SQLITE_NOMEM;
             break;
         }
@@ -826,7 +826,7 @@ static int write_status(pb_buf *out)
 
 static int status_answer(pb_buf *out)
 {
-    if (write_status(out)) return pb__route_error(out, 500, "out of memory");
+    if (write_status(out)) return pb_api_error(out, 500, "out of memory");
     return 200;
 }
 
@@ -837,39 +837,39 @@ int pb_record_request_start(const char *file, int force, int leaving, const pb_b
     int status;
     pthread_mutex_lock(&control_lock);
     if (starting && !leaving && wait_started_locked()) {
-        status = pb__route_error(out, 503, "the agent is still starting: its recorder was not "
-                                 "ready after %d s; try again: probing %ld record -o %s",
-                                 PB_RECORD_START_WAIT_MS / 1000, (long)getpid(), file);
+        status = pb_api_error(out, 503, "the agent is still starting: its recorder was not "
+                              "ready after %d s; try again: probing %ld record -o %s",
+                              PB_RECORD_START_WAIT_MS / 1000, (long)getpid(), file);
     } else if (leaving || closed || getpid() != agent_pid) {
-        status = pb__route_error(out, 503, "the agent is leaving this process (detach or exit); "
-                                 "nothing can be recorded now");
+        status = pb_api_error(out, 503, "the agent is leaving this process (detach or exit); "
+                              "nothing can be recorded now");
     } else if (pb_registry_count() == 0) {
-        status = pb__route_error(out, 503, "nothing to record: the agent has no tables");
+        status = pb_api_error(out, 503, "nothing to record: the agent has no tables");
     } else if (running && !atomic_load(&failed)) {
-        status = pb__route_error(out, 409, "already recording to %s; stop it first: probing %ld "
-                                 "record --stop", path, (long)getpid());
+        status = pb_api_error(out, 409, "already recording to %s; stop it first: probing %ld "
+                              "record --stop", path, (long)getpid());
     } else {
         stop_locked(); /* a recorder that failed to write: its file is closed first */
         int rc = start_locked(file, force, info, why, sizeof why);
         if (rc == 0)
             status = status_answer(out);
         else if (rc == -EEXIST)
-            status = pb__route_error(out, 409, "%s exists; pass --force to replace it", file);
+            status = pb_api_error(out, 409, "%s exists; pass --force to replace it", file);
         else if (rc == -EISDIR)
-            status = pb__route_error(out, 400, "cannot record to %s: it is a directory; name a "
-                                     "file in it: probing %ld record -o %s/run.db", file,
-                                     (long)getpid(), file);
+            status = pb_api_error(out, 400, "cannot record to %s: it is a directory; name a "
+                                  "file in it: probing %ld record -o %s/run.db", file,
+                                  (long)getpid(), file);
         else if (rc == -EBUSY || rc == -ELOOP || rc == -ENODEV || rc == -ENOTSUP)
-            status = pb__route_error(out, rc == -EBUSY ? 409 : 400, "cannot record to %s: %s",
-                                     file, why);
+            status = pb_api_error(out, rc == -EBUSY ? 409 : 400, "cannot record to %s: %s",
+                                  file, why);
         else if (rc == -ENOENT)
-            status = pb__route_error(out, 400, "cannot record to %s: %s (its directory must "
-                                     "exist: create it or choose another path)", file, why);
+            status = pb_api_error(out, 400, "cannot record to %s: %s (its directory must "
+                                  "exist: create it or choose another path)", file, why);
         else if (rc < 0 && rc > -4096)
-            status = pb__route_error(out, 400, "cannot record to %s: %s (choose a path that "
-                                     "process %ld can write)", file, why, (long)getpid());
+            status = pb_api_error(out, 400, "cannot record to %s: %s (choose a path that "
+                                  "process %ld can write)", file, why, (long)getpid());
         else
-            status = pb__route_error(out, 500, "cannot record to %s: %s", file, why);
+            status = pb_api_error(out, 500, "cannot record to %s: %s", file, why);
     }
     pthread_mutex_unlock(&control_lock);
     return status;
@@ -880,9 +880,9 @@ int pb_record_request_stop(pb_buf *out)
     int status;
     pthread_mutex_lock(&control_lock);
     if (!running) {
-        status = pb__route_error(out, 409, "not recording%s%s; start a recording with: probing "
-                                 "%ld record -o FILE.db", path[0] ? ": the last recording "
-                                 "went to " : "", path, (long)getpid());
+        status = pb_api_error(out, 409, "not recording%s%s; start a recording with: probing "
+                              "%ld record -o FILE.db", path[0] ? ": the last recording "
+                              "went to " : "", path, (long)getpid());
     } else {
         stop_locked();
         status = status_answer(out);

@@ -26,7 +26,7 @@ enum {
 #define PB_CLI_INFO_TIMEOUT_MS 15000L
 #define PB_CLI_LIST_TIMEOUT_MS 1000L
 
-/* capture --steps bound; the agent's PB_CAPTURE_MAX_STEPS (server.h) says the same. */
+/* capture --steps bound; the agent's PB_CAPTURE_MAX_STEPS (api.h) says the same. */
 #define PB_CLI_CAPTURE_MAX_STEPS 20
 
 typedef struct pb_cli_args {

@@ -1,10 +1,11 @@
 /*
  * routes.c - the HTTP API, one static table of routes; see docs/architecture.md.
  *
- * Each route_<name> gets the whole request body and writes the whole JSON response into a
- * pb_buf; it returns the HTTP status. Request bodies are parsed with jansson; responses are
- * streamed with jsonw (queries) or produced by the agent's callbacks (eval, info, capture,
- * record).
+ * Each route_<name> gets the environment (the agent's callbacks, query limits, the connection
+ * pool) and the whole request, writes the whole JSON response into a pb_buf and returns the HTTP
+ * status. Request bodies are parsed with jansson; responses are streamed with jsonw (queries) or
+ * produced by the agent's callbacks (eval, info, capture, record). Errors are pb_api_error()'s
+ * {"error": ...}. Nothing here knows about sockets or libmicrohttpd (server.c).
  */
 #include "routes.h"
 
@@ -13,34 +14,28 @@
 #include "jsonw.h"
 
 #include <jansson.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-typedef struct request {
-    const char *body; /* not NUL-terminated */
-    size_t body_len;
-    void *ctx;        /* the server's state of this request (cancel checks, result budget) */
-} request;
+typedef pb__routes_request request;
 
-typedef int (*route_fn)(pb_server *s, const request *req, pb_buf *out);
+typedef int (*route_fn)(const pb__routes_env *env, const request *req, pb_buf *out);
 
-static int route_info(pb_server *s, const request *req, pb_buf *out);
-static int route_query(pb_server *s, const request *req, pb_buf *out);
-static int route_tables(pb_server *s, const request *req, pb_buf *out);
-static int route_eval(pb_server *s, const request *req, pb_buf *out);
-static int route_detach(pb_server *s, const request *req, pb_buf *out);
-static int route_capture_start(pb_server *s, const request *req, pb_buf *out);
-static int route_capture_status(pb_server *s, const request *req, pb_buf *out);
-static int route_capture_cancel(pb_server *s, const request *req, pb_buf *out);
-static int route_capture_trace(pb_server *s, const request *req, pb_buf *out);
-static int route_record_start(pb_server *s, const request *req, pb_buf *out);
-static int route_record_status(pb_server *s, const request *req, pb_buf *out);
-static int route_record_stop(pb_server *s, const request *req, pb_buf *out);
-static int route_job(pb_server *s, const request *req, pb_buf *out);
-static int route_rank(pb_server *s, const request *req, pb_buf *out);
-static int route_stack(pb_server *s, const request *req, pb_buf *out);
+static int route_info(const pb__routes_env *env, const request *req, pb_buf *out);
+static int route_query(const pb__routes_env *env, const request *req, pb_buf *out);
+static int route_tables(const pb__routes_env *env, const request *req, pb_buf *out);
+static int route_eval(const pb__routes_env *env, const request *req, pb_buf *out);
+static int route_detach(const pb__routes_env *env, const request *req, pb_buf *out);
+static int route_capture_start(const pb__routes_env *env, const request *req, pb_buf *out);
+static int route_capture_status(const pb__routes_env *env, const request *req, pb_buf *out);
+static int route_capture_cancel(const pb__routes_env *env, const request *req, pb_buf *out);
+static int route_capture_trace(const pb__routes_env *env, const request *req, pb_buf *out);
+static int route_record_start(const pb__routes_env *env, const request *req, pb_buf *out);
+static int route_record_status(const pb__routes_env *env, const request *req, pb_buf *out);
+static int route_record_stop(const pb__routes_env *env, const request *req, pb_buf *out);
+static int route_job(const pb__routes_env *env, const request *req, pb_buf *out);
+static int route_rank(const pb__routes_env *env, const request *req, pb_buf *out);
+static int route_stack(const pb__routes_env *env, const request *req, pb_buf *out);
 
 static const struct route {
     const char *method;
@@ -67,47 +62,32 @@ static const struct route {
 
 #define NROUTES (sizeof routes / sizeof routes[0])
 
-int pb__route_error(pb_buf *out, int status, const char *fmt, ...)
+int pb__routes_answer(const pb__routes_env *env, const pb__routes_request *req, pb_buf *out,
+                      const char **allow)
 {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    pb_buf_reset(out);
-    pb_jsonw w;
-    pb_jsonw_init(&w, out);
-    pb_jsonw_obj_begin(&w);
-    pb_jsonw_key(&w, "error");
-    pb_jsonw_str(&w, msg);
-    pb_jsonw_obj_end(&w);
-    return status;
-}
-
-int pb__route_request(pb_server *s, void *req_ctx, const char *method, const char *path,
-                      const char *body, size_t body_len, pb_buf *out, const char **allow)
-{
+    const char *method = req->method, *path = req->path;
     *allow = NULL;
     const struct route *path_match = NULL;
     for (size_t i = 0; i < NROUTES; i++) {
         if (strcmp(routes[i].path, path) != 0) continue;
         path_match = &routes[i];
         if (strcmp(routes[i].method, method) == 0) {
-            request req = {body ? body : "", body_len, req_ctx};
-            return routes[i].handler(s, &req, out);
+            request r = *req;
+            if (!r.body) r.body = "";
+            return routes[i].handler(env, &r, out);
         }
     }
     if (path_match) {
         *allow = path_match->allow ? path_match->allow : path_match->method;
-        return pb__route_error(out, 405, "method %s is not allowed on %s; use %s", method, path,
-                               *allow);
+        return pb_api_error(out, 405, "method %s is not allowed on %s; use %s", method, path,
+                            *allow);
     }
-    return pb__route_error(out, 404,
-                           "no such endpoint: %s %s (endpoints: GET /api/info, POST /api/query, "
-                           "GET /api/tables, POST /api/eval, POST /api/detach, GET|POST "
-                           "/api/capture, POST /api/capture/cancel, GET /api/capture/trace, "
-                           "GET|POST /api/record, POST /api/record/stop)",
-                           method, path);
+    return pb_api_error(out, 404,
+                        "no such endpoint: %s %s (endpoints: GET /api/info, POST /api/query, "
+                        "GET /api/tables, POST /api/eval, POST /api/detach, GET|POST "
+                        "/api/capture, POST /api/capture/cancel, GET /api/capture/trace, "
+                        "GET|POST /api/record, POST /api/record/stop)",
+                        method, path);
 }
 
 /* Parses the body as a JSON object. On failure writes the 400 response and returns NULL. */
@@ -116,34 +96,33 @@ static json_t *parse_object(const request *req, pb_buf *out)
     json_error_t err;
     json_t *j = json_loadb(req->body, req->body_len, 0, &err);
     if (!j) {
-        pb__route_error(out, 400, "request body is not valid JSON: %s", err.text);
+        pb_api_error(out, 400, "request body is not valid JSON: %s", err.text);
         return NULL;
     }
     if (!json_is_object(j)) {
         json_decref(j);
-        pb__route_error(out, 400, "request body must be a JSON object");
+        pb_api_error(out, 400, "request body must be a JSON object");
         return NULL;
     }
     return j;
 }
 
-static int route_info(pb_server *s, const request *req, pb_buf *out)
+static int route_info(const pb__routes_env *env, const request *req, pb_buf *out)
 {
-    const pb_server_opts *o = pb__server_opts(s);
-    if (!o->info) return pb__route_error(out, 503, "info is not available in this process");
-    int rc = o->info(o->ctx, out);
-    if (rc) return pb__route_error(out, 500, "cannot describe the process: %s", pb_strerror(rc));
+    if (!env->info) return pb_api_error(out, 503, "info is not available in this process");
+    int rc = env->info(env->ctx, out);
+    if (rc) return pb_api_error(out, 500, "cannot describe the process: %s", pb_strerror(rc));
     return 200;
 }
 
-static int route_tables(pb_server *s, const request *req, pb_buf *out)
+static int route_tables(const pb__routes_env *env, const request *req, pb_buf *out)
 {
     int rc = pb_db_tables_json(out);
-    if (rc) return pb__route_error(out, 500, "cannot list the tables: %s", pb_strerror(rc));
+    if (rc) return pb_api_error(out, 500, "cannot list the tables: %s", pb_strerror(rc));
     return 200;
 }
 
-static int route_query(pb_server *s, const request *req, pb_buf *out)
+static int route_query(const pb__routes_env *env, const request *req, pb_buf *out)
 {
     int status = 400;
     pb_db *db = NULL;
@@ -151,73 +130,72 @@ static int route_query(pb_server *s, const request *req, pb_buf *out)
     if (!body) return 400;
     const char *sql = json_string_value(json_object_get(body, "sql"));
     if (!sql) {
-        status = pb__route_error(out, 400, "missing string field \"sql\"");
+        status = pb_api_error(out, 400, "missing string field \"sql\"");
         goto done;
     }
-    int rc = pb__server_db_acquire(s, &db);
+    int rc = pb__pool_acquire(env->pool, &db);
     if (rc) {
-        status = pb__route_error(out, 500, "cannot open the SQL engine: %s", pb_strerror(rc));
+        status = pb_api_error(out, 500, "cannot open the SQL engine: %s", pb_strerror(rc));
         goto done;
     }
     /* One budget for every result in flight, a bounded number of queries at once (server.c). */
-    pb_query_limits lim = pb__server_opts(s)->limits;
+    pb_query_limits lim = env->limits;
     size_t cap = 0;
-    if ((status = pb__server_query_begin(s, req->ctx, db, lim.max_result_bytes, &cap, out)))
+    if ((status = pb__pool_query_begin(env->pool, db, lim.max_result_bytes, &cap,
+                                       req->results_reserved, out)))
         goto done;
     lim.max_result_bytes = cap;
-    lim.cancelled = pb__server_cancelled;
-    lim.cancel_ctx = req->ctx;
+    lim.cancelled = req->cancelled;
+    lim.cancel_ctx = req->cancel_ctx;
     rc = pb_db_query_json(db, sql, &lim, out);
-    pb__server_query_end(s, req->ctx, db, out->len);
+    pb__pool_query_end(env->pool, db, out->len, req->results_reserved);
     if (rc == 0) status = 200;
     else if (rc == PB_ESQL || rc == PB_ETIMEOUT) status = 400; /* body already says why */
     else if (rc == PB_ECANCELLED) status = 503;
-    else status = pb__route_error(out, 500, "query failed: %s", pb_strerror(rc));
+    else status = pb_api_error(out, 500, "query failed: %s", pb_strerror(rc));
 done:
-    pb__server_db_release(s, db);
+    pb__pool_release(env->pool, db);
     json_decref(body);
     return status;
 }
 
-static int route_eval(pb_server *s, const request *req, pb_buf *out)
+static int route_eval(const pb__routes_env *env, const request *req, pb_buf *out)
 {
-    const pb_server_opts *o = pb__server_opts(s);
     int status = 400;
-    if (!o->eval) return pb__route_error(out, 503, "eval is not available in this process");
+    if (!env->eval) return pb_api_error(out, 503, "eval is not available in this process");
     json_t *body = parse_object(req, out);
     if (!body) return 400;
     const char *code = json_string_value(json_object_get(body, "code"));
     json_t *timeout = json_object_get(body, "timeout_s");
     double timeout_s = pb_config_double("PROBING_EVAL_TIMEOUT", 30);
     if (!code) {
-        status = pb__route_error(out, 400, "missing string field \"code\"");
+        status = pb_api_error(out, 400, "missing string field \"code\"");
         goto done;
     }
     if (timeout && !json_is_null(timeout)) {
         if (!json_is_number(timeout) || json_number_value(timeout) <= 0) {
-            status = pb__route_error(out, 400, "field \"timeout_s\" must be a positive number of seconds");
+            status = pb_api_error(out, 400, "field \"timeout_s\" must be a positive number of seconds");
             goto done;
         }
         timeout_s = json_number_value(timeout);
     }
     status = 200;
-    int rc = o->eval(o->ctx, code, timeout_s, pb__server_cancelled, req->ctx, out, &status);
-    if (rc && out->len == 0) status = pb__route_error(out, 500, "eval failed: %s", pb_strerror(rc));
+    int rc = env->eval(env->ctx, code, timeout_s, req->cancelled, req->cancel_ctx, out, &status);
+    if (rc && out->len == 0) status = pb_api_error(out, 500, "eval failed: %s", pb_strerror(rc));
     else if (status < 100 || status > 599) status = rc ? 500 : 200;
 done:
     json_decref(body);
     return status;
 }
 
-/* Answers at once; the agent detaches after the answer has been sent (server.c on_completed),
+/* Answers at once; the agent detaches after the answer has been sent (the transport's request-completed callback),
  * so the client always learns that it worked. Refused while a capture is pending or running:
  * torch.profiler can only be stopped by the thread that started it, at a step boundary. */
-static int route_detach(pb_server *s, const request *req, pb_buf *out)
+static int route_detach(const pb__routes_env *env, const request *req, pb_buf *out)
 {
-    const pb_server_opts *o = pb__server_opts(s);
-    if (!o->detach) return pb__route_error(out, 503, "detach is not available in this process");
-    if (o->capture) {
-        int status = o->capture(o->ctx, PB_CAPTURE_CLOSE, NULL, out);
+    if (!env->detach) return pb_api_error(out, 503, "detach is not available in this process");
+    if (env->capture) {
+        int status = env->capture(env->ctx, PB_CAPTURE_CLOSE, NULL, out);
         if (status != 200) return status;
         pb_buf_reset(out);
     }
@@ -228,7 +206,7 @@ static int route_detach(pb_server *s, const request *req, pb_buf *out)
     pb_jsonw_bool(&w, 1);
     pb_jsonw_key(&w, "pid");
     pb_jsonw_int(&w, getpid());
-    if (pb_jsonw_obj_end(&w)) return pb__route_error(out, 500, "out of memory");
+    if (pb_jsonw_obj_end(&w)) return pb_api_error(out, 500, "out of memory");
     return 200;
 }
 
@@ -247,17 +225,16 @@ static int bool_field(json_t *body, const char *key, int *v, pb_buf *out)
     json_t *j = json_object_get(body, key);
     if (!j || json_is_null(j)) return 0;
     if (!json_is_boolean(j)) {
-        pb__route_error(out, 400, "field \"%s\" must be true or false", key);
+        pb_api_error(out, 400, "field \"%s\" must be true or false", key);
         return -1;
     }
     *v = json_is_true(j);
     return 0;
 }
 
-static int route_capture_start(pb_server *s, const request *req, pb_buf *out)
+static int route_capture_start(const pb__routes_env *env, const request *req, pb_buf *out)
 {
-    const pb_server_opts *o = pb__server_opts(s);
-    if (!o->capture) return pb__route_error(out, 503, "capture is not available in this process");
+    if (!env->capture) return pb_api_error(out, 503, "capture is not available in this process");
     json_t *body = parse_optional_object(req, out);
     if (!body) return 400;
     int status = 400;
@@ -266,8 +243,8 @@ static int route_capture_start(pb_server *s, const request *req, pb_buf *out)
     if (steps && !json_is_null(steps)) {
         if (!json_is_integer(steps) || json_integer_value(steps) < 1 ||
             json_integer_value(steps) > PB_CAPTURE_MAX_STEPS) {
-            pb__route_error(out, 400, "field \"steps\" must be an integer from 1 to %d",
-                            PB_CAPTURE_MAX_STEPS);
+            pb_api_error(out, 400, "field \"steps\" must be an integer from 1 to %d",
+                         PB_CAPTURE_MAX_STEPS);
             goto done;
         }
         r.steps = (int)json_integer_value(steps);
@@ -275,23 +252,21 @@ static int route_capture_start(pb_server *s, const request *req, pb_buf *out)
     if (bool_field(body, "memory", &r.memory, out) || bool_field(body, "shapes", &r.shapes, out) ||
         bool_field(body, "stack", &r.stack, out) || bool_field(body, "trace", &r.trace, out))
         goto done;
-    status = o->capture(o->ctx, PB_CAPTURE_START, &r, out);
+    status = env->capture(env->ctx, PB_CAPTURE_START, &r, out);
 done:
     json_decref(body);
     return status;
 }
 
-static int route_capture_status(pb_server *s, const request *req, pb_buf *out)
+static int route_capture_status(const pb__routes_env *env, const request *req, pb_buf *out)
 {
-    const pb_server_opts *o = pb__server_opts(s);
-    if (!o->capture) return pb__route_error(out, 503, "capture is not available in this process");
-    return o->capture(o->ctx, PB_CAPTURE_STATUS, NULL, out);
+    if (!env->capture) return pb_api_error(out, 503, "capture is not available in this process");
+    return env->capture(env->ctx, PB_CAPTURE_STATUS, NULL, out);
 }
 
-static int route_capture_cancel(pb_server *s, const request *req, pb_buf *out)
+static int route_capture_cancel(const pb__routes_env *env, const request *req, pb_buf *out)
 {
-    const pb_server_opts *o = pb__server_opts(s);
-    if (!o->capture) return pb__route_error(out, 503, "capture is not available in this process");
+    if (!env->capture) return pb_api_error(out, 503, "capture is not available in this process");
     json_t *body = parse_optional_object(req, out);
     if (!body) return 400;
     int status = 400;
@@ -300,22 +275,21 @@ static int route_capture_cancel(pb_server *s, const request *req, pb_buf *out)
     if (id && !json_is_null(id)) {
         if (!json_is_integer(id) || json_integer_value(id) < 1 ||
             json_integer_value(id) > UINT32_MAX) {
-            pb__route_error(out, 400, "field \"capture\" must be a capture number (1 or more)");
+            pb_api_error(out, 400, "field \"capture\" must be a capture number (1 or more)");
             goto done;
         }
         r.id = (uint32_t)json_integer_value(id);
     }
-    status = o->capture(o->ctx, PB_CAPTURE_CANCEL, &r, out);
+    status = env->capture(env->ctx, PB_CAPTURE_CANCEL, &r, out);
 done:
     json_decref(body);
     return status;
 }
 
-static int route_capture_trace(pb_server *s, const request *req, pb_buf *out)
+static int route_capture_trace(const pb__routes_env *env, const request *req, pb_buf *out)
 {
-    const pb_server_opts *o = pb__server_opts(s);
-    if (!o->capture) return pb__route_error(out, 503, "capture is not available in this process");
-    return o->capture(o->ctx, PB_CAPTURE_TRACE, NULL, out);
+    if (!env->capture) return pb_api_error(out, 503, "capture is not available in this process");
+    return env->capture(env->ctx, PB_CAPTURE_TRACE, NULL, out);
 }
 
 /* ---- record: the agent records; here only the request is checked ---- */
@@ -331,18 +305,17 @@ static int only_fields(json_t *body, const char *const *allowed, const char *rou
         int known = 0;
         for (int i = 0; allowed[i] && !known; i++) known = strcmp(key, allowed[i]) == 0;
         if (!known) {
-            pb__route_error(out, 400, "unknown field \"%s\": %s takes %s", key, route, takes);
+            pb_api_error(out, 400, "unknown field \"%s\": %s takes %s", key, route, takes);
             return -1;
         }
     }
     return 0;
 }
 
-static int route_record_start(pb_server *s, const request *req, pb_buf *out)
+static int route_record_start(const pb__routes_env *env, const request *req, pb_buf *out)
 {
     static const char *const fields[] = {"path", "force", NULL};
-    const pb_server_opts *o = pb__server_opts(s);
-    if (!o->record) return pb__route_error(out, 503, "record is not available in this process");
+    if (!env->record) return pb_api_error(out, 503, "record is not available in this process");
     json_t *body = parse_optional_object(req, out);
     if (!body) return 400;
     int status = 400;
@@ -350,73 +323,70 @@ static int route_record_start(pb_server *s, const request *req, pb_buf *out)
     if (only_fields(body, fields, "POST /api/record", "\"path\" and \"force\"", out)) goto done;
     json_t *path = json_object_get(body, "path");
     if (!json_is_string(path)) {
-        pb__route_error(out, 400, "missing string field \"path\"");
+        pb_api_error(out, 400, "missing string field \"path\"");
         goto done;
     }
     r.path = json_string_value(path);
     if (json_string_length(path) > PB_RECORD_PATH_MAX) {
-        pb__route_error(out, 400, "field \"path\" is %zu bytes long; the limit is %d",
-                        json_string_length(path), PB_RECORD_PATH_MAX);
+        pb_api_error(out, 400, "field \"path\" is %zu bytes long; the limit is %d",
+                     json_string_length(path), PB_RECORD_PATH_MAX);
         goto done;
     }
     if (r.path[0] != '/') {
-        pb__route_error(out, 400, "field \"path\" must be an absolute path, not \"%s\": the "
-                        "agent's working directory is not the client's", r.path);
+        pb_api_error(out, 400, "field \"path\" must be an absolute path, not \"%s\": the "
+                     "agent's working directory is not the client's", r.path);
         goto done;
     }
     if (bool_field(body, "force", &r.force, out)) goto done;
-    status = o->record(o->ctx, PB_RECORD_START, &r, out);
+    status = env->record(env->ctx, PB_RECORD_START, &r, out);
 done:
     json_decref(body);
     return status;
 }
 
-static int route_record_status(pb_server *s, const request *req, pb_buf *out)
+static int route_record_status(const pb__routes_env *env, const request *req, pb_buf *out)
 {
-    const pb_server_opts *o = pb__server_opts(s);
-    if (!o->record) return pb__route_error(out, 503, "record is not available in this process");
-    return o->record(o->ctx, PB_RECORD_STATUS, NULL, out);
+    if (!env->record) return pb_api_error(out, 503, "record is not available in this process");
+    return env->record(env->ctx, PB_RECORD_STATUS, NULL, out);
 }
 
-static int route_record_stop(pb_server *s, const request *req, pb_buf *out)
+static int route_record_stop(const pb__routes_env *env, const request *req, pb_buf *out)
 {
     static const char *const fields[] = {NULL};
-    const pb_server_opts *o = pb__server_opts(s);
-    if (!o->record) return pb__route_error(out, 503, "record is not available in this process");
+    if (!env->record) return pb_api_error(out, 503, "record is not available in this process");
     json_t *body = parse_optional_object(req, out);
     if (!body) return 400;
     int status = 400;
     if (!only_fields(body, fields, "POST /api/record/stop", "no fields", out))
-        status = o->record(o->ctx, PB_RECORD_STOP, NULL, out);
+        status = env->record(env->ctx, PB_RECORD_STOP, NULL, out);
     json_decref(body);
     return status;
 }
 
 /* ---- the job (docs/cluster.md): callbacks of the agent's job registry ---- */
 
-static int route_job_fn(pb_server *s, pb_info_fn fn, const char *what, pb_buf *out)
+static int route_job_fn(const pb__routes_env *env, pb_info_fn fn, const char *what, pb_buf *out)
 {
-    const pb_server_opts *o = pb__server_opts(s);
-    if (!fn) return pb__route_error(out, 503, "%s is not available in this process", what);
-    int rc = fn(o->ctx, out);
-    if (rc) return pb__route_error(out, 500, "cannot describe the %s: %s", what, pb_strerror(rc));
+    if (!fn) return pb_api_error(out, 503, "%s is not available in this process", what);
+    int rc = fn(env->ctx, out);
+    if (rc) return pb_api_error(out, 500, "cannot describe the %s: %s", what, pb_strerror(rc));
     return 200;
 }
 
-static int route_job(pb_server *s, const request *req, pb_buf *out)
+static int route_job(const pb__routes_env *env, const request *req, pb_buf *out)
 {
     (void)req;
-    return route_job_fn(s, pb__server_opts(s)->job, "job", out);
+    return route_job_fn(env, env->job, "job", out);
 }
 
-static int route_rank(pb_server *s, const request *req, pb_buf *out)
+static int route_rank(const pb__routes_env *env, const request *req, pb_buf *out)
 {
     (void)req;
-    return route_job_fn(s, pb__server_opts(s)->rank, "rank", out);
+    return route_job_fn(env, env->rank, "rank", out);
 }
 
-static int route_stack(pb_server *s, const request *req, pb_buf *out)
+static int route_stack(const pb__routes_env *env, const request *req, pb_buf *out)
 {
     (void)req;
-    return route_job_fn(s, pb__server_opts(s)->stack, "stack", out);
+    return route_job_fn(env, env->stack, "stack", out);
 }

@@ -1,17 +1,23 @@
 /*
- * server.c - listeners, libmicrohttpd daemons and the SQL connection pool; see server.h.
+ * server.c - the transport: listeners, libmicrohttpd daemons, who may ask; see server.h.
  *
  * We create the listening sockets ourselves (to own the Unix socket file's life: stale-file
  * check, mode 0600, unlink on stop) and hand them to MHD with MHD_OPTION_LISTEN_SOCKET; one
  * daemon per listener. MHD calls on_request() several times per request: first with the
  * headers (peer uid check, Content-Length check), then with body chunks (collected into a
  * pb_buf), then once more with no data, when routes.c computes the answer.
+ *
+ * This file calls down into routes.c (what a path does) and pool.c (SQL connections and query
+ * admission, which it creates, stops and is told about when an answer has been sent); neither
+ * calls back: the routes get the agent's callbacks, the limits and the pool in a
+ * pb__routes_env made once here, and each request's "should it stop now?" as a callback.
  */
 #include "server.h"
 
 #include "config.h"
 #include "error.h"
 #include "log.h"
+#include "pool.h"
 #include "routes.h"
 
 #include <arpa/inet.h>
@@ -39,12 +45,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define POOL_MAX 8                  /* idle SQL connections kept */
 #define CONNECTION_IDLE_TIMEOUT 10 /* seconds a connection may send nothing (keep-alive, slow or
                                       * stuck clients); a running handler is not idle */
 #define CONNECTION_SPARE 8          /* connections over max_connections still answered (503) */
-#define ACTIVE_MAX 128              /* queries running at once that a stop can interrupt */
-#define QUEUE_WAIT_S 5              /* how long a query waits for a pool slot or result budget */
 #define TCP_PER_PEER 8              /* TCP connections one address may hold (slowloris) */
 
 typedef struct listener {
@@ -68,15 +71,8 @@ struct pb_server {
     dev_t token_dev;
     ino_t token_ino;
     listener unix_l, tcp_l;
-    pthread_mutex_t pool_lock; /* also guards active, queries_running, results_in_flight */
-    pthread_cond_t pool_changed; /* a query slot or result budget was given back, or stopping */
-    pb_db *pool[POOL_MAX];
-    int pool_len;
-    pb_db *active[ACTIVE_MAX]; /* connections running a query now (a stop interrupts them) */
-    int queries_running;       /* at most query_threads */
-    int query_threads;         /* PROBING_QUERY_THREADS */
-    size_t results_in_flight;  /* bytes reserved by queries running or answers not yet sent */
-    size_t results_budget;     /* PROBING_RESULTS_MB */
+    pb__pool *pool;            /* SQL connections, query slots and the result budget */
+    pb__routes_env routes;     /* what the routes get: opts' callbacks and limits, the pool */
     int nice;                  /* PROBING_SERVER_NICE: added to server threads' nice value */
     double request_deadline_s; /* PROBING_REQUEST_DEADLINE: whole request, headers to body */
     _Atomic int stopping;
@@ -107,7 +103,7 @@ typedef struct request_state {
     int detach_after; /* a 200 answer to POST /api/detach: detach once it has been sent */
     pb_server *server;
     int fd;                 /* the connection's socket, polled for a client that left */
-    size_t results_reserved; /* bytes of the result budget this request holds */
+    size_t results_reserved; /* bytes of the result budget this request holds (pool.c) */
 } request_state;
 
 static int64_t now_ns(void)
@@ -247,6 +243,20 @@ static int listen_tcp(pb_server *s, const char *spec)
 
 static void request_read(pb_server *s, struct MHD_Connection *conn);
 
+/* Why the request req_ctx (a request_state) should stop now: PB_DB_CANCEL_EXITING (the server
+ * is stopping), PB_DB_CANCEL_CLIENT_GONE (the client closed its connection) or 0. The routes
+ * get it as the request's pb_db_cancel_fn. [server thread] */
+static int request_cancelled(void *req_ctx)
+{
+    request_state *r = req_ctx;
+    if (atomic_load(&r->server->stopping)) return PB_DB_CANCEL_EXITING;
+    if (r->fd < 0) return 0;
+    struct pollfd p = {.fd = r->fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+        return PB_DB_CANCEL_CLIENT_GONE;
+    return 0;
+}
+
 /* Server threads run below the job's threads: nice + s->nice (setpriority on the thread; only
  * ever raised, which needs no privilege), once per thread. [server thread] */
 static void lower_priority(pb_server *s)
@@ -292,7 +302,7 @@ static enum MHD_Result respond_error(struct MHD_Connection *conn, int status, co
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     pb_buf out = PB_BUF_INIT;
-    pb__route_error(&out, status, "%s", msg);
+    pb_api_error(&out, status, "%s", msg);
     return respond(conn, status, &out, NULL);
 }
 
@@ -421,7 +431,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (r->out_of_memory) return respond_error(conn, 500, "out of memory while reading the request");
     pb_buf out = PB_BUF_INIT;
     const char *allow = NULL;
-    int status = pb__route_request(s, r, method, url, r->body.data, r->body.len, &out, &allow);
+    pb__routes_request req = {.method = method, .path = url, .body = r->body.data,
+                              .body_len = r->body.len, .cancelled = request_cancelled,
+                              .cancel_ctx = r, .results_reserved = &r->results_reserved};
+    int status = pb__routes_answer(&s->routes, &req, &out, &allow);
     r->detach_after = status == 200 && strcmp(method, "POST") == 0 && strcmp(url, "/api/detach") == 0;
     return respond(conn, status, &out, allow);
 }
@@ -434,13 +447,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     if (!r) return;
     /* The answer is out (or the client left): only now may the agent start going away. */
     if (r->detach_after && l && l->server->opts.detach) l->server->opts.detach(l->server->opts.ctx);
-    if (r->results_reserved) {
-        pb_server *s = l->server;
-        pthread_mutex_lock(&s->pool_lock);
-        s->results_in_flight -= r->results_reserved;
-        pthread_cond_broadcast(&s->pool_changed);
-        pthread_mutex_unlock(&s->pool_lock);
-    }
+    if (l) pb__pool_results_sent(l->server->pool, &r->results_reserved);
     /* A keep-alive connection's next request gets a deadline of its own. */
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     conn_slot *slot = ci ? ci->socket_context : NULL;
@@ -640,20 +647,15 @@ int pb_server_start(pb_server **out, const pb_server_opts *opts)
     pb_server *s = calloc(1, sizeof *s);
     if (!s) return -ENOMEM;
     s->unix_l.fd = s->tcp_l.fd = -1;
-    pthread_mutex_init(&s->pool_lock, NULL);
     pthread_mutex_init(&s->conns_lock, NULL);
     {
         pthread_condattr_t ca;
         pthread_condattr_init(&ca);
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&s->pool_changed, &ca);
         pthread_cond_init(&s->watchdog_wake, &ca);
         pthread_condattr_destroy(&ca);
     }
-    s->query_threads = (int)pb_config_int("PROBING_QUERY_THREADS", 2);
-    if (s->query_threads < 1) s->query_threads = 1;
-    s->results_budget = (size_t)pb_config_int("PROBING_RESULTS_MB", 256) << 20;
-    if (s->results_budget < (1u << 20)) s->results_budget = 1u << 20;
+    if ((rc = pb__pool_new(&s->pool))) goto fail;
     s->nice = (int)pb_config_int("PROBING_SERVER_NICE", 19);
     s->request_deadline_s = pb_config_double("PROBING_REQUEST_DEADLINE", 10);
     if (s->request_deadline_s <= 0) s->request_deadline_s = 10;
@@ -671,6 +673,10 @@ int pb_server_start(pb_server **out, const pb_server_opts *opts)
     if (s->opts.limits.max_result_bytes == 0)
         s->opts.limits.max_result_bytes = (size_t)pb_config_int("PROBING_MAX_RESULT_MB", 64) << 20;
     if (s->opts.limits.timeout_s <= 0) s->opts.limits.timeout_s = pb_config_double("PROBING_QUERY_TIMEOUT", 30);
+    s->routes = (pb__routes_env){.eval = opts->eval, .info = opts->info, .detach = opts->detach,
+                                 .capture = opts->capture, .record = opts->record,
+                                 .job = opts->job, .rank = opts->rank, .stack = opts->stack,
+                                 .ctx = opts->ctx, .limits = s->opts.limits, .pool = s->pool};
 
     if (s->unix_path && (rc = listen_unix(s, s->unix_path))) goto fail;
     if (s->tcp_listen && (rc = listen_tcp(s, s->tcp_listen))) goto fail;
@@ -718,11 +724,7 @@ void pb_server_stop(pb_server *s)
     /* Running queries stop at their next progress check; waiting ones give up (503). The
      * agent cancels evals itself (pb_eval_shutdown) before it gets here. */
     atomic_store(&s->stopping, 1);
-    pthread_mutex_lock(&s->pool_lock);
-    for (int i = 0; i < ACTIVE_MAX; i++)
-        if (s->active[i]) pb_db_interrupt(s->active[i]);
-    pthread_cond_broadcast(&s->pool_changed);
-    pthread_mutex_unlock(&s->pool_lock);
+    pb__pool_stop(s->pool);
     if (s->watchdog_running) {
         pthread_mutex_lock(&s->conns_lock);
         pthread_cond_broadcast(&s->watchdog_wake);
@@ -742,10 +744,8 @@ void pb_server_stop(pb_server *s)
         if (lstat(s->token_path, &st) == 0 && st.st_dev == s->token_dev && st.st_ino == s->token_ino)
             unlink(s->token_path);
     }
-    for (int i = 0; i < s->pool_len; i++) pb_db_close(s->pool[i]);
-    pthread_mutex_destroy(&s->pool_lock);
+    pb__pool_free(s->pool);
     pthread_mutex_destroy(&s->conns_lock);
-    pthread_cond_destroy(&s->pool_changed);
     pthread_cond_destroy(&s->watchdog_wake);
     free(s->unix_path);
     free(s->tcp_listen);
@@ -765,115 +765,3 @@ void pb_server_forget_after_fork(pb_server *s)
 int pb_server_tcp_port(const pb_server *s) { return s ? s->tcp_port : 0; }
 
 const char *pb_server_token_path(const pb_server *s) { return s ? s->token_path : NULL; }
-
-/* ---- what routes.c borrows ---- */
-
-const pb_server_opts *pb__server_opts(const pb_server *s) { return &s->opts; }
-
-int pb__server_db_acquire(pb_server *s, pb_db **out)
-{
-    *out = NULL;
-    pthread_mutex_lock(&s->pool_lock);
-    if (s->pool_len > 0) *out = s->pool[--s->pool_len];
-    pthread_mutex_unlock(&s->pool_lock);
-    return *out ? 0 : pb_db_open(out);
-}
-
-int pb__server_cancelled(void *req_ctx)
-{
-    request_state *r = req_ctx;
-    if (atomic_load(&r->server->stopping)) return PB_DB_CANCEL_EXITING;
-    if (r->fd < 0) return 0;
-    struct pollfd p = {.fd = r->fd, .events = POLLRDHUP};
-    if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
-        return PB_DB_CANCEL_CLIENT_GONE;
-    return 0;
-}
-
-/* Deadline QUEUE_WAIT_S from now, on the condition's clock. */
-static struct timespec queue_deadline(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    t.tv_sec += QUEUE_WAIT_S;
-    return t;
-}
-
-int pb__server_query_begin(pb_server *s, void *req_ctx, pb_db *db, size_t want, size_t *cap,
-                           pb_buf *out)
-{
-    request_state *r = req_ctx;
-    int status = 0, slot = -1;
-    if (want > s->results_budget) want = s->results_budget;
-    size_t reserve = want + (1u << 20); /* JSON head and tail, last row */
-    if (reserve > s->results_budget) reserve = s->results_budget;
-    struct timespec until = queue_deadline();
-    pthread_mutex_lock(&s->pool_lock);
-    for (;;) {
-        if (atomic_load(&s->stopping)) {
-            status = pb__route_error(out, 503, "the process is exiting or probing is detaching; "
-                                     "the query was not run");
-            goto done;
-        }
-        if (s->queries_running < s->query_threads &&
-            s->results_in_flight + reserve <= s->results_budget) {
-            for (int i = 0; i < ACTIVE_MAX && slot < 0; i++)
-                if (!s->active[i]) slot = i;
-            if (slot >= 0) break;
-        }
-        if (pthread_cond_timedwait(&s->pool_changed, &s->pool_lock, &until) == ETIMEDOUT) {
-            if (s->results_in_flight + reserve > s->results_budget)
-                status = pb__route_error(
-                    out, 503,
-                    "busy: %zu MB of results in flight (the limit is %zu MB, "
-                    "PROBING_RESULTS_MB); try again in a moment or ask for less (LIMIT)",
-                    (s->results_in_flight + (1u << 20) - 1) >> 20, s->results_budget >> 20);
-            else
-                status = pb__route_error(
-                    out, 503,
-                    "busy: %d queries are running (the limit is %d, PROBING_QUERY_THREADS) and "
-                    "this one waited %d s for its turn; try again in a moment",
-                    s->queries_running, s->query_threads, QUEUE_WAIT_S);
-            goto done;
-        }
-    }
-    s->active[slot] = db;
-    s->queries_running++;
-    s->results_in_flight += reserve;
-    r->results_reserved += reserve;
-    *cap = want;
-done:
-    pthread_mutex_unlock(&s->pool_lock);
-    return status;
-}
-
-void pb__server_query_end(pb_server *s, void *req_ctx, pb_db *db, size_t kept)
-{
-    request_state *r = req_ctx;
-    pthread_mutex_lock(&s->pool_lock);
-    for (int i = 0; i < ACTIVE_MAX; i++)
-        if (s->active[i] == db) {
-            s->active[i] = NULL;
-            break;
-        }
-    s->queries_running--;
-    /* The answer's bytes stay reserved until it has been sent (on_completed). */
-    if (kept < r->results_reserved) {
-        s->results_in_flight -= r->results_reserved - kept;
-        r->results_reserved = kept;
-    }
-    pthread_cond_broadcast(&s->pool_changed);
-    pthread_mutex_unlock(&s->pool_lock);
-}
-
-void pb__server_db_release(pb_server *s, pb_db *db)
-{
-    if (!db) return;
-    pthread_mutex_lock(&s->pool_lock);
-    if (s->pool_len < POOL_MAX) {
-        s->pool[s->pool_len++] = db;
-        db = NULL;
-    }
-    pthread_mutex_unlock(&s->pool_lock);
-    pb_db_close(db); /* pool full */
-}

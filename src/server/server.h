@@ -1,18 +1,22 @@
 /*
  * server.h - the agent's HTTP/1.1 endpoint (libmicrohttpd), on a Unix socket and optionally TCP.
  *
- * The server answers the API of docs/architecture.md (routes.c holds the route table). Every
- * connection gets its own thread (MHD_USE_THREAD_PER_CONNECTION), so a slow eval never holds up
- * a query. Queries run on pooled pb_db connections and never take the GIL; eval and info are
- * callbacks supplied by the agent.
+ * The server answers the API of docs/architecture.md. This header is the transport; the API's
+ * contract (the agent's callback types, the capture and record request structs, their limits,
+ * the error shape) is api.h, which the agent includes on its own. Inside src/server, server.c
+ * (this) calls routes.c (the route table) and pool.c (SQL connections and query admission);
+ * neither calls back. Every connection gets its own thread (MHD_USE_THREAD_PER_CONNECTION), so a
+ * slow eval never holds up a query. Queries run on pooled pb_db connections and never take the
+ * GIL; eval, info and the rest are callbacks supplied by the agent.
  *
  * The job comes first (docs/security.md, "Round two"): server threads lower their priority
  * (nice + PROBING_SERVER_NICE) on their first request; at most PROBING_QUERY_THREADS queries
  * run at once, and all results in flight share one budget, PROBING_RESULTS_MB (a query reserves
  * its cap while it runs and the size of its answer until the answer is sent; one that does not
- * fit waits a few seconds, then gets 503 "busy: ..."). A query or eval whose client closed its
- * connection is cancelled; a watchdog thread closes connections whose request has not been read
- * whole within PROBING_REQUEST_DEADLINE; on TCP one address holds at most 8 connections.
+ * fit waits a few seconds, then gets 503 "busy: ..."; pool.h). A query or eval whose client
+ * closed its connection is cancelled; a watchdog thread closes connections whose request has not
+ * been read whole within PROBING_REQUEST_DEADLINE; on TCP one address holds at most 8
+ * connections.
  *
  * The Unix socket is created here: mode 0600 and, on each request, the peer's uid is checked
  * (SO_PEERCRED): only our own uid and root are served. A socket file left by a dead agent is
@@ -29,6 +33,7 @@
 #ifndef PB_SERVER_SERVER_H
 #define PB_SERVER_SERVER_H
 
+#include "api.h"
 #include "buf.h"
 #include "db.h"
 
@@ -41,67 +46,7 @@ typedef struct pb_server pb_server;
 #define PB_SERVER_TOKEN_MIN 16  /* shortest token accepted from the user */
 #define PB_SERVER_TOKEN_MAX 256
 
-/* Runs code and fills out_json with the whole /api/eval response body; may set *http_status
- * (200 when left alone; 504 for a timeout, ...). While it waits it asks cancelled(cancel_ctx)
- * now and then: non-zero (PB_DB_CANCEL_*: the client left, the server stops) means stop
- * waiting and interrupt the code. Returns 0 or an error (then, if out_json is empty, the server
- * answers 500 with pb_strerror()). [server thread] */
-typedef int (*pb_eval_fn)(void *ctx, const char *code, double timeout_s, pb_db_cancel_fn cancelled,
-                          void *cancel_ctx, pb_buf *out_json, int *http_status);
-
-/* Fills the /api/info response body. Returns 0 or an error (-> 500). [server thread] */
-typedef int (*pb_info_fn)(void *ctx, pb_buf *out_json);
-
-/* Asked to detach (POST /api/detach), called once the 200 answer has been sent in full (from
- * MHD's request-completed callback, so it must not stop the server itself: it hands the work
- * to another thread and returns). [server thread] */
-typedef void (*pb_detach_fn)(void *ctx);
-
-/* Capture control (docs/architecture.md): POST /api/capture starts one, GET /api/capture says
- * how it goes, POST /api/capture/cancel cancels it, GET /api/capture/trace sends its Chrome
- * trace. routes.c checks the request body; the agent decides. */
-#define PB_CAPTURE_MAX_STEPS 20
-
-typedef struct pb_capture_request {
-    int steps;     /* START: 1..PB_CAPTURE_MAX_STEPS */
-    int memory;    /* START: torch.profiler profile_memory */
-    int shapes;    /* START: record_shapes */
-    int stack;     /* START: with_stack */
-    int trace;     /* START: keep a Chrome trace for GET /api/capture/trace */
-    uint32_t id;   /* CANCEL: the capture to cancel; 0 = the current one */
-} pb_capture_request;
-
-typedef enum pb_capture_verb {
-    PB_CAPTURE_START,  /* req: steps and options */
-    PB_CAPTURE_STATUS,
-    PB_CAPTURE_CANCEL, /* req: id */
-    PB_CAPTURE_TRACE,  /* out: the trace file itself */
-    PB_CAPTURE_CLOSE,  /* before a detach: refuse new captures; 409 while one is pending or running */
-} pb_capture_verb;
-
-/* Fills out with the response body and returns the HTTP status (CLOSE: 200 and out untouched
- * when closed). req is NULL for STATUS, TRACE and CLOSE. [server thread] */
-typedef int (*pb_capture_fn)(void *ctx, pb_capture_verb verb, const pb_capture_request *req,
-                             pb_buf *out);
-
-/* Recording control (docs/recordings.md): POST /api/record starts a recording into a file the
- * agent writes, GET /api/record says how it goes, POST /api/record/stop stops it. routes.c checks
- * the request body (path absolute, at most PB_RECORD_PATH_MAX bytes); the agent decides. Refused
- * on TCP (403), whatever the token: a network client would name a file on the agent's machine. */
-#define PB_RECORD_PATH_MAX 4095
-
-typedef struct pb_record_request {
-    const char *path; /* START: absolute; borrowed for the call */
-    int force;        /* START: replace an existing file */
-} pb_record_request;
-
-typedef enum pb_record_verb { PB_RECORD_START, PB_RECORD_STATUS, PB_RECORD_STOP } pb_record_verb;
-
-/* Fills out with the response body and returns the HTTP status. req is NULL for STATUS and
- * STOP. [server thread] */
-typedef int (*pb_record_fn)(void *ctx, pb_record_verb verb, const pb_record_request *req,
-                            pb_buf *out);
-
+/* The agent's callbacks are the types of api.h. */
 typedef struct pb_server_opts {
     const char *unix_path;    /* socket file to create (copied); NULL = no Unix socket */
     const char *tcp_listen;   /* "host:port", "[v6]:port", ":port" (all interfaces), or NULL */

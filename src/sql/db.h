@@ -18,6 +18,8 @@
 #define PB_SQL_DB_H
 
 #include "buf.h"
+#include "jsonw.h"
+#include "registry.h"
 
 #include <stddef.h>
 
@@ -79,5 +81,9 @@ void pb_db_interrupt(pb_db *db);
  *               "rows_dropped","empty_reason"}]}
  * Returns 0 or the pb_buf error. [any thread, registry complete] */
 int pb_db_tables_json(pb_buf *out);
+
+/* Writes t's columns as [{"name","type","doc"},...] (the "columns" of pb_db_tables_json; a
+ * recording's `tables` catalogue keeps the same). Returns 0 or the pb_buf error. [any thread] */
+int pb_db_table_columns_json(pb_jsonw *w, const pb_table *t);
 
 #endif

@@ -7,7 +7,6 @@
 #ifndef PB_SQL_VT_H
 #define PB_SQL_VT_H
 
-#include "jsonw.h"
 #include "registry.h"
 
 #include <sqlite3.h>
@@ -19,8 +18,5 @@ int pb__vt_ring_create(sqlite3 *conn, pb_table *t, char **errmsg);
 
 /* Creates probe.tables and probe.config ("probe" must be attached). Same returns. */
 int pb__vt_probe_create(sqlite3 *conn, char **errmsg);
-
-/* Writes t's columns as [{"name","type","doc"},...]. Returns 0 or the pb_buf error. */
-int pb__table_columns_json(pb_jsonw *w, const pb_table *t);
 
 #endif

@@ -44,7 +44,7 @@ static void table_counts(const pb_table *t, probe_counts *out)
     out->rows_dropped = (sqlite3_int64)(head > cap ? head - cap : 0);
 }
 
-int pb__table_columns_json(pb_jsonw *w, const pb_table *t)
+int pb_db_table_columns_json(pb_jsonw *w, const pb_table *t)
 {
     int rc = pb_jsonw_arr_begin(w);
     for (int i = 0; !rc && i < t->ncolumns; i++) {
@@ -81,7 +81,7 @@ int pb_db_tables_json(pb_buf *out)
         if (!rc) rc = pb_jsonw_key(&w, "doc");
         if (!rc) rc = pb_jsonw_str(&w, t->doc ? t->doc : "");
         if (!rc) rc = pb_jsonw_key(&w, "columns");
-        if (!rc) rc = pb__table_columns_json(&w, t);
+        if (!rc) rc = pb_db_table_columns_json(&w, t);
         if (!rc) rc = pb_jsonw_key(&w, "rows");
         if (!rc) rc = pb_jsonw_int(&w, n.rows);
         if (!rc) rc = pb_jsonw_key(&w, "capacity");
@@ -193,7 +193,7 @@ static int table_column(const probe_cursor *c, sqlite3_context *ctx, int i)
         pb_buf json = PB_BUF_INIT;
         pb_jsonw w;
         pb_jsonw_init(&w, &json);
-        if (pb__table_columns_json(&w, t)) {
+        if (pb_db_table_columns_json(&w, t)) {
             pb_buf_free(&json);
             return SQLITE_NOMEM;
         }

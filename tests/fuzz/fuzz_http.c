@@ -31,7 +31,8 @@
 static char dir[64], sock_path[128];
 static pb_server *server;
 
-static int fake_eval(void *ctx, const char *code, double timeout_s, pb_buf *out, int *status)
+static int fake_eval(void *ctx, const char *code, double timeout_s, pb_db_cancel_fn cancelled,
+                     void *cancel_ctx, pb_buf *out, int *status)
 {
     return pb_buf_printf(out, "{\"ok\":true,\"stdout\":\"%zu\",\"stderr\":\"\"}", strlen(code));
 }

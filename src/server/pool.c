@@ -1,0 +1,179 @@
+/*
+ * pool.c - idle SQL connections and the admission of queries (slots, result budget); see
+ * pool.h.
+ *
+ * One mutex guards everything here; one condition variable is signalled whenever a slot or
+ * budget is given back, and on stop. Deadlines are on CLOCK_MONOTONIC.
+ */
+#include "pool.h"
+
+#include "api.h"
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define POOL_MAX 8      /* idle SQL connections kept */
+#define ACTIVE_MAX 128  /* queries running at once that a stop can interrupt */
+#define QUEUE_WAIT_S 5  /* how long a query waits for a slot or result budget */
+
+struct pb__pool {
+    pthread_mutex_t lock; /* guards everything below but stopping */
+    pthread_cond_t changed; /* a query slot or result budget was given back, or stopping */
+    pb_db *idle[POOL_MAX];
+    int idle_len;
+    pb_db *active[ACTIVE_MAX]; /* connections running a query now (a stop interrupts them) */
+    int queries_running;       /* at most query_threads */
+    int query_threads;         /* PROBING_QUERY_THREADS */
+    size_t results_in_flight;  /* bytes reserved by queries running or answers not yet sent */
+    size_t results_budget;     /* PROBING_RESULTS_MB */
+    _Atomic int stopping;
+};
+
+int pb__pool_new(pb__pool **out)
+{
+    *out = NULL;
+    pb__pool *p = calloc(1, sizeof *p);
+    if (!p) return -ENOMEM;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->changed, &ca);
+    pthread_condattr_destroy(&ca);
+    p->query_threads = (int)pb_config_int("PROBING_QUERY_THREADS", 2);
+    if (p->query_threads < 1) p->query_threads = 1;
+    p->results_budget = (size_t)pb_config_int("PROBING_RESULTS_MB", 256) << 20;
+    if (p->results_budget < (1u << 20)) p->results_budget = 1u << 20;
+    *out = p;
+    return 0;
+}
+
+void pb__pool_stop(pb__pool *p)
+{
+    if (!p) return;
+    /* Running queries stop at their next progress check; waiting ones give up (503). */
+    atomic_store(&p->stopping, 1);
+    pthread_mutex_lock(&p->lock);
+    for (int i = 0; i < ACTIVE_MAX; i++)
+        if (p->active[i]) pb_db_interrupt(p->active[i]);
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void pb__pool_free(pb__pool *p)
+{
+    if (!p) return;
+    for (int i = 0; i < p->idle_len; i++) pb_db_close(p->idle[i]);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->changed);
+    free(p);
+}
+
+int pb__pool_acquire(pb__pool *p, pb_db **out)
+{
+    *out = NULL;
+    pthread_mutex_lock(&p->lock);
+    if (p->idle_len > 0) *out = p->idle[--p->idle_len];
+    pthread_mutex_unlock(&p->lock);
+    return *out ? 0 : pb_db_open(out);
+}
+
+void pb__pool_release(pb__pool *p, pb_db *db)
+{
+    if (!db) return;
+    pthread_mutex_lock(&p->lock);
+    if (p->idle_len < POOL_MAX) {
+        p->idle[p->idle_len++] = db;
+        db = NULL;
+    }
+    pthread_mutex_unlock(&p->lock);
+    pb_db_close(db); /* pool full */
+}
+
+/* Deadline QUEUE_WAIT_S from now, on the condition's clock. */
+static struct timespec queue_deadline(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += QUEUE_WAIT_S;
+    return t;
+}
+
+int pb__pool_query_begin(pb__pool *p, pb_db *db, size_t want, size_t *cap, size_t *reserved,
+                         pb_buf *out)
+{
+    int status = 0, slot = -1;
+    if (want > p->results_budget) want = p->results_budget;
+    size_t reserve = want + (1u << 20); /* JSON head and tail, last row */
+    if (reserve > p->results_budget) reserve = p->results_budget;
+    struct timespec until = queue_deadline();
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        if (atomic_load(&p->stopping)) {
+            status = pb_api_error(out, 503, "the process is exiting or probing is detaching; "
+                                  "the query was not run");
+            goto done;
+        }
+        if (p->queries_running < p->query_threads &&
+            p->results_in_flight + reserve <= p->results_budget) {
+            for (int i = 0; i < ACTIVE_MAX && slot < 0; i++)
+                if (!p->active[i]) slot = i;
+            if (slot >= 0) break;
+        }
+        if (pthread_cond_timedwait(&p->changed, &p->lock, &until) == ETIMEDOUT) {
+            if (p->results_in_flight + reserve > p->results_budget)
+                status = pb_api_error(
+                    out, 503,
+                    "busy: %zu MB of results in flight (the limit is %zu MB, "
+                    "PROBING_RESULTS_MB); try again in a moment or ask for less (LIMIT)",
+                    (p->results_in_flight + (1u << 20) - 1) >> 20, p->results_budget >> 20);
+            else
+                status = pb_api_error(
+                    out, 503,
+                    "busy: %d queries are running (the limit is %d, PROBING_QUERY_THREADS) and "
+                    "this one waited %d s for its turn; try again in a moment",
+                    p->queries_running, p->query_threads, QUEUE_WAIT_S);
+            goto done;
+        }
+    }
+    p->active[slot] = db;
+    p->queries_running++;
+    p->results_in_flight += reserve;
+    *reserved += reserve;
+    *cap = want;
+done:
+    pthread_mutex_unlock(&p->lock);
+    return status;
+}
+
+void pb__pool_query_end(pb__pool *p, pb_db *db, size_t kept, size_t *reserved)
+{
+    pthread_mutex_lock(&p->lock);
+    for (int i = 0; i < ACTIVE_MAX; i++)
+        if (p->active[i] == db) {
+            p->active[i] = NULL;
+            break;
+        }
+    p->queries_running--;
+    /* The answer's bytes stay reserved until it has been sent (pb__pool_results_sent). */
+    if (kept < *reserved) {
+        p->results_in_flight -= *reserved - kept;
+        *reserved = kept;
+    }
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+}
+
+void pb__pool_results_sent(pb__pool *p, size_t *reserved)
+{
+    if (!*reserved) return;
+    pthread_mutex_lock(&p->lock);
+    p->results_in_flight -= *reserved;
+    *reserved = 0;
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
+}
