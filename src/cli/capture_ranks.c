@@ -198,7 +198,8 @@ int pb_capture_ranks(const pb_cli_args *a)
 
     /* Start: the same request to every rank at once. */
     pb_fanout_run(reqs, n, "POST", "/api/capture", body, deadline);
-    int started = 0;
+    int started = 0, selected = 0;
+    for (int r = 0; r < n; r++) selected += sel[r] != 0;
     for (int r = 0; r < n; r++) {
         if (!sel[r] || !reqs[r].usable) continue;
         if (reqs[r].status == 202 && int_field(reqs[r].root, "capture", 0) > 0) {
@@ -217,7 +218,7 @@ int pb_capture_ranks(const pb_cli_args *a)
     pb_fanout_free(reqs, n);
     if (started) {
         printf("capture of %d step%s started on %d of %d selected rank%s\n", steps,
-               steps == 1 ? "" : "s", started, n, n == 1 ? "" : "s");
+               steps == 1 ? "" : "s", started, selected, selected == 1 ? "" : "s");
         fflush(stdout);
     }
 

@@ -80,6 +80,14 @@ def test_capture_on_every_rank_writes_one_trace_per_rank(cli, job, tmp_path):
     assert r.stderr == ""
 
 
+def test_capture_on_some_ranks(cli, job, tmp_path):
+    r = cli(job[0][0], "capture", "--ranks", "1", "--steps", 1, "-o", tmp_path / "one",
+            timeout=STEP_TIMEOUT_S)
+    assert r.stdout.startswith("capture of 1 step started on 1 of 1 selected rank\n"), r.stdout
+    assert sorted(rank_lines(r.stdout)) == [1]
+    assert os.listdir(tmp_path / "one") == ["rank1.json"]
+
+
 def test_a_rank_that_cannot_be_reached_is_named_and_the_others_captured(cli, job, tmp_path):
     pid1, sock1 = job[1]
     aside = sock1 + ".aside"
