@@ -30,11 +30,16 @@ def job(cli, env, session_dir):
                                 name="capture-ranks-job", expect_socket=False)
         proc._poll("step lines", lambda: re.search(r"^step 10\b", proc.stdout(), re.M),
                    STEP_TIMEOUT_S)
-        for a in json.loads(cli("list", "-f", "json").stdout):
-            if "ddp_gloo.py --steps 1000000" in a.get("cmdline", "") and \
-                    "torch.distributed.run" not in a["cmdline"]:
-                ranks[a["rank"]] = (str(a["pid"]), a["endpoint"])
-        assert sorted(ranks) == [0, 1], ranks
+
+        def both_listed():
+            # an agent slow to answer `list` (1 s each; a loaded or sanitized run) is listed
+            # without its cmdline: ask again
+            for a in json.loads(cli("list", "-f", "json").stdout):
+                if "ddp_gloo.py --steps 1000000" in a.get("cmdline", "") and \
+                        "torch.distributed.run" not in a["cmdline"]:
+                    ranks[a["rank"]] = (str(a["pid"]), a["endpoint"])
+            return sorted(ranks) == [0, 1]
+        proc._poll("both ranks in probing list", both_listed, STEP_TIMEOUT_S)
         yield ranks
     finally:
         launcher.cleanup()
