@@ -22,7 +22,7 @@ def job(cli, env, session_dir):
     work = session_dir / "capture-ranks-job"
     work.mkdir()
     launcher = Launcher(cli, env, work, env["PROBING_DIR"])
-    ranks = {}
+    ranks, proc = {}, None
     try:
         proc = launcher.command([cli.binary, "run", "--", PYTHON, "-m", "torch.distributed.run",
                                  "--nproc_per_node", "2", "--master_port", free_port(),
@@ -42,12 +42,35 @@ def job(cli, env, session_dir):
         proc._poll("both ranks in probing list", both_listed, STEP_TIMEOUT_S)
         yield ranks
     finally:
+        # torchrun starts its workers in sessions of their own: kill them by pid, also when the
+        # fixture failed before it found them
+        workers = descendants(proc.pid) if proc else set()
         launcher.cleanup()
-        for pid, _ in ranks.values():  # torchrun starts its workers in sessions of their own
+        for pid in workers | {int(pid) for pid, _ in ranks.values()}:
             try:
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def descendants(pid):
+    """The pids of every process below pid (from /proc/<pid>/task/<tid>/children)."""
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    kids = {int(k) for k in f.read().split()}
+            except OSError:
+                continue
+            todo.extend(kids - found)
+            found |= kids
+    return found
 
 
 def rank_lines(stdout):
