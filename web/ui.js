@@ -27,6 +27,7 @@ const PHASES = [ // python.steps columns, bottom of the stack first
 const ui = window.probingUI = {
   live: false, targets: [], page: null, overviewPoints: 0, overviewSteps: 0, bucket: 1,
   memoryPoints: 0, flame: {}, sqlResult: null, report: null, errors: [], rankCells: 0, stragglers: null, stalledRanks: null,
+  missing: [], hangShown: null, // ranks the roster names but that cannot be asked; the stalled ranks whose stacks are shown
   timings: {}, // ms after navigation start when each page was first drawn (bench/ui_overhead.py)
 };
 
@@ -449,19 +450,63 @@ async function refreshRanks() {
   $('rk-legend').textContent = `colour: ${metric} per step (mean over buckets of ${N}), ` +
     `blue ${fmt(vmin)} s to red ${fmt(vmax)} s and above (2nd to 98th percentile); \u25b2 straggler: median time outside backward, collectives and gradient sync (where no rank ` +
     `waits for another) over 10% above the ranks' mean`;
-  $('rk-note').textContent = `node ${ui.node}: ${n} rank${n === 1 ? '' : 's'}` +
-    (n === 1 ? ' (the other ranks of a job show here when they run on this machine)' : '');
+  const nodes = new Set(tg.map((t) => t.host || ui.node));
+  $('rk-note').textContent = `${n} rank${n === 1 ? '' : 's'} on ${nodes.size} node${nodes.size === 1 ? '' : 's'}` +
+    (ui.missing.length ? `; ${ui.missing.length} more in the job's roster cannot be asked (below)` : '');
+  $('rk-missing').replaceChildren(...ui.missing.map((m) =>
+    el('div', { class: 'error' }, `rank ${m.rank} (${m.host}): not shown: ${m.why}`)));
   const stalled = ui.live ? await stalls(tg, wall) : [];
   table($('rk-table'), ['node', 'rank', 'pid', 'median step s', 'median outside waits s', 'vs mean', '', 'now'],
-    tg.map((t, i) => [ui.node, t.rank, t.pid, wall[i], med[i],
+    tg.map((t, i) => [t.host || ui.node, t.rank, t.pid, wall[i], med[i],
       med[i] != null && mean ? fmt(med[i] / mean) + 'x' : '', ui.stragglers.includes(t.rank) ? 'straggler' : '',
       stalled[i] || '']));
   const stuck = tg.filter((t, i) => stalled[i] && stalled[i].startsWith('stalled'));
   ui.stalledRanks = stuck.map((t) => t.rank);
-  $('rk-hang').replaceChildren(...(stuck.length ? [
-    el('div', { class: 'error' }, `${stuck.length} of ${tg.length} rank${tg.length === 1 ? '' : 's'} ` +
+  await showHang(stuck, tg.length);
+}
+
+/* The hang view: what `probing <target> hang` prints (which collective the others wait in, who
+ * has not entered it) and each stalled rank's Python stacks (its agent's /api/stack), as hang
+ * shows them: the main thread first, innermost frame first. Fetched again when the set of
+ * stalled ranks changes, else every 10 s. */
+let hangFetched = { key: null, at: 0 };
+
+async function showHang(stuck, total) {
+  const key = stuck.map((t) => t.index).join(',');
+  if (!stuck.length) {
+    $('rk-hang').replaceChildren();
+    ui.hangShown = null;
+    hangFetched = { key: null, at: 0 };
+    return;
+  }
+  if (hangFetched.key === key && Date.now() - hangFetched.at < 10000) return;
+  hangFetched = { key, at: Date.now() };
+  const [hang, stacks] = await Promise.all([
+    fetch('/ui/hang').then((r) => r.text().then((text) => r.ok ? text : 'hang: ' + text))
+      .catch((e) => 'hang: ' + e.message),
+    Promise.all(stuck.map((t) => getJSON('/ui/stack?t=' + t.index).catch((e) => ({ error: e.message })))),
+  ]);
+  const short = (f) => f.split('/').pop();
+  const blocks = stuck.map((t, i) => {
+    const st = stacks[i];
+    const lines = [`rank ${t.rank} (${t.host || ui.node}, pid ${t.pid})`];
+    if (st.error) lines.push(`  no stack: ${st.error}`);
+    const threads = (st.threads || []).slice().sort((a, b) => (b.main === true) - (a.main === true));
+    for (const th of threads) {
+      const name = th.python_name || (th.main ? 'MainThread' : '');
+      lines.push(`  thread ${th.native_id} "${th.name}"${name ? ' ' + name : ''}`);
+      for (const f of th.frames.slice(0, 12)) lines.push(`      ${short(f.file)}:${f.line} ${f.function}`);
+      if (th.frames.length > 12) lines.push(`      ... ${th.frames.length - 12} more frames`);
+    }
+    lines.push(`  probing ${t.pid} backtrace --native    # rank ${t.rank}`);
+    return el('pre', { class: 'hang-rank', 'data-rank': t.rank }, lines.join('\n'));
+  });
+  $('rk-hang').replaceChildren(
+    el('div', { class: 'error' }, `${stuck.length} of ${total} rank${total === 1 ? '' : 's'} ` +
       'made no step for more than 10 median steps (and 5 s). Where each one waits:'),
-    ...stuck.map((t) => el('pre', {}, `probing ${t.pid} backtrace --native    # rank ${t.rank}`))] : []));
+    el('pre', { id: 'rk-hang-text' }, hang.trimEnd()),
+    ...blocks);
+  ui.hangShown = stuck.map((t) => t.rank);
 }
 
 /* The step each rank's agent is at now (/api/info) and how long since it last changed: a rank
@@ -574,6 +619,7 @@ async function start() {
   ui.live = t.kind === 'live';
   ui.targets = t.targets;
   ui.node = t.node;
+  ui.missing = t.missing || [];
   $('target').textContent = `${t.target} (${t.kind}${t.targets.length > 1 ? ', ' + t.targets.length + ' ranks' : ''})`;
   $('rk-metric').replaceChildren(...[['wall', 'step time'],
     ['data_wait + forward + optimizer + other', 'time outside the waits'], ...PHASES]

@@ -642,6 +642,10 @@ int pb_job_stack_json(void *ctx, pb_buf *out)
         pb_jsonw_int(&w, (int64_t)th->native_id);
         pb_jsonw_key(&w, "name");
         pb_jsonw_str(&w, th->name);
+        if (th->python_name[0]) { /* threading's name (pystack.h) */
+            pb_jsonw_key(&w, "python_name");
+            pb_jsonw_str(&w, th->python_name);
+        }
         pb_jsonw_key(&w, "main");
         pb_jsonw_bool(&w, (pid_t)th->native_id == getpid());
         pb_jsonw_key(&w, "frames");

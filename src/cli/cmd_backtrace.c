@@ -11,6 +11,11 @@
  *   Thread 4242 "python3" MainThread (holds the GIL) active
  *       step (train.py:31)
  *       <module> (train.py:40)
+ *
+ *   Thread 4250 "python3" QueueFeederThread idle
+ *       ...
+ * After the OS name (/proc comm) comes threading's name of the thread where it can be read
+ * (CPython 3.11+; pystack.h), then whether the thread holds the GIL and its state.
  */
 #include "cli.h"
 #include "format.h"
@@ -81,6 +86,14 @@ static const char *thread_state(pid_t pid, unsigned long long tid)
     return state;
 }
 
+/* threading's name of thread t: read from the process (pystack.h), or MainThread for the
+ * process's first thread; "" when unknown (then only the OS name shows). */
+static const char *python_name(const pb_pystack *s, const pb_pythread *t)
+{
+    if (t->python_name[0]) return t->python_name;
+    return (pid_t)t->native_id == s->pid ? "MainThread" : "";
+}
+
 static int print_text(const pb_pystack *s, const native_stacks *ns)
 {
     char cmd[512];
@@ -95,8 +108,10 @@ static int print_text(const pb_pystack *s, const native_stacks *ns)
         printf("\nThread %llu \"", (unsigned long long)t->native_id);
         print_sanitized(t->name);
         const char *state = thread_state(s->pid, (unsigned long long)t->native_id);
-        printf("\"%s%s%s%s%s\n", (pid_t)t->native_id == s->pid ? " MainThread" : "",
-               t->holds_gil ? " (holds the GIL)" : "",
+        const char *py = python_name(s, t);
+        printf("\"%s", *py ? " " : "");
+        print_sanitized(py);
+        printf("%s%s%s%s\n", t->holds_gil ? " (holds the GIL)" : "",
                t->frame_count || t->truncated ? "" : " (no Python frames)", *state ? " " : "",
                state);
         for (int k = 0; k < t->frame_count; k++) {
@@ -145,6 +160,8 @@ static int print_json(const pb_pystack *s, const native_stacks *ns)
                                t->truncated, "frames", frames);
         const char *state = thread_state(s->pid, (unsigned long long)t->native_id);
         if (th && *state) json_object_set_new(th, "state", json_string(state));
+        if (th && *python_name(s, t))
+            json_object_set_new(th, "python_name", json_string(python_name(s, t)));
         if (th) /* the process's first thread is the one threading calls MainThread */
             json_object_set_new(th, "main", json_boolean((pid_t)t->native_id == s->pid));
         if (th && ns) {

@@ -8,7 +8,9 @@
  * -o, fetches the Chrome trace (GET /api/capture/trace) and writes it here: the agent writes it
  * only to a file of its own and never to a path a client names. On --timeout or Ctrl-C the
  * capture is cancelled (POST /api/capture/cancel) so it cannot start or go on unwatched.
+ * With --ranks the same capture runs on many ranks of a job at once (capture_ranks.c).
  */
+#include "capture_ranks.h"
 #include "cli.h"
 #include "client.h"
 #include "format.h"
@@ -222,6 +224,11 @@ int cmd_capture(const pb_cli_args *a)
     struct sigaction sa, old_sa;
     int handler = 0;
 
+    if (a->ranks) return pb_capture_ranks(a); /* every selected rank of the job */
+    if (a->deadline_s > 0) {
+        pb_cli_error("--deadline goes with --ranks (the time to wait for each rank's answer)");
+        return PB_EXIT_USAGE;
+    }
     if (a->resolved.kind == PB_TARGET_FILE) {
         pb_cli_error("a recording cannot capture: capture needs a live process (read a "
                      "recording's captures with 'probing %s query \"SELECT ... FROM "

@@ -17,16 +17,22 @@
  * read the job through this server.
  *
  * Ranks: when the target is one rank of a job (its /api/info has world_size > 1 and a job), the
- * other local agents of the same job are found at start (as `report` does) and the page's
- * rank view queries each of them; targets[0] is always the target itself.
+ * other ranks are taken at start from the job's roster (fanout.h, as `ranks` and `hang` do:
+ * Unix sockets on this machine, TCP with the job's token elsewhere); without a roster, the
+ * other local agents of the same job (as `report` finds them). The page's rank view queries
+ * each of them; targets[0] is always the target itself. For a stalled job the page shows
+ * `hang`'s text and each stalled rank's stacks (the agent's /api/stack).
  *
  * Routes (all need the token):
  *   GET  /                    web/index.html           GET /web/<file>, /web/vendor/<file>
- *   GET  /ui/targets          {"target", "kind", "node", "targets": [{"index","rank","pid"}]}
+ *   GET  /ui/targets          {"target", "kind", "node", "targets": [{"index","rank","pid",
+ *                             "host","node_rank"}], "missing": [{"rank","host","why"}]}
  *   POST /ui/query?t=N        /api/query of target N (the agent's status and JSON, relayed)
  *   GET  /ui/info?t=N         /api/info of target N
  *   GET  /ui/report           `probing <target> report --json`
  *   GET  /ui/flamegraph?stage=forward|backward   `probing <target> flamegraph --folded`
+ *   GET  /ui/hang             `probing <target> hang` (text)
+ *   GET  /ui/stack?t=N        /api/stack of target N: its threads' Python stacks
  *   POST /ui/capture, GET /ui/capture, GET /ui/capture/trace   relayed to the target's capture
  *   GET  /ui/queries          the cookbook: {"dir", "queries": [{"name", "sql"}]}
  *
@@ -36,6 +42,7 @@
  */
 #include "cli.h"
 #include "client.h"
+#include "fanout.h"
 #include "paths.h"
 
 #include <arpa/inet.h>
@@ -73,6 +80,8 @@ typedef struct ui_target {
     pb_target t;
     int rank;
     long long pid;
+    char host[256];  /* the rank's host as its job roster names it; "" when not known */
+    int node_rank;
 } ui_target;
 
 typedef struct ui_server {
@@ -83,8 +92,9 @@ typedef struct ui_server {
     char queries_dir[PATH_MAX]; /* "" when no cookbook was found */
     char exe[PATH_MAX];
     char node[256];
-    ui_target *targets; /* targets[0] is the target; then the other local ranks */
+    ui_target *targets; /* targets[0] is the target; then the job's other reachable ranks */
     size_t ntargets;
+    json_t *missing;    /* ranks of the job that cannot be asked: [{"rank","host","why"}] */
     pthread_mutex_t file_lock;
 } ui_server;
 
@@ -417,16 +427,44 @@ static enum MHD_Result serve_self(struct MHD_Connection *conn, ui_server *s, cha
 
 /* ---- routes ------------------------------------------------------------------------------- */
 
+/* GET /ui/hang: `probing <target> hang` as text, as the terminal shows it; its exit status 3
+ * (some ranks did not answer: named in the text) is an answer too. A recording has no live
+ * collectives: 400. */
+static enum MHD_Result route_hang(struct MHD_Connection *conn, ui_server *s)
+{
+    if (s->targets[0].t.kind == PB_TARGET_FILE)
+        return send_error(conn, 400, "a recording has no live collectives: hang needs the job");
+    char *argv[] = {NULL, (char *)s->a->target, "hang", NULL};
+    pb_buf out = PB_BUF_INIT, err = PB_BUF_INIT;
+    int rc = run_self(s, argv, &out, &err);
+    enum MHD_Result ret;
+    if (rc == PB_EXIT_OK || rc == PB_EXIT_PARTIAL) {
+        ret = send_bytes(conn, 200, "text/plain; charset=utf-8", out.data ? out.data : "",
+                         out.len, 0, s, NULL);
+    } else {
+        pb_buf_putc(&err, '\0');
+        const char *msg = err.data && !strncmp(err.data, "probing: ", 9) ? err.data + 9
+                          : err.data ? err.data : "";
+        ret = send_error(conn, 502, *msg ? msg : "hang failed without a message");
+    }
+    pb_buf_free(&out);
+    pb_buf_free(&err);
+    return ret;
+}
+
 static enum MHD_Result route_targets(struct MHD_Connection *conn, ui_server *s)
 {
     json_t *list = json_array();
     for (size_t i = 0; i < s->ntargets; i++)
-        json_array_append_new(list, json_pack("{s:I,s:i,s:I}", "index", (json_int_t)i, "rank",
-                                              s->targets[i].rank, "pid",
-                                              (json_int_t)s->targets[i].pid));
-    json_t *o = json_pack("{s:s,s:s,s:s,s:o}", "target", s->a->target, "kind",
+        json_array_append_new(list, json_pack("{s:I,s:i,s:I,s:s,s:i}", "index", (json_int_t)i,
+                                              "rank", s->targets[i].rank, "pid",
+                                              (json_int_t)s->targets[i].pid, "host",
+                                              s->targets[i].host[0] ? s->targets[i].host
+                                                                    : s->node,
+                                              "node_rank", s->targets[i].node_rank));
+    json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:O}", "target", s->a->target, "kind",
                           s->targets[0].t.kind == PB_TARGET_FILE ? "recording" : "live", "node",
-                          s->node, "targets", list);
+                          s->node, "targets", list, "missing", s->missing);
     enum MHD_Result ret = o ? send_json(conn, o) : send_error(conn, 500, "out of memory");
     json_decref(o);
     return ret;
@@ -506,6 +544,9 @@ static enum MHD_Result route(struct MHD_Connection *conn, ui_server *s, const ch
                         (char *)stage, NULL};
         return serve_self(conn, s, argv, "text/plain; charset=utf-8");
     }
+    if (get && !strcmp(url, "/ui/stack"))
+        return relay(conn, s, (size_t)t, "GET", "/api/stack", NULL, PB_CLI_INFO_TIMEOUT_MS, NULL);
+    if (get && !strcmp(url, "/ui/hang")) return route_hang(conn, s);
     if (post && !strcmp(url, "/ui/capture"))
         return relay(conn, s, 0, "POST", "/api/capture", body, PB_CLI_INFO_TIMEOUT_MS, NULL);
     if (get && !strcmp(url, "/ui/capture"))
@@ -617,6 +658,60 @@ static void find_ranks(ui_server *s, json_t *info)
     fprintf(stderr, "probing: rank %d of job %s: %zu of the %lld other ranks found on this "
                     "machine\n",
             s->targets[0].rank, job, s->ntargets - 1, (long long)world - 1);
+}
+
+/* The other ranks of the target's job from the job's roster (fanout.h: the job's c10d store,
+ * as `ranks` and `hang` read it), on this machine and on others (over TCP with the job's token):
+ * the reachable ones are added after targets[0], the others go to s->missing with why. Returns
+ * 0, or -1 when there is no roster of several ranks (a single process, a job whose store the
+ * agents could not register in, a recording): then the local scan (find_ranks) is used. */
+static int roster_ranks(ui_server *s, json_t *info)
+{
+    const char *job = json_string_value(json_object_get(info, "job"));
+    json_int_t world = json_integer_value(json_object_get(info, "world_size"));
+    pb_rank_ep *eps = NULL;
+    int n = 0, registered = 0;
+    if (world <= 1 || s->targets[0].t.kind == PB_TARGET_FILE ||
+        pb_fanout_roster(&s->targets[0].t, PB_FANOUT_DEADLINE_MS, &eps, &n))
+        return -1;
+    for (int r = 0; r < n; r++) registered += eps[r].registered;
+    ui_target *grown = registered > 1 ? realloc(s->targets, ((size_t)n + 1) * sizeof *grown)
+                                      : NULL;
+    if (!grown) {
+        free(eps);
+        return -1;
+    }
+    s->targets = grown;
+    size_t local = 0;
+    for (int r = 0; r < n; r++) {
+        const pb_rank_ep *e = &eps[r];
+        if (e->rank == s->targets[0].rank) {
+            snprintf(s->targets[0].host, sizeof s->targets[0].host, "%s", e->host);
+            s->targets[0].node_rank = e->node_rank;
+            continue;
+        }
+        if (!e->via[0] || !pb_fanout_reachable(e)) {
+            json_array_append_new(s->missing, json_pack("{s:i,s:s,s:s}", "rank", e->rank, "host",
+                                                        e->host[0] ? e->host : "?", "why",
+                                                        e->why[0] ? e->why : "not reachable"));
+            continue;
+        }
+        ui_target *u = &s->targets[s->ntargets++];
+        memset(u, 0, sizeof *u);
+        u->t = e->target;
+        u->rank = e->rank;
+        u->pid = e->pid;
+        u->node_rank = e->node_rank;
+        snprintf(u->host, sizeof u->host, "%s", e->host);
+        local += strcmp(e->via, "unix") == 0;
+    }
+    free(eps);
+    qsort(s->targets + 1, s->ntargets - 1, sizeof *s->targets, by_rank);
+    fprintf(stderr, "probing: rank %d of job %s: %zu of the %lld other ranks found in the job's "
+                    "roster (%zu on this machine)%s\n",
+            s->targets[0].rank, job ? job : "?", s->ntargets - 1, (long long)world - 1, local,
+            json_array_size(s->missing) ? "; the others are listed on the Ranks page" : "");
+    return 0;
 }
 
 /* Parses --listen ADDR:PORT ("127.0.0.1:8080", "[::1]:0", "localhost:8080") and opens the
@@ -743,7 +838,8 @@ int cmd_ui(const pb_cli_args *a)
     }
     s.targets[0].rank = (int)json_integer_value(json_object_get(info, "rank"));
     s.targets[0].pid = (long long)json_integer_value(json_object_get(info, "pid"));
-    find_ranks(&s, info);
+    if (!(s.missing = json_array())) goto oom;
+    if (roster_ranks(&s, info)) find_ranks(&s, info);
     if (hex_token(s.token, 24)) {
         pb_cli_error("cannot draw a random token: %s", strerror(errno));
         goto done;
@@ -790,6 +886,7 @@ done:
     if (d) MHD_stop_daemon(d);
     if (fd >= 0) close(fd);
     json_decref(info);
+    json_decref(s.missing);
     free(s.targets);
     pthread_mutex_destroy(&s.file_lock);
     return rc;

@@ -142,9 +142,9 @@ static const command commands[] = {
      "  --timeout S  wait at most S seconds for the agent to start (default 30); exit status 2\n"
      "               when it has not (it is still queued and starts when the main thread runs\n"
      "               Python code again)\n"},
-    {"capture", cmd_capture, OPT_CAPTURE | OPT_OUTPUT | OPT_TIMEOUT, 1, 0,
+    {"capture", cmd_capture, OPT_CAPTURE | OPT_OUTPUT | OPT_TIMEOUT | OPT_RANKS | OPT_DEADLINE, 1, 0,
      "probing <target> capture [--steps N] [--memory] [--shapes] [--stack] [-o FILE.json] "
-     "[--timeout S]",
+     "[--timeout S] [--ranks all|0,2-5 [-o DIR] [--deadline S]]",
      "profile the next N training steps with torch.profiler (ops, modules, kernels)",
      "At the next step boundary the training thread starts torch.profiler (CPU, and CUDA when\n"
      "the program uses CUDA), runs it for N steps, stops it and goes on. The op-level results\n"
@@ -157,7 +157,11 @@ static const command commands[] = {
      "  --stack      also record the Python frames that called each op (with_stack)\n"
      "  -o FILE      also write the profiler's Chrome trace (Perfetto, chrome://tracing);\n"
      "               '-o -' writes it to stdout and the summary to stderr\n"
-     "  --timeout S  give up after S seconds (default 120) and cancel the capture; exit 2\n"},
+     "  --timeout S  give up after S seconds (default 120) and cancel the capture; exit 2\n"
+     "  --ranks R    the same capture on ranks R of the target's job at once ('all' or 0,2-5);\n"
+     "               -o DIR then writes DIR/rank<R>.json per rank (an HTA trace directory);\n"
+     "               ranks without a capture are named with why (then exit status 3)\n"
+     "  --deadline S  with --ranks: wait at most S seconds for each round of answers (default 5)\n"},
     {"record", cmd_record, OPT_OUTPUT | OPT_RECORD, 1, 0,
      "probing <target> record [-o FILE.db [--force] | --stop]",
      "keep the record of a running process in a SQLite file, as 'run -o' does",
@@ -362,7 +366,7 @@ static void print_help(FILE *out)
           "  -V, --version  show the version\n"
           "\nExit status: 0 success; 1 error (including SQL errors and exceptions in eval);\n"
           "2 usage error or eval/capture timeout; 3 some ranks did not answer (ranks, hang,\n"
-          "query --ranks); 130 capture interrupted (Ctrl-C); run: the command's own status\n"
+          "--ranks); 130 capture interrupted (Ctrl-C); run: the command's own status\n"
           "(127: not found).\n",
           out);
 }

@@ -52,6 +52,10 @@ typedef struct layout {
     int lasti_units;     /* 3.10: f_lasti counts 2-byte code units; 3.9: bytes */
     uint64_t unicode_state, unicode_length, ascii_size, compact_size;
     uint64_t bytes_size, bytes_sval;
+    /* Python thread names (3.11+): the Thread object is local 0 (`self`) of the thread's
+     * outermost frame, Thread._bootstrap; its `_name` sits in its managed instance dict. */
+    enum { NAMES_NONE, NAMES_311, NAMES_312, NAMES_313 } names;
+    uint64_t frame_localsplus, type_flags, heaptype_cached_keys;
 } layout;
 
 /* From Include/internal/pycore_*.h, frameobject.h and code.h of CPython 3.9.18 and 3.10.13
@@ -105,6 +109,7 @@ static const layout layout_311 = {
     .code_adaptive = 184,
     .unicode_state = 32, .unicode_length = 16, .ascii_size = 48, .compact_size = 72,
     .bytes_size = 16, .bytes_sval = 32,
+    .names = NAMES_311, .frame_localsplus = 72, .type_flags = 168, .heaptype_cached_keys = 872,
 };
 
 /* From Include/internal/pycore_*.h of CPython 3.12.1 (offsetof, x86_64). */
@@ -120,6 +125,7 @@ static const layout layout_312 = {
     .code_adaptive = 192,
     .unicode_state = 32, .unicode_length = 16, .ascii_size = 40, .compact_size = 56,
     .bytes_size = 16, .bytes_sval = 32,
+    .names = NAMES_312, .frame_localsplus = 72, .type_flags = 168, .heaptype_cached_keys = 880,
 };
 
 /* _Py_DebugOffsets of CPython 3.13 (Include/internal/pycore_runtime.h): every field is a
@@ -185,6 +191,10 @@ static void layout_from_debug_offsets(const debug_offsets_313 *d, layout *l)
     l->compact_size = d->unicode_object.asciiobject_size + 16; /* utf8_length, utf8 */
     l->bytes_size = d->bytes_object.ob_size;
     l->bytes_sval = d->bytes_object.ob_sval;
+    l->names = NAMES_313;
+    l->frame_localsplus = d->frame.localsplus;
+    l->type_flags = d->type_object.tp_flags;
+    l->heaptype_cached_keys = 880; /* not in the debug offsets: 3.13.0 headers */
 }
 
 /* ------------------------------------------------------------------------- line numbers */
@@ -382,10 +392,19 @@ static void read_thread_name(pid_t pid, uint64_t tid, char *name, size_t len)
     fclose(f);
 }
 
-static int walk_thread(const reader *r, uint64_t tstate, pb_pythread *t)
+static int ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && strcmp(s + n - k, tail) == 0;
+}
+
+/* Walks the frames of tstate into t; *bootstrap gets the outermost Thread._bootstrap frame of
+ * threading.py (0 when there is none: the main thread, a thread not started by threading). */
+static int walk_thread(const reader *r, uint64_t tstate, pb_pythread *t, uint64_t *bootstrap)
 {
     const layout *l = r->l;
     uint64_t frame = 0;
+    *bootstrap = 0;
     pb_pyframe *frames = calloc(64, sizeof *frames);
     int capacity = 64;
     if (!frames) return -ENOMEM;
@@ -403,6 +422,7 @@ static int walk_thread(const reader *r, uint64_t tstate, pb_pythread *t)
             pb_remote_read_u64(r->pid, frame + l->frame_instr, &instr) ||
             (!l->legacy && pb_remote_read(r->pid, frame + l->frame_owner, &owner, 1)))
             goto torn;
+        uint64_t here = frame;
         frame = previous;
         if (l->legacy) instr &= 0xffffffffu; /* f_lasti is an int; what follows is f_lineno */
         else if (owner == l->owner_cstack) continue;
@@ -421,11 +441,124 @@ static int walk_thread(const reader *r, uint64_t tstate, pb_pythread *t)
             goto torn;
         }
         t->frame_count++;
+        if (strcmp(f->function, "Thread._bootstrap") == 0 && ends_with(f->file, "threading.py"))
+            *bootstrap = here;
     }
     return 0;
 torn:
     t->truncated = 1;
     return 0;
+}
+
+/* ------------------------------------------------------------------------- thread names */
+
+/* The dict layouts below are those of CPython 3.11 to 3.13 (Include/internal/pycore_dict.h,
+ * pycore_object.h; the same offsets in all three): a keys object is
+ *   dk_refcnt, dk_log2_size (+8), dk_log2_index_bytes (+9), dk_kind (+10), ..., dk_nentries
+ *   (+24), dk_indices (+32, 1 << dk_log2_index_bytes bytes), then the entries in insertion
+ *   order: {key, value} for str-only keys (kinds 1 and 2), {hash, key, value} for kind 0.
+ * A split dict (kind 2) keeps the values apart, values[i] belonging to entry i. */
+#define KEYS_LOG2_INDEX_BYTES 9
+#define KEYS_KIND 10
+#define KEYS_NENTRIES 24
+#define KEYS_INDICES 32
+#define DICT_MA_KEYS 32
+#define DICT_MA_VALUES 40
+#define TPFLAGS_INLINE_VALUES (1u << 2)  /* 3.13 */
+#define TPFLAGS_MANAGED_DICT (1u << 4)   /* 3.11+ */
+#define MAX_ATTRIBUTES 256
+
+/* The value of the str key `attr` in the keys object keys (values: the split values array, or
+ * 0 when the values sit in the entries); 0 when it is absent or cannot be read. str_type is
+ * the type of str (the key's type), used to tell a str value. */
+static uint64_t keys_lookup(const reader *r, uint64_t keys, uint64_t values, const char *attr,
+                            uint64_t *str_type)
+{
+    uint8_t head[KEYS_INDICES];
+    int64_t entries;
+    if (!keys || pb_remote_read(r->pid, keys, head, sizeof head)) return 0;
+    memcpy(&entries, head + KEYS_NENTRIES, sizeof entries);
+    unsigned index_log2 = head[KEYS_LOG2_INDEX_BYTES], kind = head[KEYS_KIND];
+    if (entries <= 0 || entries > MAX_ATTRIBUTES || index_log2 > 20 || kind > 2) return 0;
+    uint64_t start = keys + KEYS_INDICES + ((uint64_t)1 << index_log2);
+    uint64_t size = kind == 0 ? 24 : 16, key_at = kind == 0 ? 8 : 0;
+    for (int64_t i = 0; i < entries; i++) {
+        uint64_t key = 0, value = 0;
+        if (pb_remote_read_u64(r->pid, start + (uint64_t)i * size + key_at, &key) || !key)
+            continue;
+        char *name = read_string(r, key);
+        int match = name && strcmp(name, attr) == 0;
+        free(name);
+        if (!match) continue;
+        if (pb_remote_read_u64(r->pid, key + 8, str_type)) return 0;
+        if (values ? pb_remote_read_u64(r->pid, values + 8 * (uint64_t)i, &value)
+                   : pb_remote_read_u64(r->pid, start + (uint64_t)i * size + key_at + 8, &value))
+            return 0;
+        return value;
+    }
+    return 0;
+}
+
+/* The attribute `attr` of a plain Python object obj (a class without __slots__, whose instance
+ * dict is "managed": a dict or split values kept beside the object by the interpreter); 0 when
+ * it cannot be read. */
+static uint64_t object_attribute(const reader *r, uint64_t obj, const char *attr,
+                                 uint64_t *str_type)
+{
+    const layout *l = r->l;
+    uint64_t type = 0, flags = 0, dict = 0, values = 0, keys = 0;
+    if (pb_remote_read_u64(r->pid, obj + 8, &type) || !type ||
+        pb_remote_read_u64(r->pid, type + l->type_flags, &flags) ||
+        !(flags & TPFLAGS_MANAGED_DICT))
+        return 0;
+    switch (l->names) {
+    case NAMES_311: /* values pointer at obj - 4 words, dict pointer at obj - 3 words */
+        if (pb_remote_read_u64(r->pid, obj - 32, &values) ||
+            pb_remote_read_u64(r->pid, obj - 24, &dict))
+            return 0;
+        break;
+    case NAMES_312: { /* one word at obj - 3 words: a dict, or values - 1 (odd: tagged) */
+        uint64_t word = 0;
+        if (pb_remote_read_u64(r->pid, obj - 24, &word)) return 0;
+        if (word & 1) values = word + 1;
+        else dict = word;
+        break;
+    }
+    case NAMES_313: { /* dict at obj - 3 words, else values inline after the object head */
+        uint8_t valid = 0;
+        if (pb_remote_read_u64(r->pid, obj - 24, &dict)) return 0;
+        if (!dict && (flags & TPFLAGS_INLINE_VALUES) &&
+            pb_remote_read(r->pid, obj + 16 + 3, &valid, 1) == 0 && valid)
+            values = obj + 16 + 8;
+        break;
+    }
+    default: return 0;
+    }
+    if (values) {
+        if (pb_remote_read_u64(r->pid, type + l->heaptype_cached_keys, &keys)) return 0;
+        return keys_lookup(r, keys, values, attr, str_type);
+    }
+    if (!dict || pb_remote_read_u64(r->pid, dict + DICT_MA_KEYS, &keys) ||
+        pb_remote_read_u64(r->pid, dict + DICT_MA_VALUES, &values))
+        return 0;
+    return keys_lookup(r, keys, values, attr, str_type);
+}
+
+/* Fills t->python_name with Thread._name of the Thread object that is `self` in frame (the
+ * thread's Thread._bootstrap frame); leaves it empty when it cannot be read. */
+static void read_python_name(const reader *r, uint64_t frame, pb_pythread *t)
+{
+    uint64_t self = 0, name = 0, str_type = 0, value_type = 0;
+    if (r->l->names == NAMES_NONE ||
+        pb_remote_read_u64(r->pid, frame + r->l->frame_localsplus, &self) || !self)
+        return;
+    name = object_attribute(r, self, "_name", &str_type);
+    /* a str only: the value's type must be the key's (both are str objects) */
+    if (!name || pb_remote_read_u64(r->pid, name + 8, &value_type) || value_type != str_type)
+        return;
+    char *text = read_string(r, name);
+    if (text) snprintf(t->python_name, sizeof t->python_name, "%s", text);
+    free(text);
 }
 
 /* The kernel thread id behind a pthread_t (3.9/3.10 keep only that), or 0 when it cannot be
@@ -579,7 +712,9 @@ int pb_pystack_read(pid_t pid, pb_pystack **out, char *why, size_t why_len)
             s->thread_count++;
             t->holds_gil = holder == tstate;
             read_thread_name(pid, t->native_id, t->name, sizeof t->name);
-            if ((rc = walk_thread(&r, tstate, t))) goto fail;
+            uint64_t bootstrap = 0;
+            if ((rc = walk_thread(&r, tstate, t, &bootstrap))) goto fail;
+            if (bootstrap) read_python_name(&r, bootstrap, t);
             if (pb_remote_read_u64(pid, tstate + r.l->tstate_next, &tstate)) break;
         }
         if (pb_remote_read_u64(pid, interp + r.l->interp_next, &interp)) break;

@@ -38,6 +38,8 @@ typedef struct pb_pythread {
     uint64_t thread_id;      /* threading.get_ident() */
     uint64_t native_id;      /* the kernel's thread id (threading.get_native_id()) */
     char name[32];           /* /proc/<pid>/task/<tid>/comm, "" when unknown */
+    char python_name[128];   /* threading's Thread.name (3.11+), "" when not read (the main
+                              * thread, a thread threading did not start, 3.9/3.10) */
     int holds_gil;           /* 1 when this thread holds the GIL right now */
     int truncated;           /* 1 when the walk stopped early (unreadable frame, too deep) */
     pb_pyframe *frames;      /* innermost first */

@@ -527,7 +527,7 @@ def start_torchrun_job(cli, env, session_dir, name, steps, *extra):
                   lambda: len(re.findall(r"^HOLDING$", job.stdout(), re.M)) == 2, STEP_TIMEOUT_S)
         ranks = {}
         for a in json.loads(cli("list", "-f", "json").stdout):
-            if f"hold-file {hold}" in a["cmdline"] and "torch.distributed.run" not in a["cmdline"]:
+            if f"hold-file {hold}" in a.get("cmdline", "") and "torch.distributed.run" not in a["cmdline"]:
                 status, info = api_get(a["endpoint"], "/api/info")
                 assert status == 200
                 ranks[info["rank"]] = str(a["pid"])

@@ -111,6 +111,13 @@ def test_backtrace_of_a_deadlocked_process(cli, launcher, version):
                                     ("<module>", script, marker_line(script, "module"))]
     assert frames_of(main)[-3][0] == qual(version, "Thread.join")
     assert not any(th["truncated"] for th in stacks["threads"])
+    # threading's names: read from the Thread objects on 3.11+, the main thread's from its tid
+    assert main["python_name"] == "MainThread"
+    if version >= (3, 11):
+        assert left["python_name"] == "left"
+        assert thread_with(stacks, "take_second_then_first")["python_name"] == "right"
+    else:
+        assert "python_name" not in left
 
     # The text form shows the same frames, innermost first.
     text = cli(t.pid, "backtrace").stdout
@@ -263,3 +270,39 @@ def marker_line_in(script, text):
     """The last line of a workload that starts with text (after indentation)."""
     lines = (WORKLOADS / script).read_text().splitlines()
     return max(n for n, line in enumerate(lines, 1) if line.strip().startswith(text))
+
+
+def test_backtrace_names_python_threads(cli, launcher):
+    """A DataLoader with workers and a thread of the user's own: each thread shows threading's
+    name (QueueFeederThread, metrics-uploader) beside its OS name, and whether it is idle."""
+    script = "named_threads.py"
+    t = launcher.command([PYTHON, "-u", str(WORKLOADS / script)], expect_socket=False,
+                         name=script)
+    t._poll("READY", lambda: "READY" in t.stdout(), 120)
+    uploader_line = marker_line(script, "uploader")
+
+    def named(stacks):
+        names = [th.get("python_name") for th in stacks["threads"]]
+        return "metrics-uploader" in names and "QueueFeederThread" in names
+
+    stacks = wait_for_stacks(t, cli, named, "the threads' Python names")
+    by_name = {}
+    for th in stacks["threads"]:
+        by_name.setdefault(th.get("python_name"), []).append(th)
+    assert [th["native_id"] for th in by_name["MainThread"]] == [t.pid]
+    assert len(by_name["QueueFeederThread"]) == 2  # one per worker's index queue
+    uploader = by_name["metrics-uploader"][0]
+    assert [f[0] for f in frames_of(uploader)[:2]] == ["Condition.wait", "Event.wait"]
+    assert ("upload", script, uploader_line) in frames_of(uploader)
+    assert uploader["state"] == "idle"
+    # threads that threading did not start have no Python name, only the OS one
+    for th in by_name.get(None, []):
+        assert th["name"] and not any(f["function"] == "Thread._bootstrap"
+                                      for f in th["frames"]), th
+
+    text = cli(t.pid, "backtrace").stdout
+    assert re.search(r'^Thread %d "[^"]*" metrics-uploader idle$' % uploader["native_id"], text,
+                     re.M), text
+    assert re.search(r'^Thread %d "[^"]*" MainThread' % t.pid, text, re.M), text
+    assert text.count('" QueueFeederThread ') == 2, text
+    assert t.alive()

@@ -216,7 +216,8 @@ def test_bad_steps_and_options_are_usage_errors(cli):
     assert r.returncode == 2 and r.stderr.startswith("probing: capture needs a target: probing <target> capture")
     help_text = cli("capture", "--help").stdout
     assert help_text.startswith("Usage: probing <target> capture [--steps N] [--memory] [--shapes] "
-                                "[--stack] [-o FILE.json] [--timeout S]\n")
+                                "[--stack] [-o FILE.json] [--timeout S] [--ranks all|0,2-5 [-o DIR] "
+                                "[--deadline S]]\n")
     assert "capture" in cli("--help").stdout
 
 

@@ -281,6 +281,75 @@ def test_cluster_hang_names_the_sleeping_rank_with_its_stack(job):
         sleep_file.unlink()
 
 
+def test_cluster_capture_on_every_rank_of_two_nodes(job):
+    """`capture --ranks all -o DIR` from node A: node B's ranks through TCP, one trace each."""
+    out = job.work / "captures"
+    r = job.run_cli(rank0(job), "capture", "--ranks", "all", "--steps", 2, "-o", out,
+                    timeout=STEP_TIMEOUT_S)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(os.listdir(out)) == [f"rank{i}.json" for i in range(4)]
+    for rank in range(4):
+        host = NODES[rank // 2][3]
+        assert any(line.startswith(f"rank {rank} ({host}): capture ")
+                   for line in r.stdout.splitlines()), r.stdout
+        info = json.loads((out / f"rank{rank}.json").read_text())["distributedInfo"]
+        assert (info["rank"], info["world_size"]) == (rank, 4)
+
+
+def test_cluster_ui_shows_every_rank_and_the_hang_with_stacks(job):
+    """`probing <rank 0> ui` on node A takes the 4 ranks from the job's roster (node B's over
+    TCP); with rank 3 asleep in load_batch the hang route says the others wait for it and its
+    stack (read by its own agent on node B) ends in load_batch."""
+    ui = subprocess.Popen(["ip", "netns", "exec", NODES[0][0], job.cli.binary, rank0(job), "ui"],
+                          env=job.node_env[0], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True)
+    sleep_file = Path(f"{job.control}.sleep.3")
+
+    def get(path):
+        """The body of GET path from inside node A (the view listens on its 127.0.0.1)."""
+        r = subprocess.run(["ip", "netns", "exec", NODES[0][0], "curl", "-sS", "--fail-with-body",
+                            f"{base}{path}{'&' if '?' in path else '?'}token={token}"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    try:
+        url = ui.stdout.readline().strip()
+        assert "/?token=" in url, ui.stderr.read()
+        base, token = url.split("/?token=")
+        targets = json.loads(get("/ui/targets"))
+        assert [(t["rank"], t["host"], t["node_rank"], t["pid"]) for t in targets["targets"]] == \
+            [(i, NODES[i // 2][3], i // 2, job.procs[i].pid) for i in range(4)]
+        assert targets["missing"] == []
+        # node B's rank answers its own queries through the view
+        rank3 = next(t["index"] for t in targets["targets"] if t["rank"] == 3)
+        info = json.loads(get(f"/ui/info?t={rank3}"))
+        assert (info["rank"], info["pid"]) == (3, job.procs[3].pid)
+        sleep_file.touch()
+        deadline, hang = time.monotonic() + 120, ""
+        while time.monotonic() < deadline and "all ranks but 3 are in all_reduce #" not in hang:
+            time.sleep(0.5)
+            hang = get("/ui/hang")
+        assert "rank 3 has not entered it" in hang, hang
+        stack = json.loads(get(f"/ui/stack?t={rank3}"))
+        main = next(th for th in stack["threads"] if th["main"])
+        functions = [f["function"] for f in main["frames"]]
+        assert "load_batch" in functions[:3] and functions[-1] == "<module>", functions
+    finally:
+        if sleep_file.exists():
+            sleep_file.unlink()
+        ui.send_signal(signal.SIGINT)
+        try:
+            ui.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            ui.kill()
+            ui.wait()
+        err = ui.stderr.read()
+        ui.stdout.close()
+        ui.stderr.close()
+    assert "3 of the 3 other ranks found in the job's roster (1 on this machine)" in err, err
+
+
 def test_cluster_stopped_rank_is_named_at_the_deadline(job):
     """Rank 2 (node B) stopped (SIGSTOP): its agent cannot answer; the others' rows come back
     once the deadline passes, and it is named with the deadline."""

@@ -457,17 +457,23 @@ def test_ui_live_updates_and_capture_download(cli, launcher, tmp_path):
 def test_ui_ranks_of_a_job_on_this_machine(cli, env, session_dir, tmp_path):
     """One rank of a 2-rank torchrun job as the target: the rank page shows both, and names the
     rank planted slower (40 ms of sleep before its forward each step)."""
-    from conftest import start_torchrun_job
+    from conftest import WORKLOADS, start_torchrun_job
     driver = browser_or_skip()
     job, ranks, release = start_torchrun_job(cli, env, session_dir, "ui-ddp-slow", 8,
                                              "--slow-rank", 1, "--slow-ms", 40)
     ui = UIServer(cli, ranks[0], tmp_path)
     try:
         status, body, _ = ui.get("/ui/targets")
-        targets = json.loads(body)["targets"]
+        answer = json.loads(body)
+        targets = answer["targets"]
         assert sorted((t["rank"], str(t["pid"])) for t in targets) == sorted(
             (r, p) for r, p in ranks.items())
-        assert "1 of the 1 other ranks found on this machine" in ui.err_path.read_text()
+        assert answer["missing"] == []
+        # the ranks come from the job's roster, with the host each rank registered
+        roster = {int(r["rank"]): r for r in json.loads(cli(ranks[0], "ranks", "-f", "json").stdout)}
+        assert {t["rank"]: t["host"] for t in targets} == {r: roster[r]["host"] for r in (0, 1)}
+        assert "1 of the 1 other ranks found in the job's roster (1 on this machine)" in \
+            ui.err_path.read_text()
         driver.get(ui.url + "#ranks")
         wait_for(driver, "probingUI.rankCells > 0 && probingUI.stragglers", "the rank heat map")
         assert driver.execute_script("return probingUI.stragglers") == [1]
@@ -476,13 +482,54 @@ def test_ui_ranks_of_a_job_on_this_machine(cli, env, session_dir, tmp_path):
         # both ranks hold after their last step: the hang view names them and says what to run
         wait_for(driver, "probingUI.stalledRanks && probingUI.stalledRanks.length == 2",
                  "both ranks shown stalled")
+        wait_for(driver, "probingUI.hangShown && probingUI.hangShown.length == 2",
+                 "the stalled ranks' stacks")
         hang = driver.execute_script("return document.getElementById('rk-hang').textContent")
         assert "2 of 2 ranks made no step for more than 10 median steps (and 5 s)" in hang
+        # what `probing <rank> hang` prints, then each stalled rank's stacks, main thread first
+        said = driver.execute_script("return document.getElementById('rk-hang-text').textContent")
+        assert said == cli(ranks[0], "hang").stdout.rstrip()
+        assert said.startswith("no rank is waiting in a collective (2 of 2 ranks answered)")
+        hold_line = next(n for n, line in enumerate(
+            (WORKLOADS / "_workload.py").read_text().splitlines(), 1) if "time.sleep(0.05)" in line)
         for r in (0, 1):
-            assert f"probing {ranks[r]} backtrace --native    # rank {r}" in hang
+            block = driver.execute_script(
+                f"return document.querySelector('pre.hang-rank[data-rank=\\'{r}\\']').textContent")
+            lines = block.splitlines()
+            assert lines[0].startswith(f"rank {r} (") and lines[0].endswith(f", pid {ranks[r]})")
+            assert lines[1].startswith(f'  thread {ranks[r]} "') and \
+                lines[1].endswith('" MainThread'), lines
+            assert lines[2] == f"      _workload.py:{hold_line} hold", lines
+            assert f"probing {ranks[r]} backtrace --native    # rank {r}" in block
         driver.save_screenshot(str(tmp_path / "ranks.png"))
         assert console_errors(driver) == []
     finally:
         driver.quit()
         ui.stop()
+        release()
+
+
+def test_ui_ranks_the_roster_names_but_cannot_reach(cli, env, session_dir, tmp_path):
+    """A rank in the job's roster that cannot be asked (its socket gone) is not dropped silently:
+    /ui/targets lists it under "missing" with the reason `ranks` gives, and ui says so."""
+    from conftest import start_torchrun_job
+    job, ranks, release = start_torchrun_job(cli, env, session_dir, "ui-ddp-missing", 4)
+    sock1 = next(a["endpoint"] for a in json.loads(cli("list", "-f", "json").stdout)
+                 if str(a["pid"]) == ranks[1])
+    os.rename(sock1, sock1 + ".aside")
+    ui = None
+    try:
+        ui = UIServer(cli, ranks[0], tmp_path)
+        status, body, _ = ui.get("/ui/targets")
+        answer = json.loads(body)
+        assert [(t["rank"], str(t["pid"])) for t in answer["targets"]] == [(0, ranks[0])]
+        host = answer["targets"][0]["host"]
+        assert answer["missing"] == [{"rank": 1, "host": host, "why":
+                                      f"its socket {sock1} is gone (did the process exit?)"}]
+        assert ("0 of the 1 other ranks found in the job's roster (0 on this machine); the "
+                "others are listed on the Ranks page") in ui.err_path.read_text()
+    finally:
+        if ui:
+            ui.stop()
+        os.rename(sock1 + ".aside", sock1)
         release()
