@@ -1,11 +1,12 @@
 /*
- * report.h - the four-phase diagnosis of seeds 002/000/004 (baseline, bottleneck type,
- * component, operation) and the seeds' checks, computed from SQL over the agent's tables.
+ * report.h - the four-phase diagnosis of docs/report.md ("Method": baseline, bottleneck type,
+ * component, operation) and its checks, computed from SQL over the agent's tables.
  *
  * The rules never touch a socket: every number comes from a pb_report_query_fn the caller
  * supplies (the CLI posts the SQL to /api/query; the unit tests run it against an in-memory
  * SQLite database holding the same schema-qualified tables). The result is one JSON document
- * (schema in docs/report.md) that pb_report_render() turns into text. Every finding carries the
+ * (schema in docs/report.md) that pb_report_render() turns into text. Inside src/report,
+ * report.c (the driver) runs the rules (rules.h) over the rule toolkit (toolkit.h). Every finding carries the
  * SQL that produced its numbers, so a user can re-run it with `probing <target> query`.
  *
  * Tables that do not exist (an older agent, a collector not built yet) or are empty are named in

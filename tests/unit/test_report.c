@@ -14,7 +14,7 @@
  * in-memory databases handed to the report as peers.
  */
 #include "check.h"
-#include "internal.h"
+#include "toolkit.h"
 
 #include <sqlite3.h>
 #include <stdlib.h>
