@@ -186,38 +186,11 @@ void pb__report_baseline(pb__report *r)
     json_object_set_new(r->doc, "baseline", b);
 }
 
-/* Slow steady steps: every step over SLOW_FACTOR x the median of its kind (a detail step is
- * compared with detail steps only when the window has no summary step), whether their step
- * numbers repeat with a period, their share of the wall time, and which part of the step grew
- * in them. Over OUTLIER_FACTOR x the median they are also left out of the bottleneck's means.
- * When they hold a large share of the wall time they are the headline, not a footnote. */
-void pb__report_slow_steps(pb__report *r)
+/* The period of the slow steps (window indexes slow[0..nslow), in step order): *period 0 when
+ * they do not repeat, else the period and *phase, the step number modulo it. */
+static void find_period(const pb__report *r, const size_t *slow, size_t nslow, long long *period_out,
+                        long long *phase_out)
 {
-    size_t summary = 0;
-    for (size_t i = r->warmup; i < r->count; i++) summary += pb__report_timing_step(r, i) && !r->steps[i].detail;
-    int kind = r->have_detail && summary ? 0 : -1; /* which steps to compare */
-    size_t cap = r->count + 1, n = 0, nslow = 0;
-    double *v = malloc(cap * sizeof *v);
-    size_t *slow = malloc(cap * sizeof *slow);
-    if (!v || !slow) goto done;
-    for (size_t i = r->warmup; i < r->count; i++)
-        if (pb__report_timing_step(r, i) && (kind < 0 || r->steps[i].detail == kind))
-            v[n++] = r->steps[i].wall;
-    if (n < 5) goto done;
-    qsort(v, n, sizeof *v, pb__report_cmp_double);
-    double median = pb__report_percentile(v, n, 50), total = 0, slow_wall = 0;
-    size_t worst = r->count, over = 0;
-    for (size_t i = r->warmup; i < r->count; i++) {
-        const pb__step_row *s = &r->steps[i];
-        if (!pb__report_timing_step(r, i) || (kind >= 0 && s->detail != kind)) continue;
-        total += s->wall;
-        if (s->wall <= SLOW_FACTOR * median) continue;
-        slow[nslow++] = i;
-        slow_wall += s->wall;
-        over += s->wall > OUTLIER_FACTOR * median;
-        if (worst == r->count || s->wall > r->steps[worst].wall) worst = i;
-    }
-    if (!nslow || (over == 0 && nslow < 3)) goto done;
     /* A period: for each gap g between consecutive slow steps, the slow steps on the lattice
      * phase + k g (the most common step % g) and the share of that lattice, over the window,
      * that is slow. The period connects the most slow steps (the smallest such g); a stray slow
@@ -264,29 +237,24 @@ void pb__report_slow_steps(pb__report *r)
             break;
         }
     }
-    int periodic = period > 0;
-    if (!periodic && over == 0) goto done;
-    /* The steps the finding is about: the period's slow steps, or the outliers (over
-     * OUTLIER_FACTOR x the median) when there is no period; stray slow steps are neither. */
-    size_t k2 = 0;
-    slow_wall = 0;
-    worst = r->count;
-    for (size_t a = 0; a < nslow; a++) {
-        const pb__step_row *s = &r->steps[slow[a]];
-        if (periodic ? s->step % period != phase : !(s->wall > OUTLIER_FACTOR * median)) continue;
-        slow[k2++] = slow[a];
-        slow_wall += s->wall;
-        if (worst == r->count || s->wall > r->steps[worst].wall) worst = slow[a];
-    }
-    nslow = k2;
+    *period_out = period;
+    *phase_out = phase;
+}
+
+/* delta[part] for the parts of the step (forward, backward, optimizer, data, communication,
+ * other): how much longer each took in the slow steps (window indexes slow[0..nslow), in step
+ * order) than in the other timing steps of the same kind. Returns 0, or -1 out of memory. */
+static int what_grew(const pb__report *r, int kind, const size_t *slow, size_t nslow,
+                     double delta[6])
+{
     /* Which part of the step grew: the median of each part over those steps minus its median
      * over the other steps (medians: a descheduled step on a busy machine must not decide). */
-    double delta[6];
+    size_t cap = r->count + 1;
     double *sv = malloc(cap * sizeof *sv), *rv = malloc(cap * sizeof *rv);
     if (!sv || !rv) {
         free(sv);
         free(rv);
-        goto done;
+        return -1;
     }
     for (int k = 0; k < 6; k++) {
         size_t ns = 0, nr = 0, at = 0;
@@ -308,6 +276,60 @@ void pb__report_slow_steps(pb__report *r)
     }
     free(sv);
     free(rv);
+    return 0;
+}
+
+/* Slow steady steps: every step over SLOW_FACTOR x the median of its kind (a detail step is
+ * compared with detail steps only when the window has no summary step), whether their step
+ * numbers repeat with a period, their share of the wall time, and which part of the step grew
+ * in them. Over OUTLIER_FACTOR x the median they are also left out of the bottleneck's means.
+ * When they hold a large share of the wall time they are the headline, not a footnote. */
+void pb__report_slow_steps(pb__report *r)
+{
+    size_t summary = 0;
+    for (size_t i = r->warmup; i < r->count; i++) summary += pb__report_timing_step(r, i) && !r->steps[i].detail;
+    int kind = r->have_detail && summary ? 0 : -1; /* which steps to compare */
+    size_t cap = r->count + 1, n = 0, nslow = 0;
+    double *v = malloc(cap * sizeof *v);
+    size_t *slow = malloc(cap * sizeof *slow);
+    if (!v || !slow) goto done;
+    for (size_t i = r->warmup; i < r->count; i++)
+        if (pb__report_timing_step(r, i) && (kind < 0 || r->steps[i].detail == kind))
+            v[n++] = r->steps[i].wall;
+    if (n < 5) goto done;
+    qsort(v, n, sizeof *v, pb__report_cmp_double);
+    double median = pb__report_percentile(v, n, 50), total = 0, slow_wall = 0;
+    size_t worst = r->count, over = 0;
+    for (size_t i = r->warmup; i < r->count; i++) {
+        const pb__step_row *s = &r->steps[i];
+        if (!pb__report_timing_step(r, i) || (kind >= 0 && s->detail != kind)) continue;
+        total += s->wall;
+        if (s->wall <= SLOW_FACTOR * median) continue;
+        slow[nslow++] = i;
+        slow_wall += s->wall;
+        over += s->wall > OUTLIER_FACTOR * median;
+        if (worst == r->count || s->wall > r->steps[worst].wall) worst = i;
+    }
+    if (!nslow || (over == 0 && nslow < 3)) goto done;
+    long long period, phase;
+    find_period(r, slow, nslow, &period, &phase);
+    int periodic = period > 0;
+    if (!periodic && over == 0) goto done;
+    /* The steps the finding is about: the period's slow steps, or the outliers (over
+     * OUTLIER_FACTOR x the median) when there is no period; stray slow steps are neither. */
+    size_t k2 = 0;
+    slow_wall = 0;
+    worst = r->count;
+    for (size_t a = 0; a < nslow; a++) {
+        const pb__step_row *s = &r->steps[slow[a]];
+        if (periodic ? s->step % period != phase : !(s->wall > OUTLIER_FACTOR * median)) continue;
+        slow[k2++] = slow[a];
+        slow_wall += s->wall;
+        if (worst == r->count || s->wall > r->steps[worst].wall) worst = slow[a];
+    }
+    nslow = k2;
+    double delta[6];
+    if (what_grew(r, kind, slow, nslow, delta)) goto done;
     static const char *const part_text[6] = {
         "the forward, without a backward to match: an evaluation pass (forwards under no_grad)",
         "backward",

@@ -115,7 +115,6 @@ static int cmp_cause(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-
 /* What the steps of phases 2 and 3 share: the mean step and what was measured about it. */
 typedef struct verdict {
     pb__shares m;
@@ -298,7 +297,8 @@ static json_t *mean_step_numbers(const pb__report *r, const pb__shares *s)
     return nums;
 }
 
-/* One finding per cause (nums stolen). The local names below are those of the claims. */
+/* One finding per cause; each takes nums (stolen) from mean_step_numbers() and first copies out
+ * of the verdict the figures its claim and advice use. */
 
 static void data_bound(pb__report *r, const verdict *v, json_t *nums)
 {
@@ -493,6 +493,8 @@ static void suggest_top_module(pb__report *r, const verdict *v)
     }
 }
 
+/* Phases 2 and 3 in their order: the component section (whose queries come first), the causes,
+ * the bottleneck section, one finding per cause, the module to follow. */
 void pb__report_bottleneck(pb__report *r)
 {
     verdict v;
