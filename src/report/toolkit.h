@@ -6,8 +6,8 @@
  * The folder is layered like SQLite's btree.h / btreeInt.h: report.c is the driver (it loads the
  * window of steps and runs the rules in the order of docs/report.md), the rules stand below it
  * in files of their own (rules.h lists them), and this toolkit stands below the rules, in
- * toolkit.c. Calls go down only: the driver calls rules and the toolkit, a rule calls the
- * toolkit, the toolkit calls neither (nor render.c, which reads only the finished document).
+ * toolkit.c. Calls go down only: the driver calls the rules and the toolkit, a rule calls the
+ * toolkit, the toolkit calls neither. render.c stands apart: it reads the finished document.
  *
  * A rule adds findings with pb__report_finding() and reads data only with pb__report_run() /
  * pb__report_try(), which go through the caller's query function (report.h), so the unit tests
@@ -112,7 +112,6 @@ double pb__report_percentile(const double *v, size_t n, double p);
  * cannot tilt it, unlike least squares. */
 void pb__report_theil_sen(const double *x, const double *y, size_t n, double *slope,
                           double *intercept, double *r2);
-
 
 /* A steady step this much above the median is an outlier: reported by the slow-steps rule and
  * left out of the means that decide the bottleneck (docs/report.md, "Slow steps"). */
