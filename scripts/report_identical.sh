@@ -3,7 +3,7 @@
 # commit (default HEAD): the proof for a change to src/report, or to the CLI around it, that must
 # not change what a user reads (a restructuring, a rename).
 #
-#   bash scripts/report_identical.sh [REF]      # after `make build`; 2-4 minutes
+#   bash scripts/report_identical.sh [REF]      # after `make build`; about a minute of CPU
 #
 # How: builds REF's `probing` in a temporary git worktree, records the test workloads once with
 # this tree's build (`probing run -o`: a plain loop, a data-bound one, AMP with a skipped step and
