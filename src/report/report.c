@@ -19,6 +19,7 @@
  * order of the calls below is the order of the findings in the report. Causes of lost time are
  * not exclusive: each rule adds a finding for every one above its threshold.
  */
+#include "report.h"
 #include "rules.h"
 #include "toolkit.h"
 

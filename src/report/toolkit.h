@@ -1,7 +1,7 @@
 /*
  * toolkit.h - the rule toolkit of src/report: the state of one report being built (pb__report,
  * its window of steps) and the helpers every rule calls. Private to src/report; the public
- * interface is report.h.
+ * interface is report.h (and source.h, the types of what a report reads, which this includes).
  *
  * The folder is layered like SQLite's btree.h / btreeInt.h: report.c is the driver (it loads the
  * window of steps and runs the rules in the order of docs/report.md), the rules stand below it
@@ -17,7 +17,7 @@
 #ifndef PB_REPORT_TOOLKIT_H
 #define PB_REPORT_TOOLKIT_H
 
-#include "report.h"
+#include "source.h"
 
 #include <stddef.h>
 

@@ -14,6 +14,7 @@
  * in-memory databases handed to the report as peers.
  */
 #include "check.h"
+#include "report.h"
 #include "toolkit.h"
 
 #include <sqlite3.h>
