@@ -1,6 +1,6 @@
 /*
- * amp.c - the mixed-precision hardware checks of seeds 004 and 002: bf16 on a GPU without bf16
- * tensor cores, and matrix dimensions that do not suit tensor cores.
+ * amp.c - the mixed-precision hardware checks of the report (docs/report.md, "Mixed precision"):
+ * bf16 on a GPU without bf16 tensor cores, and matrix dimensions that do not suit tensor cores.
  *
  * Both apply only where mixed precision runs on a GPU, and say so otherwise (a CPU run, or a GPU
  * run in float32): bf16 compute on CUDA is seen in python.amp_trace (autocast dtype bfloat16 on
@@ -11,14 +11,14 @@
  * their share of module self time in python.torch_trace, and warns only when that share is worth
  * it (TC_SHARE): a 10-class head that is not a multiple of 8 is normal and costs little.
  */
-#include "internal.h"
+#include "rules.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define BF16_MIN_CAPABILITY 8.0 /* seed 004: "BF16 | Ampere (A100) | Ampere+ only" */
-#define TC_MULTIPLE_FP16 8      /* seed 002: "multiples of 8 (FP16) or 16 (BF16)" */
+#define BF16_MIN_CAPABILITY 8.0 /* bf16 needs Ampere or newer (docs/report.md, "Mixed precision") */
+#define TC_MULTIPLE_FP16 8      /* multiples of 8 for fp16, 16 for bf16 (the same section) */
 #define TC_MULTIPLE_BF16 16
 #define TC_SHARE 0.10 /* misaligned layers' share of module self time worth a warning */
 #define TC_LIST 5     /* misaligned layers named in the claim and numbers */

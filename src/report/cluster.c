@@ -18,7 +18,7 @@
  * median step time, whichever is larger: below it, scheduling noise.
  * Every claim keeps the SQL (run on every rank) and the per-rank and per-node medians.
  */
-#include "internal.h"
+#include "rules.h"
 
 #include <math.h>
 #include <stdio.h>

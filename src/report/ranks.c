@@ -1,7 +1,7 @@
 /*
- * ranks.c - load imbalance across the ranks of a distributed job. Seed 000: "Different times
- * across GPUs is normal, check for extreme imbalance (>10%)", with imbalance = (max - mean) /
- * mean of the ranks' iteration times.
+ * ranks.c - load imbalance across the ranks of a distributed job (docs/report.md, "Distributed"):
+ * different times across ranks are normal, an imbalance over 10% is not, with imbalance =
+ * (max - mean) / mean of the ranks' iteration times.
  *
  * The report reads one target; the caller (the CLI) finds the other ranks of the same job that
  * it can reach (same job and world size in their /api/info: ranks on this machine) and passes
@@ -12,20 +12,20 @@
  * In synchronous data-parallel training every rank waits for the slowest one in the gradient
  * all-reduce, so step times come out equal even when the work is not: the waiting lands in
  * python.steps.grad_sync (DDP's wait for its all-reduces after the backward pass), in backward
- * (all-reduces that block during it) or in recorded collectives. So besides the seed's step-time
+ * (all-reduces that block during it) or in recorded collectives. So besides that step-time
  * figure, the rule compares the time each rank spends outside those (data wait, forward,
  * optimizer, other), where no rank waits for another, and names the part that differs most.
  * An agent without grad_sync (older) leaves DDP's wait in `other`: then the comparison is
  * blurred, and the claim says so.
  */
-#include "internal.h"
+#include "rules.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define IMBALANCE 0.10        /* seed 000: over 10% is imbalance */
+#define IMBALANCE 0.10        /* over 10% is imbalance (docs/report.md, "Distributed") */
 #define IMBALANCE_MIN_S 0.002 /* ... and at least this much per step: below it, scheduling noise */
 #define IMBALANCE_MIN_STEPS 3 /* common steps needed */
 

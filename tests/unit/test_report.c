@@ -14,7 +14,8 @@
  * in-memory databases handed to the report as peers.
  */
 #include "check.h"
-#include "internal.h"
+#include "report.h"
+#include "toolkit.h"
 
 #include <sqlite3.h>
 #include <stdlib.h>

@@ -1,18 +1,23 @@
 /*
- * internal.h - what the files of src/report share: the state of one report being built and the
- * helpers every rule uses. Not part of the public interface (report.h).
+ * toolkit.h - the rule toolkit of src/report: the state of one report being built (pb__report,
+ * its window of steps) and the helpers every rule calls. Private to src/report; the public
+ * interface is report.h (and source.h, the types of what a report reads, which this includes).
  *
- * report.c builds the document (baseline, bottleneck, component, the step-based checks) and
- * calls the rules of the other files in turn: memory.c (the memory section: breakdown,
- * optimizer state, fragmentation), amp.c (bf16 support, tensor-core alignment) and ranks.c
- * (load imbalance across the ranks of a job). Every rule adds findings with
- * pb__report_finding() and reads data only with pb__report_run() / pb__report_try(), so the
- * unit tests can feed them synthetic tables.
+ * The folder is layered like SQLite's btree.h / btreeInt.h: report.c is the driver (it loads the
+ * window of steps and runs the rules in the order of docs/report.md), the rules stand below it
+ * in files of their own (rules.h lists them), and this toolkit stands below the rules, in
+ * toolkit.c. Calls go down only: the driver calls the rules and the toolkit, a rule calls the
+ * toolkit, the toolkit calls neither. render.c stands apart: it reads the finished document.
+ *
+ * A rule adds findings with pb__report_finding() and reads data only with pb__report_run() /
+ * pb__report_try(), which go through the caller's query function (report.h), so the unit tests
+ * can feed the rules synthetic tables. Every helper is [any thread]: one report is built by one
+ * thread, and two reports share nothing.
  */
-#ifndef PB_REPORT_INTERNAL_H
-#define PB_REPORT_INTERNAL_H
+#ifndef PB_REPORT_TOOLKIT_H
+#define PB_REPORT_TOOLKIT_H
 
-#include "report.h"
+#include "source.h"
 
 #include <stddef.h>
 
@@ -108,11 +113,48 @@ double pb__report_percentile(const double *v, size_t n, double p);
 void pb__report_theil_sen(const double *x, const double *y, size_t n, double *slope,
                           double *intercept, double *r2);
 
-/* The rules of the other files. Each adds its findings (and memory.c the "memory" section of
- * the document); none fails: missing data becomes a skipped finding that says what is missing. */
-void pb__report_memory(pb__report *r);
-void pb__report_amp_hardware(pb__report *r);
-void pb__report_ranks(pb__report *r);
-void pb__report_cluster(pb__report *r); /* cluster.c: stragglers by node */
+/* A steady step this much above the median is an outlier: reported by the slow-steps rule and
+ * left out of the means that decide the bottleneck (docs/report.md, "Slow steps"). */
+#define OUTLIER_FACTOR 3.0
+
+/* Collectives and DDP's gradient sync from this share of the step on: the bottleneck names
+ * communication, and the collectives check defers to it (docs/report.md, "Communication"). */
+#define COMM_SHARE 0.30
+
+/* The per-step query over python.torch_trace, for agents and recordings without python.steps:
+ * forward, backward and optimizer time per step, the optimizer's end (the step's wall time) and
+ * the span of its rows (without an optimizer). */
+extern const char pb__report_trace_steps_sql[];
+
+/* The SQL the per-step figures of the window come from (python.steps, or the query above). */
+const char *pb__report_steps_sql(const pb__report *r);
+
+/* Median of the walls of steps[from, to); kind: -1 every step, 0 summary steps, 1 detail
+ * steps. NaN when there is none. */
+double pb__report_median_wall(const pb__step_row *steps, size_t from, size_t to, int kind);
+
+/* Which field of pb__step_row pb__report_merge_per_step() fills. */
+enum pb__step_field {
+    PB__STEP_DATA,        /* data (and has_data) */
+    PB__STEP_COLLECTIVES, /* collectives (and has_collectives) */
+    PB__STEP_MEMORY,      /* memory_mb (and has_memory) */
+    PB__STEP_SAMPLES      /* samples */
+};
+
+/* Runs sql (rows of `step` and `value`) and stores each value into that step of the window;
+ * steps outside the window are ignored. A failed query is a query error of the report. */
+void pb__report_merge_per_step(pb__report *r, const char *sql, enum pb__step_field field);
+
+/* Mean per-step times over the window's timing steps. */
+typedef struct pb__shares {
+    double wall, forward, backward, optimizer, data, collectives, grad_sync, other;
+    int has_data, has_collectives;
+} pb__shares;
+
+/* Mean per-step times over the steady steps, outlier steps (over OUTLIER_FACTOR x the median,
+ * reported on their own) left out so that one slow step cannot decide the bottleneck. The data
+ * wait is averaged over every step but known (has_data) only when a DataLoader fed some step.
+ * All zero when the window has no steady step. */
+pb__shares pb__report_mean_shares(const pb__report *r);
 
 #endif

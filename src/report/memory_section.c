@@ -1,6 +1,13 @@
 /*
- * memory.c - the memory section of the report: seed 002's "Memory Tracking Methodology" over
- * what the agent recorded.
+ * memory_section.c - the memory rules of the report (docs/report.md, "Memory"): steady growth
+ * (a leak, and when it would end the job), and the "memory" section of the document over what
+ * the agent recorded: parameters, gradients, optimizer state, activations, fragmentation.
+ *
+ * Growth: memory per steady step (python.memory's allocated on the step boundary, else the
+ * allocated figure of python.torch_trace's rows) and a Theil-Sen line through it, the warm-up
+ * and the first LEAK_SETTLE of the steady steps left out (allocators and caches fill at the start
+ * of every run without leaking); the time to the limit (python.memory.limit_mb, else the GPU's
+ * total) at that pace decides the severity.
  *
  * Parameters, gradients and optimizer state come from python.memory_breakdown: the bytes of each
  * optimizer's distinct storages, taken at the first optimizer step and every
@@ -15,7 +22,7 @@
  * The report suggests memory remedies only when memory is shown to be the limit; otherwise it
  * states the breakdown and says why nothing needs to change.
  */
-#include "internal.h"
+#include "rules.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -23,9 +30,15 @@
 #include <string.h>
 
 #define MB (1024.0 * 1024.0)
+#define LEAK_MIN_STEPS 5
+#define LEAK_MIN_GROWTH_MB 16.0 /* growth over the fitted steps below this is allocator noise */
+#define LEAK_MIN_R2 0.9         /* a steady climb: the robust line explains it */
+#define LEAK_SETTLE 0.1         /* share of the steady steps left out of the fit (caches fill) */
+#define LEAK_CRITICAL_H 6.0     /* out of memory sooner than this: critical */
+#define LEAK_WARNING_H 72.0     /* ... sooner than this: warning; later: info */
 #define MEMORY_PRESSURE 0.90    /* peak reserved / device memory from which memory is the limit */
 #define DOMINANT_SHARE 0.50     /* a part above this share of the tracked memory dominates */
-#define FRAGMENTATION_RATIO 1.5 /* seed 002: reserved > allocated * 1.5 */
+#define FRAGMENTATION_RATIO 1.5 /* reserved > 1.5x allocated (docs/report.md, "Findings") */
 #define FRAGMENTATION_MIN_MB 256.0 /* ... and at least this much held above the peak */
 
 typedef struct memory {
@@ -442,14 +455,14 @@ static void finding_fragmentation(pb__report *r, const memory *m)
         json_decref(rows);
         return;
     }
-    double seed_ratio = reserved / allocated, peak_ratio = reserved / peak;
+    double reserved_ratio = reserved / allocated, peak_ratio = reserved / peak;
     json_t *nums = json_object();
     json_object_set(nums, "step", json_object_get(row, "step"));
     json_object_set(nums, "device", json_object_get(row, "device"));
     json_object_set_new(nums, "allocated_mb", pb__report_real(allocated));
     json_object_set_new(nums, "peak_allocated_mb", pb__report_real(peak));
     json_object_set_new(nums, "reserved_mb", pb__report_real(reserved));
-    json_object_set_new(nums, "reserved_to_allocated", pb__report_real(seed_ratio));
+    json_object_set_new(nums, "reserved_to_allocated", pb__report_real(reserved_ratio));
     json_object_set_new(nums, "reserved_to_peak", pb__report_real(peak_ratio));
     json_object_set_new(nums, "pressure", pb__report_real(m->pressure));
     if (peak_ratio > FRAGMENTATION_RATIO && reserved - peak >= FRAGMENTATION_MIN_MB)
@@ -464,23 +477,25 @@ static void finding_fragmentation(pb__report *r, const memory *m)
             "torch.cuda.empty_cache() may help (docs/report.md, \"Memory\"). It costs time, so only when memory is "
             "the limit; allocating tensors of steady sizes (padding variable lengths) avoids "
             "the split blocks.");
-    else if (seed_ratio > FRAGMENTATION_RATIO)
+    else if (reserved_ratio > FRAGMENTATION_RATIO)
         pb__report_finding(r, "fragmentation", "memory", "info",
                            pb__report_textf("reserved is %.1fx the memory allocated at the step's "
                                             "end but within the peak (%.0f MB reserved, %.0f MB "
                                             "peak): the caching allocator keeps the freed "
                                             "activation blocks for the next step - expected, not "
                                             "fragmentation",
-                                            seed_ratio, reserved, peak),
+                                            reserved_ratio, reserved, peak),
                            nums, sql, NULL);
     else
         pb__report_finding(r, "fragmentation", "memory", "ok",
                            pb__report_textf("no fragmentation: reserved %.0f MB for %.0f MB "
                                             "allocated (%.1fx; flagged over %.1fx)",
-                                            reserved, allocated, seed_ratio, FRAGMENTATION_RATIO),
+                                            reserved, allocated, reserved_ratio, FRAGMENTATION_RATIO),
                            nums, sql, NULL);
     json_decref(rows);
 }
+
+/* ------------------------------------------------------------------ the memory section */
 
 void pb__report_memory(pb__report *r)
 {
@@ -507,4 +522,138 @@ void pb__report_memory(pb__report *r)
     finding_fragmentation(r, &m);
     json_decref(m.per_optimizer);
     json_decref(m.phases);
+}
+
+/* ------------------------------------------------------------------ growth */
+
+/* Memory per step over the steady window (python.memory, else torch_trace's allocated), a
+ * Theil-Sen line through it, and how long until the limit at that pace. */
+void pb__report_memory_growth(pb__report *r)
+{
+    char sql[SQL_MAX];
+    const char *source = "python.torch_trace allocated (process RSS on CPU)";
+    if (r->n_memory > 0) {
+        pb__report_sqlf(
+            sql,
+            "SELECT step, MAX(allocated_mb) AS value FROM python.memory WHERE phase = 'step' "
+            "AND step BETWEEN %lld AND %lld GROUP BY step ORDER BY step",
+            r->lo, r->hi);
+        pb__report_merge_per_step(r, sql, PB__STEP_MEMORY);
+        source = "python.memory allocated_mb (largest device)";
+    } else if (!r->from_steps_table) {
+        strcpy(sql, pb__report_trace_steps_sql);
+    } else {
+        pb__report_finding(
+            r, "memory_growth", "memory", "skipped",
+            pb__report_textf(
+                "memory growth not checked: no python.memory and no per-step memory in "
+                "python.steps"),
+            NULL, NULL, NULL);
+        return;
+    }
+    /* The fit skips the warm-up and the first LEAK_SETTLE of the steady steps: allocators and
+     * caches grow at the start of every run without leaking. */
+    size_t from = r->warmup, avail = 0;
+    for (size_t i = r->warmup; i < r->count; i++) avail += r->steps[i].has_memory;
+    size_t settle = (size_t)(LEAK_SETTLE * (double)avail), seen = 0;
+    double *xs = malloc((r->count + 1) * sizeof *xs), *ys = malloc((r->count + 1) * sizeof *ys);
+    size_t n = 0;
+    double first = 0, last = 0;
+    for (size_t i = from; xs && ys && i < r->count; i++) {
+        const pb__step_row *s = &r->steps[i];
+        if (!s->has_memory || seen++ < settle) continue;
+        if (!n) first = s->memory_mb;
+        last = s->memory_mb;
+        xs[n] = (double)s->step;
+        ys[n++] = s->memory_mb;
+    }
+    if (n < LEAK_MIN_STEPS) {
+        pb__report_finding(
+            r, "memory_growth", "memory", "skipped",
+            pb__report_textf("memory growth not checked: %zu steady step%s with memory figures, %d "
+                             "needed",
+                             n, n == 1 ? "" : "s", LEAK_MIN_STEPS),
+            NULL, sql, NULL);
+        free(xs);
+        free(ys);
+        return;
+    }
+    double slope, intercept, r2;
+    pb__report_theil_sen(xs, ys, n, &slope, &intercept, &r2);
+    free(xs);
+    free(ys);
+    double growth = last - first;
+    /* What the process may use: python.memory.limit_mb (the GPU's total, or the cgroup limit /
+     * RAM on CPU), else the GPU total of the breakdown. */
+    double limit = NAN;
+    char *why = NULL;
+    json_t *lim = pb__report_try(r, "SELECT MAX(limit_mb) AS limit_mb FROM python.memory", &why);
+    int ok = 0;
+    double v = lim ? pb__report_num(json_array_get(lim, 0), "limit_mb", &ok) : 0;
+    if (ok && v > 0) limit = v;
+    json_decref(lim);
+    free(why);
+    if (isnan(limit) && r->n_breakdown > 0) {
+        lim = pb__report_try(r, "SELECT MAX(device_total_mb) AS t FROM python.memory_breakdown",
+                             &why);
+        v = lim ? pb__report_num(json_array_get(lim, 0), "t", &ok) : 0;
+        if (ok && v > 0) limit = v;
+        json_decref(lim);
+        free(why);
+    }
+    double step_s = pb__report_median_wall(r->steps, r->warmup, r->count, -1);
+    double per_hour = step_s > 0 ? slope * 3600.0 / step_s : NAN;
+    double hours = !isnan(limit) && per_hour > 0 ? (limit - last) / per_hour : NAN;
+    if (hours < 0) hours = 0;
+    json_t *nums = json_object();
+    json_object_set_new(nums, "steps", json_integer((json_int_t)n));
+    json_object_set_new(nums, "first_mb", pb__report_real(first));
+    json_object_set_new(nums, "last_mb", pb__report_real(last));
+    json_object_set_new(nums, "growth_mb", pb__report_real(growth));
+    json_object_set_new(nums, "slope_mb_per_step", pb__report_real(slope));
+    json_object_set_new(nums, "fit", json_string("Theil-Sen (median of pairwise slopes)"));
+    json_object_set_new(nums, "r2", pb__report_real(r2));
+    json_object_set_new(nums, "mb_per_hour", pb__report_real(per_hour));
+    json_object_set_new(nums, "limit_mb", pb__report_real(limit));
+    json_object_set_new(nums, "hours_to_limit", pb__report_real(hours));
+    json_object_set_new(nums, "source", json_string(source));
+    if (growth >= LEAK_MIN_GROWTH_MB && slope > 0 && r2 >= LEAK_MIN_R2) {
+        /* Severity from the time to exhaustion: a leak that ends the job soon is critical, one
+         * that would take days is worth knowing, not a bottleneck. */
+        const char *severity = isnan(hours) ? "warning"
+                               : hours < LEAK_CRITICAL_H ? "critical"
+                               : hours < LEAK_WARNING_H ? "warning"
+                                                         : "info";
+        char when[160];
+        if (isnan(hours))
+            snprintf(when, sizeof when, "the memory available is unknown");
+        else if (hours < 1)
+            snprintf(when, sizeof when, "out of memory in ~%.0f min (%.0f MB available)",
+                     hours * 60, limit);
+        else
+            snprintf(when, sizeof when, "out of memory in ~%.0f h (%.0f MB available)", hours,
+                     limit);
+        pb__report_finding(
+            r, "memory_growth", "memory", severity,
+            pb__report_textf("memory grows steadily: %+.3g MB/step (r² %.2f over %zu steps): "
+                             "%+.1f GB per hour at this pace; %s",
+                             slope, r2, n, per_hour / 1024.0, when),
+            nums, sql,
+            "Something keeps a reference each step: look for tensors appended to lists "
+            "or dicts (losses kept without .detach() or .item(), caches, metrics) "
+            "(docs/report.md, \"Memory\").");
+        pb__report_suggest(
+            r,
+            "find what holds the memory: the largest objects referenced from "
+            "__main__",
+            "probing %s eval \"import sys, torch; print(sorted(((sum(t.numel()*t.element_"
+            "size() for t in v if torch.is_tensor(t)) if isinstance(v, (list, tuple)) else "
+            "0, k) for k, v in vars(sys.modules['__main__']).items()), reverse=True)[:5])\"",
+            pb__report_target(r));
+    } else {
+        pb__report_finding(
+            r, "memory_growth", "memory", "ok",
+            pb__report_textf("no steady memory growth: %+.1f MB over %zu steps", growth, n), nums,
+            sql, NULL);
+    }
 }
