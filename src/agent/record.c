@@ -38,6 +38,7 @@
 #include "record.h"
 
 #include "api.h"
+#include "catalog.h"
 #include "clock.h"
 #include "config.h"
 #include "db.h"
@@ -181,7 +182,7 @@ static int write_catalogue(const uint64_t *rows, const uint64_t *dropped)
         pb_jsonw w;
         cols.len = 0;
         pb_jsonw_init(&w, &cols);
-        if (pb_db_table_columns_json(&w, tab) || pb_buf_putc(&cols, '\0')) {
+        if (pb_catalog_columns_json(&w, tab) || pb_buf_putc(&cols, '\0')) {
             rc = SQLITE_NOMEM;
             break;
         }

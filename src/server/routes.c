@@ -9,6 +9,7 @@
  */
 #include "routes.h"
 
+#include "catalog.h"
 #include "config.h"
 #include "error.h"
 #include "jsonw.h"
@@ -117,7 +118,7 @@ static int route_info(const pb__routes_env *env, const request *req, pb_buf *out
 
 static int route_tables(const pb__routes_env *env, const request *req, pb_buf *out)
 {
-    int rc = pb_db_tables_json(out);
+    int rc = pb_catalog_tables_json(out);
     if (rc) return pb_api_error(out, 500, "cannot list the tables: %s", pb_strerror(rc));
     return 200;
 }

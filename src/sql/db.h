@@ -76,14 +76,4 @@ int pb_db_query_json(pb_db *db, const char *sql, const pb_query_limits *lim, pb_
  * PB_ECANCELLED "the process is exiting". [any thread, while db is open] */
 void pb_db_interrupt(pb_db *db);
 
-/* Appends the /api/tables response body for every registered table:
- *   {"tables":[{"schema","name","doc","columns":[{"name","type","doc"}],"rows","capacity",
- *               "rows_dropped","empty_reason"}]}
- * Returns 0 or the pb_buf error. [any thread, registry complete] */
-int pb_db_tables_json(pb_buf *out);
-
-/* Writes t's columns as [{"name","type","doc"},...] (the "columns" of pb_db_tables_json; a
- * recording's `tables` catalogue keeps the same). Returns 0 or the pb_buf error. [any thread] */
-int pb_db_table_columns_json(pb_jsonw *w, const pb_table *t);
-
 #endif

@@ -3,12 +3,13 @@
  *
  * Both are tiny read-only virtual tables over data that is fixed after start-up (the registry,
  * the settings table); only the row counts of the rings move, so xFilter snapshots them once per
- * scan. pb_db_tables_json() writes the same catalogue for GET /api/tables.
+ * scan. The rows and columns come from catalog.c, which also writes them as JSON for
+ * GET /api/tables.
  */
-#include "db.h"
-
-#include "config.h"
 #include "vt.h"
+
+#include "catalog.h"
+#include "config.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,9 +19,6 @@ enum probe_kind { PROBE_TABLES, PROBE_CONFIG };
 enum { TC_SCHEMA, TC_NAME, TC_DOC, TC_COLUMNS, TC_ROWS, TC_CAPACITY, TC_ROWS_DROPPED, TC_EMPTY_REASON };
 enum { CC_NAME, CC_VALUE, CC_DEFAULT, CC_DOC };
 
-typedef struct probe_counts {
-    sqlite3_int64 rows, capacity, rows_dropped;
-} probe_counts;
 
 typedef struct probe_vtab {
     sqlite3_vtab base;
@@ -31,71 +29,8 @@ typedef struct probe_cursor {
     sqlite3_vtab_cursor base;
     enum probe_kind kind;
     int index, count;
-    probe_counts *counts; /* PROBE_TABLES: one per table, taken at xFilter */
+    pb_catalog_counts *counts; /* PROBE_TABLES: one per table, taken at xFilter */
 } probe_cursor;
-
-static void table_counts(const pb_table *t, probe_counts *out)
-{
-    memset(out, 0, sizeof *out);
-    if (!t->ring) return;
-    uint64_t head = pb_ring_head(t->ring), cap = pb_ring_capacity(t->ring);
-    out->capacity = (sqlite3_int64)cap;
-    out->rows = (sqlite3_int64)(head < cap ? head : cap);
-    out->rows_dropped = (sqlite3_int64)(head > cap ? head - cap : 0);
-}
-
-int pb_db_table_columns_json(pb_jsonw *w, const pb_table *t)
-{
-    int rc = pb_jsonw_arr_begin(w);
-    for (int i = 0; !rc && i < t->ncolumns; i++) {
-        const pb_column *c = &t->columns[i];
-        rc = pb_jsonw_obj_begin(w);
-        if (!rc) rc = pb_jsonw_key(w, "name");
-        if (!rc) rc = pb_jsonw_str(w, c->name);
-        if (!rc) rc = pb_jsonw_key(w, "type");
-        if (!rc) rc = pb_jsonw_str(w, pb_col_sql_type(c->kind));
-        if (!rc) rc = pb_jsonw_key(w, "doc");
-        if (!rc) rc = pb_jsonw_str(w, c->doc ? c->doc : "");
-        if (!rc) rc = pb_jsonw_obj_end(w);
-    }
-    if (!rc) rc = pb_jsonw_arr_end(w);
-    return rc;
-}
-
-int pb_db_tables_json(pb_buf *out)
-{
-    pb_jsonw w;
-    pb_jsonw_init(&w, out);
-    int rc = pb_jsonw_obj_begin(&w);
-    if (!rc) rc = pb_jsonw_key(&w, "tables");
-    if (!rc) rc = pb_jsonw_arr_begin(&w);
-    for (int i = 0; !rc && i < pb_registry_count(); i++) {
-        const pb_table *t = pb_registry_get(i);
-        probe_counts n;
-        table_counts(t, &n);
-        rc = pb_jsonw_obj_begin(&w);
-        if (!rc) rc = pb_jsonw_key(&w, "schema");
-        if (!rc) rc = pb_jsonw_str(&w, t->schema);
-        if (!rc) rc = pb_jsonw_key(&w, "name");
-        if (!rc) rc = pb_jsonw_str(&w, t->name);
-        if (!rc) rc = pb_jsonw_key(&w, "doc");
-        if (!rc) rc = pb_jsonw_str(&w, t->doc ? t->doc : "");
-        if (!rc) rc = pb_jsonw_key(&w, "columns");
-        if (!rc) rc = pb_db_table_columns_json(&w, t);
-        if (!rc) rc = pb_jsonw_key(&w, "rows");
-        if (!rc) rc = pb_jsonw_int(&w, n.rows);
-        if (!rc) rc = pb_jsonw_key(&w, "capacity");
-        if (!rc) rc = pb_jsonw_int(&w, n.capacity);
-        if (!rc) rc = pb_jsonw_key(&w, "rows_dropped");
-        if (!rc) rc = pb_jsonw_int(&w, n.rows_dropped);
-        if (!rc) rc = pb_jsonw_key(&w, "empty_reason");
-        if (!rc) rc = pb_jsonw_str(&w, t->empty_reason); /* NULL -> null */
-        if (!rc) rc = pb_jsonw_obj_end(&w);
-    }
-    if (!rc) rc = pb_jsonw_arr_end(&w);
-    if (!rc) rc = pb_jsonw_obj_end(&w);
-    return rc;
-}
 
 static int probe_connect(sqlite3 *conn, void *aux, int argc, const char *const *argv,
                          sqlite3_vtab **out, char **errmsg)
@@ -159,7 +94,7 @@ static int probe_filter(sqlite3_vtab_cursor *base, int idx_num, const char *idx_
     sqlite3_free(c->counts);
     c->counts = sqlite3_malloc64(sizeof *c->counts * (size_t)(c->count + 1));
     if (!c->counts) return SQLITE_NOMEM;
-    for (int i = 0; i < c->count; i++) table_counts(pb_registry_get(i), &c->counts[i]);
+    for (int i = 0; i < c->count; i++) pb_catalog_table_counts(pb_registry_get(i), &c->counts[i]);
     return SQLITE_OK;
 }
 
@@ -184,7 +119,7 @@ static void result_text(sqlite3_context *ctx, const char *s)
 static int table_column(const probe_cursor *c, sqlite3_context *ctx, int i)
 {
     const pb_table *t = pb_registry_get(c->index);
-    const probe_counts *n = &c->counts[c->index];
+    const pb_catalog_counts *n = &c->counts[c->index];
     switch (i) {
     case TC_SCHEMA: result_text(ctx, t->schema); break;
     case TC_NAME: result_text(ctx, t->name); break;
@@ -193,7 +128,7 @@ static int table_column(const probe_cursor *c, sqlite3_context *ctx, int i)
         pb_buf json = PB_BUF_INIT;
         pb_jsonw w;
         pb_jsonw_init(&w, &json);
-        if (pb_db_table_columns_json(&w, t)) {
+        if (pb_catalog_columns_json(&w, t)) {
             pb_buf_free(&json);
             return SQLITE_NOMEM;
         }

@@ -8,6 +8,7 @@
  * probe.tables / probe.config.
  */
 #include "check.h"
+#include "catalog.h"
 #include "config.h"
 #include "db.h"
 #include "error.h"
@@ -395,7 +396,7 @@ static void test_probe_tables(pb_db *db)
     json_decref(j);
 
     pb_buf out = PB_BUF_INIT;
-    CHECK(pb_db_tables_json(&out) == 0, "pb_db_tables_json");
+    CHECK(pb_catalog_tables_json(&out) == 0, "pb_catalog_tables_json");
     j = json_loads(out.data, 0, NULL);
     json_t *t0 = json_array_get(json_object_get(j, "tables"), 0);
     json_t *c0 = json_array_get(json_object_get(t0, "columns"), 1);
