@@ -1,10 +1,11 @@
 /*
  * cli.h - what the `probing` command's files share: parsed arguments, exit codes, the command
- * entry points and the one way to print an error.
+ * entry points and the helpers of cli.c (the one way to print an error).
  *
- * main.c parses the command line into a pb_cli_args and calls one cmd_<name>() from its table;
- * each command returns the process exit code. Every message to the user goes to stderr, starts
- * with "probing: ", says what went wrong and, where there is something to do, what to do next.
+ * main.c has options.c parse the command line into a pb_cli_args and calls one cmd_<name>()
+ * from the table in commands.c; each command returns the process exit code. Every message to
+ * the user goes to stderr, starts with "probing: ", says what went wrong and, where there is
+ * something to do, what to do next.
  */
 #ifndef PB_CLI_CLI_H
 #define PB_CLI_CLI_H
@@ -58,8 +59,13 @@ typedef struct pb_cli_args {
     int open_browser;       /* ui: --open given */
 } pb_cli_args;
 
-/* Prints "probing: <message>\n" on stderr. */
-void pb_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "probing: <message>\n" on stderr and returns PB_EXIT_ERROR, so that a command can end
+ * with `return pb_cli_error(...)` (git's error()). [main thread] */
+int pb_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The same for a bad command line: prints "probing: <message>\n" on stderr and returns
+ * PB_EXIT_USAGE. [main thread] */
+int pb_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Joins the positional arguments with spaces, or reads stdin when the only one is "-".
  * Returns a malloc'ed string the caller frees, or NULL after printing why (what names the thing
@@ -67,7 +73,7 @@ void pb_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 char *pb_cli_positional_text(const pb_cli_args *a, const char *what);
 
 /* Writes the directory that contains the probing Python package with its built extension into
- * out (see cmd_run.c for where it is looked for). Returns 0, or -1 when none is found. */
+ * out (`run` and `inject`; where it is looked for: cli.c). Returns 0, or -1 when none is found. */
 int pb_cli_find_package(char *out, size_t outlen);
 
 int cmd_list(const pb_cli_args *a);
