@@ -12,6 +12,7 @@
 #include "buf.h"
 #include "cli.h"
 #include "client.h"
+#include "paths.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -503,4 +504,49 @@ int pb_fanout_prepare(pb_fanout_req *req, const pb_rank_ep *ep)
         snprintf(req->err, sizeof req->err, "%s", ep->why);
     }
     return req->usable;
+}
+
+int pb_fanout_local_ranks(const char *dir, const char *job, long long world, long long my_rank,
+                          pid_t my_pid, pb_local_rank **out)
+{
+    pid_t *pids = NULL;
+    pb_local_rank *found = NULL;
+    int count, n = 0;
+    *out = NULL;
+    count = pb_target_scan(dir, &pids);
+    if (count <= 0) return count;
+    if (!(found = calloc((size_t)count, sizeof *found))) {
+        free(pids);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < count; i++) {
+        char path[PATH_MAX];
+        pb_local_rank *r = &found[n];
+        if (pids[i] == my_pid) continue;
+        if (pb_paths_socket(pids[i], path, sizeof path) ||
+            pb_target_for_socket(pids[i], path, &r->target))
+            continue;
+        json_t *other = pb_client_get_object(&r->target, "/api/info", PB_CLI_LIST_TIMEOUT_MS);
+        const char *other_job = json_string_value(json_object_get(other, "job"));
+        json_t *other_world = json_object_get(other, "world_size");
+        json_t *other_rank = json_object_get(other, "rank");
+        int same = other_job && !strcmp(other_job, job) && json_is_integer(other_world) &&
+                   json_integer_value(other_world) == world && json_is_integer(other_rank) &&
+                   json_integer_value(other_rank) != my_rank;
+        for (int k = 0; same && k < n; k++)
+            if (found[k].rank == (int)json_integer_value(other_rank)) same = 0;
+        if (same) {
+            r->pid = pids[i];
+            r->rank = (int)json_integer_value(other_rank);
+            n++;
+        }
+        json_decref(other);
+    }
+    free(pids);
+    if (n == 0) {
+        free(found);
+        found = NULL;
+    }
+    *out = found;
+    return n;
 }

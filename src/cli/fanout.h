@@ -21,6 +21,7 @@
 
 #include <jansson.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define PB_FANOUT_PARALLEL 64      /* requests in flight at once */
 #define PB_FANOUT_DEADLINE_MS 5000L /* default --deadline */
@@ -76,5 +77,22 @@ int pb_fanout_parse_ranks(const char *spec, int n, unsigned char *sel);
 
 /* This host's name as the roster means it (PROBING_HOST, else gethostname()). */
 const char *pb_fanout_local_host(void);
+
+/* Another agent on this machine that is a rank of the same job (pb_fanout_local_ranks). */
+typedef struct pb_local_rank {
+    pb_target target; /* its Unix socket */
+    pid_t pid;
+    int rank;
+} pb_local_rank;
+
+/* The other ranks of a job among this user's agents on this machine, for when the job has no
+ * roster to ask (`report` and `ui` of a live rank): every live agent in the socket directory
+ * dir but the one of pid my_pid is asked GET /api/info (PB_CLI_LIST_TIMEOUT_MS each), and one
+ * that names the same job and world size and an integer rank other than my_rank and the ranks
+ * already found is kept, in the directory's (pid) order. Returns how many, with *out malloc'ed
+ * (caller frees; NULL when none), or a negative errno (dir cannot be read, out of memory).
+ * Borrows dir and job. [main thread] */
+int pb_fanout_local_ranks(const char *dir, const char *job, long long world, long long my_rank,
+                          pid_t my_pid, pb_local_rank **out);
 
 #endif
