@@ -145,10 +145,11 @@ int cmd_hang(const pb_cli_args *a)
     long deadline = a->deadline_s > 0 ? (long)(a->deadline_s * 1000) : PB_FANOUT_DEADLINE_MS;
     pb_rank_ep *eps = NULL;
     int n = 0, rc = PB_EXIT_OK;
-    if (a->resolved.kind == PB_TARGET_FILE) {
-        pb_cli_error("%s is a recording file: hang needs the running job (a recording has no live collectives; the job's recordings answer 'probing %s query --ranks all \"SELECT ... FROM python.nccl_trace\"')", a->target, a->target);
-        return PB_EXIT_USAGE;
-    }
+    if (a->resolved.kind == PB_TARGET_FILE)
+        return pb_cli_usage_error("%s is a recording file: hang needs the running job (a "
+                                  "recording has no live collectives; the job's recordings answer "
+                                  "'probing %s query --ranks all \"SELECT ... FROM "
+                                  "python.nccl_trace\"')", a->target, a->target);
     if (pb_fanout_roster(&a->resolved, deadline, &eps, &n)) return PB_EXIT_ERROR;
     pb_fanout_req *reqs = calloc((size_t)n, sizeof *reqs);
     pb_fanout_req *sreqs = calloc((size_t)n, sizeof *sreqs);

@@ -52,8 +52,7 @@ int cmd_query(const pb_cli_args *a)
     }
     if (a->deadline_s > 0) {
         free(sql);
-        pb_cli_error("--deadline goes with --ranks (the time to wait for every rank)");
-        return PB_EXIT_USAGE;
+        return pb_cli_usage_error("--deadline goes with --ranks (the time to wait for every rank)");
     }
 
     json_t *request = NULL, *root = NULL;

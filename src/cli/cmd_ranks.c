@@ -71,10 +71,10 @@ int cmd_ranks(const pb_cli_args *a)
     int rc = pb_format_parse(a->format, PB_FORMAT_TABLE | PB_FORMAT_CSV | PB_FORMAT_JSON, "ranks", &fmt);
     if (rc) return rc;
     pb_rank_ep *eps = NULL;
-    if (a->resolved.kind == PB_TARGET_FILE) {
-        pb_cli_error("%s is a recording file: ranks needs the running job (a recording has no live ranks to ask; 'probing %s query --ranks all \"SQL\"' reads the job's recordings)", a->target, a->target);
-        return PB_EXIT_USAGE;
-    }
+    if (a->resolved.kind == PB_TARGET_FILE)
+        return pb_cli_usage_error("%s is a recording file: ranks needs the running job (a "
+                                  "recording has no live ranks to ask; 'probing %s query --ranks "
+                                  "all \"SQL\"' reads the job's recordings)", a->target, a->target);
     int n = 0;
     if (pb_fanout_roster(&a->resolved, deadline_ms(a), &eps, &n)) return PB_EXIT_ERROR;
     pb_fanout_req *reqs = requests_for(eps, n, NULL);
@@ -207,11 +207,12 @@ int pb_query_ranks(const pb_cli_args *a, const char *sql)
             json_array_append_new(rows, out);
         }
         if (json_is_true(json_object_get(ans, "truncated")))
-            pb_cli_error("rank %d (%s): its result was cut at its PROBING_MAX_RESULT_MB; add a LIMIT",
-                         eps[r].rank, eps[r].host);
+            pb_cli_error("rank %d (%s): its result was cut at its PROBING_MAX_RESULT_MB; add a "
+                         "LIMIT", eps[r].rank, eps[r].host);
     }
     if (!answered && errors && same_error) {
-        pb_cli_error("%s%s", strncmp(first_error, "SQL error", 9) == 0 ? "" : "SQL error: ", first_error);
+        pb_cli_error("%s%s", strncmp(first_error, "SQL error", 9) == 0 ? "" : "SQL error: ",
+                     first_error);
         goto report_missing;
     }
     if (columns && pb_format_rows(stdout, fmt, PB_TABLE_GRID, columns, rows)) goto done;

@@ -198,30 +198,23 @@ static int recording_peers(const pb_cli_args *a, json_t *info, peers *p)
     size_t n = (size_t)a->positional_count;
     json_t *rank_v = json_object_get(info, "rank"), *world_v = json_object_get(info, "world_size");
     memset(p, 0, sizeof *p);
-    if (a->resolved.kind != PB_TARGET_FILE) {
-        pb_cli_error("report takes other recordings only when the target is a recording (got "
-                     "'%s' after report; a live rank's other ranks are found by themselves)",
-                     a->positional[0]);
-        return PB_EXIT_USAGE;
-    }
+    if (a->resolved.kind != PB_TARGET_FILE)
+        return pb_cli_usage_error("report takes other recordings only when the target is a "
+                                  "recording (got '%s' after report; a live rank's other ranks "
+                                  "are found by themselves)", a->positional[0]);
     p->targets = calloc(n, sizeof *p->targets);
     p->list = calloc(n, sizeof *p->list);
     p->names = calloc(n, sizeof *p->names);
-    if (!p->targets || !p->list || !p->names) {
-        pb_cli_error("out of memory");
-        return PB_EXIT_ERROR;
-    }
+    if (!p->targets || !p->list || !p->names) return pb_cli_error("out of memory");
     for (size_t i = 0; i < n; i++) {
         const char *spec = a->positional[i];
         pb_target *t = &p->targets[i];
         int rc = pb_target_resolve(spec, t);
         if (rc) return rc;
-        if (t->kind != PB_TARGET_FILE) {
-            pb_cli_error("'%s' is not a recording: report reads the other ranks of a recording "
-                         "from their recordings (probing rank0.db report rank1.db ...)",
-                         spec);
-            return PB_EXIT_USAGE;
-        }
+        if (t->kind != PB_TARGET_FILE)
+            return pb_cli_usage_error("'%s' is not a recording: report reads the other ranks of a "
+                                      "recording from their recordings (probing rank0.db report "
+                                      "rank1.db ...)", spec);
         json_t *other = peer_info(t);
         json_t *r = json_object_get(other, "rank"), *w = json_object_get(other, "world_size");
         const char *problem = NULL;

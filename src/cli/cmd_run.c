@@ -30,14 +30,9 @@
 
 int cmd_run(const pb_cli_args *a)
 {
-    if (a->exec_argc == 0) {
-        pb_cli_error("run needs a command: probing run -- python train.py");
-        return PB_EXIT_USAGE;
-    }
-    if (setenv("PROBING", "1", 1)) {
-        pb_cli_error("cannot set PROBING=1: %s", strerror(errno));
-        return PB_EXIT_ERROR;
-    }
+    if (a->exec_argc == 0)
+        return pb_cli_usage_error("run needs a command: probing run -- python train.py");
+    if (setenv("PROBING", "1", 1)) return pb_cli_error("cannot set PROBING=1: %s", strerror(errno));
     if (a->output) {
         /* Absolute, so a program that changes directory still writes where the user meant;
          * PROBING_RECORD_PID tells the agent of this process (exec keeps the pid) from its
@@ -48,29 +43,21 @@ int cmd_run(const pb_cli_args *a)
         int n = slash ? snprintf(dir, sizeof dir, "%.*s", (int)(slash - a->output + 1), a->output)
                       : snprintf(dir, sizeof dir, ".");
         char resolved[PATH_MAX];
-        if (!*base || n < 0 || (size_t)n >= sizeof dir || !realpath(dir, resolved)) {
-            pb_cli_error("cannot record to %s: %s", a->output,
-                         *base ? strerror(errno) : "it names a directory, not a file");
-            return PB_EXIT_USAGE;
-        }
+        if (!*base || n < 0 || (size_t)n >= sizeof dir || !realpath(dir, resolved))
+            return pb_cli_usage_error("cannot record to %s: %s", a->output,
+                                      *base ? strerror(errno) : "it names a directory, not a file");
         snprintf(absolute, sizeof absolute, "%s/%s", resolved, base);
         /* A path with %r/%h/%p is checked by each agent once expanded; a plain one here, so
          * that /dev/null, a FIFO or another job's recording is refused before the job starts. */
         int rc = strchr(absolute, '%') ? 0 : pb_recpath_check(absolute, a->force, why, sizeof why);
-        if (rc) {
-            pb_cli_error("cannot record to %s: %s", a->output, why);
-            return PB_EXIT_USAGE;
-        }
+        if (rc) return pb_cli_usage_error("cannot record to %s: %s", a->output, why);
         snprintf(pid, sizeof pid, "%ld", (long)getpid());
         if (setenv("PROBING_RECORD", absolute, 1) || setenv("PROBING_RECORD_PID", pid, 1) ||
-            setenv("PROBING_RECORD_FORCE", a->force ? "1" : "0", 1)) {
-            pb_cli_error("cannot set PROBING_RECORD: %s", strerror(errno));
-            return PB_EXIT_ERROR;
-        }
+            setenv("PROBING_RECORD_FORCE", a->force ? "1" : "0", 1))
+            return pb_cli_error("cannot set PROBING_RECORD: %s", strerror(errno));
     } else if (a->force) {
-        pb_cli_error("--force goes with -o FILE.db: probing run -o run.db --force -- python "
-                     "train.py");
-        return PB_EXIT_USAGE;
+        return pb_cli_usage_error("--force goes with -o FILE.db: probing run -o run.db --force -- "
+                                  "python train.py");
     }
     char parent[PATH_MAX];
     if (pb_cli_find_package(parent, sizeof parent) == 0) {
@@ -79,18 +66,12 @@ int cmd_run(const pb_cli_args *a)
         const char *old = getenv("PYTHONPATH");
         size_t len = strlen(parent) + (old ? strlen(old) : 0) + 32;
         char *value = malloc(len);
-        if (!value) {
-            pb_cli_error("out of memory");
-            return PB_EXIT_ERROR;
-        }
+        if (!value) return pb_cli_error("out of memory");
         snprintf(value, len, "%s/probing/_boot%s%s", parent, old && *old ? ":" : "",
                  old && *old ? old : "");
         int rc = setenv("PYTHONPATH", value, 1) || setenv("PROBING_PACKAGE_DIR", parent, 1);
         free(value);
-        if (rc) {
-            pb_cli_error("cannot set PYTHONPATH: %s", strerror(errno));
-            return PB_EXIT_ERROR;
-        }
+        if (rc) return pb_cli_error("cannot set PYTHONPATH: %s", strerror(errno));
     } else {
         pb_cli_error("warning: cannot find the probing Python package next to this executable; "
                      "running with PROBING=1 only (the agent starts if 'import probing' works "

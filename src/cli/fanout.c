@@ -477,16 +477,13 @@ int pb_fanout_parse_ranks(const char *spec, int n, unsigned char *sel)
         }
         if (*p == ',') p++;
         else if (*p) goto bad;
-        if (b >= n) {
-            pb_cli_error("--ranks %s: the job has ranks 0 to %d", spec, n - 1);
-            return PB_EXIT_USAGE;
-        }
+        if (b >= n) return pb_cli_usage_error("--ranks %s: the job has ranks 0 to %d", spec, n - 1);
         for (long r = a; r <= b; r++) sel[r] = 1;
     }
     return 0;
 bad:
-    pb_cli_error("--ranks wants 'all' or a list of ranks and ranges such as 0,2-5, not '%s'", spec);
-    return PB_EXIT_USAGE;
+    return pb_cli_usage_error("--ranks wants 'all' or a list of ranks and ranges such as 0,2-5, "
+                              "not '%s'", spec);
 }
 
 int pb_fanout_reachable(const pb_rank_ep *ep)
