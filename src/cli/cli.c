@@ -7,8 +7,8 @@
  * error(): pb_cli_error prints "probing: <message>" and returns the exit status, so a command
  * ends with `return pb_cli_error(...)` or `return pb_cli_usage_error(...)`.
  *
- * The probing package (pb_cli_find_package, used by `run` and `inject`) is looked for, in order,
- * in
+ * The probing package (pb_cli_find_package: `run`, `inject`, `export`, `ui`) is looked for, in
+ * order, in
  *   $PROBING_PYTHONPATH
  *   <exe dir>/../lib/python3.* /site-packages, .../dist-packages   (pip, venv, --user)
  *   <dir of this executable>/python                     (a layout with python/ beside the binary)

@@ -73,7 +73,8 @@ int pb_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 char *pb_cli_positional_text(const pb_cli_args *a, const char *what);
 
 /* Writes the directory that contains the probing Python package with its built extension into
- * out (`run` and `inject`; where it is looked for: cli.c). Returns 0, or -1 when none is found. */
+ * out (run, inject, export, ui; where it is looked for: cli.c). Returns 0, or -1 when none is
+ * found. */
 int pb_cli_find_package(char *out, size_t outlen);
 
 int cmd_list(const pb_cli_args *a);
@@ -95,6 +96,5 @@ int cmd_export(const pb_cli_args *a);
 int cmd_ui(const pb_cli_args *a);
 int cmd_ranks(const pb_cli_args *a);
 int cmd_hang(const pb_cli_args *a);
-int pb_query_ranks(const pb_cli_args *a, const char *sql); /* cmd_ranks.c: query --ranks */
 
 #endif

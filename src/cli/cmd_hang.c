@@ -142,7 +142,7 @@ static int stack_from_answer(json_t *ans, stack_text *st, char *err, size_t errl
 
 int cmd_hang(const pb_cli_args *a)
 {
-    long deadline = a->deadline_s > 0 ? (long)(a->deadline_s * 1000) : PB_FANOUT_DEADLINE_MS;
+    long deadline = pb_fanout_deadline_ms(a->deadline_s);
     pb_rank_ep *eps = NULL;
     int n = 0, rc = PB_EXIT_OK;
     if (a->resolved.kind == PB_TARGET_FILE)

@@ -279,7 +279,7 @@ static void free_slices(slices *s)
 /* timeline --ranks: one process per rank on the CLI's clock (see the header). */
 static int timeline_ranks(const pb_cli_args *a)
 {
-    long deadline = a->deadline_s > 0 ? (long)(a->deadline_s * 1000) : PB_FANOUT_DEADLINE_MS;
+    long deadline = pb_fanout_deadline_ms(a->deadline_s);
     pb_rank_ep *eps = NULL;
     int n = 0, rc = PB_EXIT_ERROR, missing = 0;
     size_t nsteps = 0;

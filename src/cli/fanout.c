@@ -503,6 +503,25 @@ int pb_fanout_prepare(pb_fanout_req *req, const pb_rank_ep *ep)
     return req->usable;
 }
 
+long pb_fanout_deadline_ms(double deadline_s)
+{
+    return deadline_s > 0 ? (long)(deadline_s * 1000) : PB_FANOUT_DEADLINE_MS;
+}
+
+pb_fanout_req *pb_fanout_requests(const pb_rank_ep *eps, int n, const unsigned char *sel)
+{
+    pb_fanout_req *reqs = calloc((size_t)(n ? n : 1), sizeof *reqs);
+    if (!reqs) {
+        pb_cli_error("out of memory");
+        return NULL;
+    }
+    for (int r = 0; r < n; r++) {
+        if (sel && !sel[r]) continue;
+        pb_fanout_prepare(&reqs[r], &eps[r]);
+    }
+    return reqs;
+}
+
 int pb_fanout_local_ranks(const char *dir, const char *job, long long world, long long my_rank,
                           pid_t my_pid, pb_local_rank **out)
 {

@@ -47,6 +47,10 @@ int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *pa
 /* Frees the answers of n requests (not the array). */
 void pb_fanout_free(pb_fanout_req *reqs, int n);
 
+/* A command's --deadline in milliseconds: deadline_s seconds, or PB_FANOUT_DEADLINE_MS when it
+ * is 0 (not given). */
+long pb_fanout_deadline_ms(double deadline_s);
+
 /* One rank of the roster. */
 typedef struct pb_rank_ep {
     int rank;
@@ -65,6 +69,11 @@ int pb_fanout_reachable(const pb_rank_ep *ep);
 /* Prepares req to ask ep: its target and usable = 1 when reachable, else usable = 0 and err
  * saying why (ep->why). Returns usable. */
 int pb_fanout_prepare(pb_fanout_req *req, const pb_rank_ep *ep);
+
+/* Requests for the ranks of the roster eps[0..n-1] selected in sel (every rank when sel is
+ * NULL), each prepared by pb_fanout_prepare; the others are not sent. Returns an array of n
+ * (caller frees with pb_fanout_free, then free), or NULL after printing "out of memory". */
+pb_fanout_req *pb_fanout_requests(const pb_rank_ep *eps, int n, const unsigned char *sel);
 
 /* The roster of the job t belongs to, ranks 0..world-1 in order (*out malloc'ed, caller frees;
  * *n = world). A process outside a distributed job gives a roster of itself (world 1). On
