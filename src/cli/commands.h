@@ -48,7 +48,7 @@ typedef struct pb_command {
 extern const pb_command pb_commands_table[];
 extern const size_t pb_commands_count;
 
-/* The command named name (exactly), or NULL. */
+/* The command named name (exactly), or NULL. [any thread] */
 const pb_command *pb_commands_find(const char *name);
 
 #endif

@@ -9,11 +9,11 @@
 #include <stdio.h>
 
 /* Prints `probing --help` to out: the usage and summary of every command in the table, what a
- * target is, the options and exit statuses. */
+ * target is, the options and exit statuses. [main thread] */
 void pb_help_print(FILE *out);
 
 /* Prints `probing <command> --help` to stdout: c's usage, summary and details, then which
- * target it takes (any, a live process, or a pid) when it needs one. */
+ * target it takes (any, a live process, or a pid) when it needs one. [main thread] */
 void pb_help_command(const pb_command *c);
 
 #endif

@@ -20,7 +20,7 @@ enum {
 /* Parses the options before the command, from argv[*i] on, stopping at the first argument that
  * is not an option (*i is left on it): -t/--target (into a->target), --token (for the target
  * resolution), -h/--help and -V/--version (returned at once). Returns PB_OPTIONS_GO_ON,
- * PB_OPTIONS_HELP, PB_OPTIONS_VERSION, or PB_EXIT_USAGE after printing why. */
+ * PB_OPTIONS_HELP, PB_OPTIONS_VERSION, or PB_EXIT_USAGE after printing why. [main thread] */
 int pb_options_parse_global(int argc, char **argv, int *i, pb_cli_args *a);
 
 /* Parses what follows command c's name (argv[i] on) into a: the options c accepts (its
@@ -28,11 +28,11 @@ int pb_options_parse_global(int argc, char **argv, int *i, pb_cli_args *a);
  * caller frees it, also on error), and for a PB_CMD_EXEC command the command line to run.
  * Checks what c needs: a target or none, positional text or none. Returns PB_OPTIONS_GO_ON,
  * PB_OPTIONS_HELP (after the whole line parsed without error), or an exit status after
- * printing why. */
+ * printing why. [main thread] */
 int pb_options_parse(const pb_command *c, int argc, char **argv, int i, pb_cli_args *a);
 
 /* Sets a->target, or, when a different target was already given, prints "two targets given"
- * and returns PB_EXIT_USAGE. Returns 0 when set. Borrows target. */
+ * and returns PB_EXIT_USAGE. Returns 0 when set. Borrows target. [main thread] */
 int pb_options_set_target(pb_cli_args *a, const char *target);
 
 #endif
