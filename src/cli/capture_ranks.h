@@ -5,7 +5,7 @@
 #ifndef PB_CLI_CAPTURE_RANKS_H
 #define PB_CLI_CAPTURE_RANKS_H
 
-#include "cli.h"
+#include "command.h"
 
 /* Runs the capture a describes (a->ranks set) on ranks a->ranks of a->resolved's job; with
  * a->output writes a->output/rank<R>.json per rank. Prints per-rank results on stdout and the

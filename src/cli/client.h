@@ -10,6 +10,7 @@
 #define PB_CLI_CLIENT_H
 
 #include "buf.h"
+#include "response.h"
 #include "target.h"
 
 #include <jansson.h>
@@ -17,10 +18,6 @@
 
 #define PB_CLIENT_MAX_BODY ((size_t)1 << 30) /* 1 GiB */
 
-typedef struct pb_response {
-    long status;   /* HTTP status */
-    pb_buf body;   /* owned; free with pb_buf_free() */
-} pb_response;
 
 /* Checks the process at the other end of the connected Unix socket fd (SO_PEERCRED): it must
  * run as our effective uid or as root, and be expected_pid when that is > 0. Returns 0, or -1

@@ -17,7 +17,7 @@
  * After the OS name (/proc comm) comes threading's name of the thread where it can be read
  * (CPython 3.11+; pystack.h), then whether the thread holds the GIL and its state.
  */
-#include "cli.h"
+#include "command.h"
 #include "format.h"
 #include "native.h"
 #include "pystack.h"

@@ -11,7 +11,7 @@
  * With --ranks the same capture runs on many ranks of a job at once (capture_ranks.c).
  */
 #include "capture_ranks.h"
-#include "cli.h"
+#include "command.h"
 #include "client.h"
 #include "format.h"
 

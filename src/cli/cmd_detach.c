@@ -6,7 +6,7 @@
  * runs on as if probing had never been loaded. For a local target this command waits (up to
  * PB_CLI_INFO_TIMEOUT_MS) for the socket to go away so that success means the agent is gone.
  */
-#include "cli.h"
+#include "command.h"
 #include "client.h"
 
 #include <errno.h>

@@ -6,7 +6,8 @@
  * a timeout exits 2. The HTTP timeout is the eval timeout plus a margin so that the server's own
  * 504 answer, which says which phase timed out, arrives before the client gives up.
  */
-#include "cli.h"
+#include "command.h"
+#include "input.h"
 #include "client.h"
 
 #include <math.h>
@@ -28,7 +29,7 @@ static void write_field(json_t *root, const char *key, FILE *to)
 int cmd_eval(const pb_cli_args *a)
 {
     double timeout_s = a->timeout_s > 0 ? a->timeout_s : EVAL_DEFAULT_TIMEOUT_S;
-    char *code = pb_cli_positional_text(a, "code");
+    char *code = pb_input_text(a, "code");
     if (!code) return PB_EXIT_USAGE;
 
     json_t *request = NULL, *root = NULL;

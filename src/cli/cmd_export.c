@@ -17,7 +17,7 @@
  *
  * The probe schema (probing's own catalogue and settings) is not exported.
  */
-#include "cli.h"
+#include "command.h"
 #include "client.h"
 
 #include <dirent.h>
@@ -182,24 +182,20 @@ int cmd_export(const pb_cli_args *a)
 {
     char package[PATH_MAX], script[PATH_MAX + 32], python[PATH_MAX], staging[PATH_MAX];
     int count = 1 + a->more_target_count, rc = PB_EXIT_ERROR;
-    if (!a->parquet_dir || !*a->parquet_dir) {
-        pb_cli_error("export needs --parquet DIR: probing %s export --parquet DIR", a->target);
-        return PB_EXIT_USAGE;
-    }
-    if (pb_cli_find_package(package, sizeof package)) {
-        pb_cli_error("cannot find the probing Python package (its _export.py writes the Parquet "
-                     "files); set PROBING_PYTHONPATH to the directory that contains probing/");
-        return PB_EXIT_ERROR;
-    }
+    if (!a->parquet_dir || !*a->parquet_dir)
+        return pb_cli_usage_error("export needs --parquet DIR: probing %s export --parquet DIR",
+                                  a->target);
+    if (pb_cli_find_package(package, sizeof package))
+        return pb_cli_error("cannot find the probing Python package (its _export.py writes the "
+                            "Parquet files); set PROBING_PYTHONPATH to the directory that "
+                            "contains probing/");
     snprintf(script, sizeof script, "%s/probing/_export.py", package);
     find_python(python, sizeof python);
     const char *tmp = getenv("TMPDIR");
     snprintf(staging, sizeof staging, "%s/probing-export-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(staging)) {
-        pb_cli_error("cannot create a temporary directory in %s: %s; set TMPDIR to a writable "
-                     "directory", tmp && *tmp ? tmp : "/tmp", strerror(errno));
-        return PB_EXIT_ERROR;
-    }
+    if (!mkdtemp(staging))
+        return pb_cli_error("cannot create a temporary directory in %s: %s; set TMPDIR to a "
+                            "writable directory", tmp && *tmp ? tmp : "/tmp", strerror(errno));
     char **argv = calloc((size_t)count + 5, sizeof *argv);
     char (*paths)[PATH_MAX + 16] = calloc((size_t)count, sizeof *paths);
     if (!argv || !paths) {

@@ -29,7 +29,7 @@
  * device also carries the GPU as NVIDIA's DCGM exporter labels it (`gpu`, `UUID`, `Hostname`),
  * and probing_gpu_info maps each rank to its GPU for PromQL joins with DCGM's series.
  */
-#include "cli.h"
+#include "command.h"
 #include "client.h"
 #include "exposition.h"
 #include "paths.h"
@@ -810,10 +810,9 @@ int cmd_exporter(const pb_cli_args *a)
     exporter.timeout_s = a->timeout_s > 0 ? a->timeout_s : DEFAULT_TIMEOUT_S;
     if (gethostname(exporter.host, sizeof exporter.host)) snprintf(exporter.host, sizeof exporter.host, "localhost");
     exporter.host[sizeof exporter.host - 1] = '\0';
-    if (pb_paths_dir(dir, sizeof dir)) {
-        pb_cli_error("the socket directory name is too long; set PROBING_DIR to a shorter one");
-        return PB_EXIT_ERROR;
-    }
+    if (pb_paths_dir(dir, sizeof dir))
+        return pb_cli_error("the socket directory name is too long; set PROBING_DIR to a shorter "
+                            "one");
     int fd = open_listener(listen_spec, bound, sizeof bound);
     if (fd < 0) return fd == -2 ? PB_EXIT_USAGE : PB_EXIT_ERROR;
     if (a->sd_file && write_sd(a->sd_file, bound)) {

@@ -13,7 +13,7 @@
  * an SVG is drawn here, in flamegraph.pl's layout: the root at the bottom, each frame as wide as
  * its inclusive time, children sorted by name, a <title> with the time on every rectangle.
  */
-#include "cli.h"
+#include "command.h"
 #include "client.h"
 
 #include <errno.h>
@@ -179,15 +179,11 @@ int cmd_flamegraph(const pb_cli_args *a)
     char *sql = NULL;
     int rc = PB_EXIT_ERROR, all = strcmp(stage, "all") == 0;
 
-    if (!all && strcmp(stage, "forward") && strcmp(stage, "backward") && strcmp(stage, "step")) {
-        pb_cli_error("--stage wants forward, backward, step or all, not '%s'", stage);
-        return PB_EXIT_USAGE;
-    }
-    if (!a->folded && !a->output) {
-        pb_cli_error("flamegraph needs -o FILE.svg, or --folded for text: probing <target> "
-                     "flamegraph -o modules.svg");
-        return PB_EXIT_USAGE;
-    }
+    if (!all && strcmp(stage, "forward") && strcmp(stage, "backward") && strcmp(stage, "step"))
+        return pb_cli_usage_error("--stage wants forward, backward, step or all, not '%s'", stage);
+    if (!a->folded && !a->output)
+        return pb_cli_usage_error("flamegraph needs -o FILE.svg, or --folded for text: probing "
+                                  "<target> flamegraph -o modules.svg");
     if (asprintf(&sql, "SELECT step, stage, thread, module, depth, time_offset, total_duration, "
                        "duration FROM python.torch_trace%s%s%s %s",
                  all ? "" : " WHERE stage = '", all ? "" : stage, all ? "" : "'", order) < 0)

@@ -16,7 +16,7 @@
  * Ranks at the same sequence number with a different operation or size are named as a mismatch.
  * Exit status: 0, or PB_EXIT_PARTIAL (3) when some ranks did not answer (they are named).
  */
-#include "cli.h"
+#include "command.h"
 #include "client.h"
 #include "fanout.h"
 #include "pystack.h"
@@ -142,13 +142,14 @@ static int stack_from_answer(json_t *ans, stack_text *st, char *err, size_t errl
 
 int cmd_hang(const pb_cli_args *a)
 {
-    long deadline = a->deadline_s > 0 ? (long)(a->deadline_s * 1000) : PB_FANOUT_DEADLINE_MS;
+    long deadline = pb_fanout_deadline_ms(a->deadline_s);
     pb_rank_ep *eps = NULL;
     int n = 0, rc = PB_EXIT_OK;
-    if (a->resolved.kind == PB_TARGET_FILE) {
-        pb_cli_error("%s is a recording file: hang needs the running job (a recording has no live collectives; the job's recordings answer 'probing %s query --ranks all \"SELECT ... FROM python.nccl_trace\"')", a->target, a->target);
-        return PB_EXIT_USAGE;
-    }
+    if (a->resolved.kind == PB_TARGET_FILE)
+        return pb_cli_usage_error("%s is a recording file: hang needs the running job (a "
+                                  "recording has no live collectives; the job's recordings answer "
+                                  "'probing %s query --ranks all \"SELECT ... FROM "
+                                  "python.nccl_trace\"')", a->target, a->target);
     if (pb_fanout_roster(&a->resolved, deadline, &eps, &n)) return PB_EXIT_ERROR;
     pb_fanout_req *reqs = calloc((size_t)n, sizeof *reqs);
     pb_fanout_req *sreqs = calloc((size_t)n, sizeof *sreqs);

@@ -4,7 +4,7 @@
  * GET /api/info, printed as aligned "key: value" lines; fields this version does not know are
  * printed after the known ones so a newer agent's additions still show.
  */
-#include "cli.h"
+#include "command.h"
 #include "client.h"
 #include "format.h"
 

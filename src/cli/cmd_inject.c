@@ -17,7 +17,7 @@
  * The bootstrap never raises (a pending call that fails would surface as an error in the
  * user's code) and adds no name to __main__.
  */
-#include "cli.h"
+#include "command.h"
 #include "client.h"
 #include "clock.h"
 #include "inject.h"
@@ -195,21 +195,14 @@ static int remote_exec(pid_t pid, const char *script_path)
 
 int cmd_inject(const pb_cli_args *a)
 {
-    if (!pb_target_is_pid(a->target)) {
-        pb_cli_error("inject loads the agent into a process and needs its pid, not '%s': "
-                     "probing <pid> inject", a->target);
-        return PB_EXIT_USAGE;
-    }
+    if (!pb_target_is_pid(a->target))
+        return pb_cli_usage_error("inject loads the agent into a process and needs its pid, not "
+                                  "'%s': probing <pid> inject", a->target);
     long v = strtol(a->target, NULL, 10);
     pid_t pid = (pid_t)v;
-    if (v <= 0 || v > 0x7fffffffL || !pb_target_pid_alive(pid)) {
-        pb_cli_error("no process %s", a->target);
-        return PB_EXIT_ERROR;
-    }
-    if (pid == getpid()) {
-        pb_cli_error("cannot inject into probing itself");
-        return PB_EXIT_USAGE;
-    }
+    if (v <= 0 || v > 0x7fffffffL || !pb_target_pid_alive(pid))
+        return pb_cli_error("no process %s", a->target);
+    if (pid == getpid()) return pb_cli_usage_error("cannot inject into probing itself");
     double timeout_s = a->timeout_s > 0 ? a->timeout_s : DEFAULT_TIMEOUT_S;
 
     char socket_path[PATH_MAX];
@@ -229,66 +222,47 @@ int cmd_inject(const pb_cli_args *a)
         char name[64];
         if (pw && pw->pw_name) snprintf(name, sizeof name, "%s", pw->pw_name);
         else snprintf(name, sizeof name, "#%u", (unsigned)owner.st_uid);
-        pb_cli_error("process %d belongs to user %s (uid %u), not to root: its agent would serve "
-                     "from that user's socket directory, which probing run as root does not use, "
-                     "and could not answer into root's; run inject as that user: sudo -u %s "
-                     "probing %d inject; nothing was changed", (int)pid, name,
-                     (unsigned)owner.st_uid, name, (int)pid);
-        return PB_EXIT_ERROR;
+        return pb_cli_error("process %d belongs to user %s (uid %u), not to root: its agent would "
+                            "serve from that user's socket directory, which probing run as root "
+                            "does not use, and could not answer into root's; run inject as that "
+                            "user: sudo -u %s probing %d inject; nothing was changed", (int)pid,
+                            name, (unsigned)owner.st_uid, name, (int)pid);
     }
 
     pb_inject_python py;
     int rc = pb_inject_find_python(pid, &py);
-    if (rc == -EPERM || rc == -EACCES) {
-        pb_cli_error("not allowed to read process %d (it belongs to another user?): run probing "
-                     "as its user or as root", (int)pid);
-        return PB_EXIT_ERROR;
-    }
-    if (rc == -ESRCH) {
-        pb_cli_error("process %d exited; nothing was changed", (int)pid);
-        return PB_EXIT_ERROR;
-    }
-    if (rc) {
-        pb_cli_error("process %d is not a Python process (no libpython or python executable "
-                     "defining Py_AddPendingCall is mapped); nothing was changed", (int)pid);
-        return PB_EXIT_ERROR;
-    }
+    if (rc == -EPERM || rc == -EACCES)
+        return pb_cli_error("not allowed to read process %d (it belongs to another user?): run "
+                            "probing as its user or as root", (int)pid);
+    if (rc == -ESRCH) return pb_cli_error("process %d exited; nothing was changed", (int)pid);
+    if (rc)
+        return pb_cli_error("process %d is not a Python process (no libpython or python executable "
+                            "defining Py_AddPendingCall is mapped); nothing was changed", (int)pid);
 
-    if (py.major && (py.major != 3 || py.minor < PB_CLI_PYTHON_MIN_MINOR)) {
-        pb_cli_error("process %d runs Python %d.%d, which probing does not support (it needs "
-                     "CPython 3.%d or newer); nothing was changed", (int)pid, py.major, py.minor,
-                     PB_CLI_PYTHON_MIN_MINOR);
-        return PB_EXIT_ERROR;
-    }
+    if (py.major && (py.major != 3 || py.minor < PB_CLI_PYTHON_MIN_MINOR))
+        return pb_cli_error("process %d runs Python %d.%d, which probing does not support (it "
+                            "needs CPython 3.%d or newer); nothing was changed", (int)pid, py.major,
+                            py.minor, PB_CLI_PYTHON_MIN_MINOR);
 
     char package_dir[PATH_MAX], ext_name[256] = "";
-    if (pb_cli_find_package(package_dir, sizeof package_dir) != 0) {
-        pb_cli_error("cannot find the probing Python package next to this executable; set "
-                     "PROBING_PYTHONPATH to the directory that contains probing/");
-        return PB_EXIT_ERROR;
-    }
+    if (pb_cli_find_package(package_dir, sizeof package_dir) != 0)
+        return pb_cli_error("cannot find the probing Python package next to this executable; set "
+                            "PROBING_PYTHONPATH to the directory that contains probing/");
     int built_minor = package_minor(package_dir, ext_name, sizeof ext_name);
-    if (py.major == 3 && built_minor >= 0 && py.minor != built_minor) {
-        pb_cli_error("process %d runs Python 3.%d, but the probing agent in %s is built for "
-                     "Python 3.%d (%s); install probing into the process's Python (its pip "
-                     "install probing) and run that installation's probing; nothing was changed",
-                     (int)pid, py.minor, package_dir, built_minor, ext_name);
-        return PB_EXIT_ERROR;
-    }
+    if (py.major == 3 && built_minor >= 0 && py.minor != built_minor)
+        return pb_cli_error("process %d runs Python 3.%d, but the probing agent in %s is built "
+                            "for Python 3.%d (%s); install probing into the process's Python (its "
+                            "pip install probing) and run that installation's probing; nothing "
+                            "was changed", (int)pid, py.minor, package_dir, built_minor, ext_name);
 
     char dir[PATH_MAX], result_path[PATH_MAX + 32], script_path[PATH_MAX + 32];
-    if (pb_paths_ensure_dir() != 0 || pb_paths_dir(dir, sizeof dir) != 0) {
-        pb_cli_error("cannot use the socket directory (PROBING_DIR or /tmp/probing-<uid>)");
-        return PB_EXIT_ERROR;
-    }
+    if (pb_paths_ensure_dir() != 0 || pb_paths_dir(dir, sizeof dir) != 0)
+        return pb_cli_error("cannot use the socket directory (PROBING_DIR or /tmp/probing-<uid>)");
     snprintf(result_path, sizeof result_path, "%s/%d.inject", dir, (int)pid);
     unlink(result_path);
     int modern = py.major == 3 && py.minor >= 14;
     char *source = bootstrap(package_dir, result_path, !modern);
-    if (!source) {
-        pb_cli_error("out of memory");
-        return PB_EXIT_ERROR;
-    }
+    if (!source) return pb_cli_error("out of memory");
     int64_t started = pb_now_ns();
     char why[1024] = "";
     script_path[0] = '\0';
@@ -307,8 +281,7 @@ int cmd_inject(const pb_cli_args *a)
     free(source);
     if (rc) {
         if (*script_path) unlink(script_path);
-        pb_cli_error("%s", why);
-        return PB_EXIT_ERROR;
+        return pb_cli_error("%s", why);
     }
 
     /* Queued: wait for the bootstrap's answer. */

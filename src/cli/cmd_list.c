@@ -6,7 +6,7 @@
  * about to reuse the name), and asks each live one for /api/info with a short timeout so that
  * one stuck process cannot stall the listing.
  */
-#include "cli.h"
+#include "command.h"
 #include "client.h"
 #include "format.h"
 #include "paths.h"
@@ -106,22 +106,18 @@ int cmd_list(const pb_cli_args *a)
     int rc = pb_format_parse(a->format, PB_FORMAT_TABLE | PB_FORMAT_JSON, "list", &fmt);
     if (rc) return rc;
     char dir[PATH_MAX];
-    if (pb_paths_dir(dir, sizeof dir)) {
-        pb_cli_error("the socket directory name is too long; set PROBING_DIR to a shorter one");
-        return PB_EXIT_ERROR;
-    }
+    if (pb_paths_dir(dir, sizeof dir))
+        return pb_cli_error("the socket directory name is too long; set PROBING_DIR to a shorter "
+                            "one");
     pid_t *pids = NULL;
     int count = pb_target_scan(dir, &pids);
     char untrusted[768]; /* another user's directory: its sockets are not listed (security.md) */
     if (count != -ENOENT && pb_paths_check_dir(dir, untrusted, sizeof untrusted) != 0) {
         free(pids);
-        pb_cli_error("%s", untrusted);
-        return PB_EXIT_ERROR;
+        return pb_cli_error("%s", untrusted);
     }
-    if (count < 0 && count != -ENOENT) {
-        pb_cli_error("cannot read the socket directory %s: %s", dir, strerror(-count));
-        return PB_EXIT_ERROR;
-    }
+    if (count < 0 && count != -ENOENT)
+        return pb_cli_error("cannot read the socket directory %s: %s", dir, strerror(-count));
     if (count <= 0) {
         free(pids);
         if (fmt == PB_FORMAT_JSON) printf("[]\n");

@@ -1,11 +1,19 @@
 /*
- * cmd_query.c - `probing <target> query "SQL" [-f table|csv|json]`.
+ * cmd_query.c - `probing <target> query "SQL" [-f table|csv|json] [--ranks R [--deadline S]]`.
  *
  * POST /api/query {"sql"} and print the rows. A SQL error is shown with the offending line and a
  * caret under the byte offset the server reports, psql-style.
+ *
+ * With --ranks: the same POST to every selected rank of the target's job at once (the roster
+ * and the requests of fanout.h), with a deadline; the rows come back with "rank" and "host"
+ * columns first, so one statement can be compared or aggregated across ranks. A rank that does
+ * not answer in time is named on stderr with its reason and the exit status is PB_EXIT_PARTIAL
+ * (3); the others' rows are printed. See docs/cluster.md.
  */
-#include "cli.h"
+#include "command.h"
+#include "input.h"
 #include "client.h"
+#include "fanout.h"
 #include "format.h"
 
 #include <stdio.h>
@@ -37,23 +45,127 @@ static void show_error_position(const char *sql, long long offset)
     fputs("^\n", stderr);
 }
 
+static int query_ranks(const pb_cli_args *a, const char *sql)
+{
+    pb_format fmt;
+    int rc = pb_format_parse(a->format, PB_FORMAT_TABLE | PB_FORMAT_CSV | PB_FORMAT_JSON, "query", &fmt);
+    if (rc) return rc;
+    pb_rank_ep *eps = NULL;
+    int n = 0;
+    if (pb_fanout_roster(&a->resolved, pb_fanout_deadline_ms(a->deadline_s), &eps, &n)) return PB_EXIT_ERROR;
+    unsigned char *sel = calloc((size_t)n, 1);
+    pb_fanout_req *reqs = NULL;
+    json_t *request = json_pack("{s:s}", "sql", sql);
+    char *body = request ? json_dumps(request, JSON_COMPACT) : NULL;
+    json_decref(request);
+    json_t *columns = NULL, *rows = json_array();
+    rc = PB_EXIT_ERROR;
+    if (!sel || !body || !rows) {
+        pb_cli_error(body ? "out of memory" : "the SQL is not valid UTF-8");
+        goto done;
+    }
+    if ((rc = pb_fanout_parse_ranks(a->ranks, n, sel))) goto done;
+    rc = PB_EXIT_ERROR;
+    if (!(reqs = pb_fanout_requests(eps, n, sel))) goto done;
+    pb_fanout_run(reqs, n, "POST", "/api/query", body, pb_fanout_deadline_ms(a->deadline_s));
+    int answered = 0, failed = 0, errors = 0;
+    const char *first_error = NULL;
+    int same_error = 1;
+    for (int r = 0; r < n; r++) {
+        if (!sel[r]) continue;
+        json_t *ans = reqs[r].root;
+        if (!ans || reqs[r].status == 0) {
+            failed++;
+            continue;
+        }
+        if (reqs[r].status != 200) {
+            const char *msg = json_string_value(json_object_get(ans, "error"));
+            errors++;
+            if (!first_error) first_error = msg ? msg : "";
+            else if (!msg || strcmp(msg, first_error) != 0) same_error = 0;
+            continue;
+        }
+        json_t *cols = json_object_get(ans, "columns"), *rws = json_object_get(ans, "rows");
+        if (!json_is_array(cols) || !json_is_array(rws)) {
+            snprintf(reqs[r].err, sizeof reqs[r].err, "sent an incomplete answer (no columns or rows)");
+            reqs[r].status = 0;
+            failed++;
+            continue;
+        }
+        if (!columns) {
+            columns = json_pack("[ss]", "rank", "host");
+            json_array_extend(columns, cols);
+        } else if (json_array_size(columns) != json_array_size(cols) + 2) {
+            snprintf(reqs[r].err, sizeof reqs[r].err, "answered with %zu columns where rank %lld "
+                     "answered %zu (another version?)", json_array_size(cols),
+                     (long long)json_integer_value(json_array_get(json_array_get(rows, 0), 0)),
+                     json_array_size(columns) - 2);
+            reqs[r].status = 0;
+            failed++;
+            continue;
+        }
+        answered++;
+        json_t *row;
+        size_t i;
+        json_array_foreach(rws, i, row) {
+            json_t *out = json_pack("[is]", eps[r].rank, eps[r].host);
+            json_array_extend(out, row);
+            json_array_append_new(rows, out);
+        }
+        if (json_is_true(json_object_get(ans, "truncated")))
+            pb_cli_error("rank %d (%s): its result was cut at its PROBING_MAX_RESULT_MB; add a "
+                         "LIMIT", eps[r].rank, eps[r].host);
+    }
+    if (!answered && errors && same_error) {
+        pb_cli_error("%s%s", strncmp(first_error, "SQL error", 9) == 0 ? "" : "SQL error: ",
+                     first_error);
+        goto report_missing;
+    }
+    if (columns && pb_format_rows(stdout, fmt, PB_TABLE_GRID, columns, rows)) goto done;
+    if (!columns && !errors)
+        pb_cli_error("no rank answered");
+    rc = PB_EXIT_OK;
+report_missing:
+    fflush(stdout);
+    for (int r = 0; r < n; r++) {
+        if (!sel[r]) continue;
+        if (reqs[r].root && reqs[r].status != 200 && reqs[r].status != 0 && !(errors && same_error && !answered)) {
+            const char *msg = json_string_value(json_object_get(reqs[r].root, "error"));
+            pb_cli_error("rank %d (%s): %s", eps[r].rank, eps[r].host, msg ? msg : "error");
+        } else if (!reqs[r].root || reqs[r].status == 0) {
+            pb_cli_error("rank %d (%s) is missing: %s", eps[r].rank,
+                         eps[r].host[0] ? eps[r].host : "host unknown", reqs[r].err);
+        }
+    }
+    if (!answered && errors) rc = PB_EXIT_ERROR;
+    else if (failed || errors) rc = PB_EXIT_PARTIAL;
+done:
+    json_decref(columns);
+    json_decref(rows);
+    if (reqs) pb_fanout_free(reqs, n);
+    free(reqs);
+    free(body);
+    free(sel);
+    free(eps);
+    return rc;
+}
+
 int cmd_query(const pb_cli_args *a)
 {
     pb_format fmt;
     int rc = pb_format_parse(a->format, PB_FORMAT_TABLE | PB_FORMAT_CSV | PB_FORMAT_JSON,
                              "query", &fmt);
     if (rc) return rc;
-    char *sql = pb_cli_positional_text(a, "SQL");
+    char *sql = pb_input_text(a, "SQL");
     if (!sql) return PB_EXIT_USAGE;
-    if (a->ranks) { /* every selected rank of the job (cmd_ranks.c) */
-        rc = pb_query_ranks(a, sql);
+    if (a->ranks) { /* every selected rank of the job */
+        rc = query_ranks(a, sql);
         free(sql);
         return rc;
     }
     if (a->deadline_s > 0) {
         free(sql);
-        pb_cli_error("--deadline goes with --ranks (the time to wait for every rank)");
-        return PB_EXIT_USAGE;
+        return pb_cli_usage_error("--deadline goes with --ranks (the time to wait for every rank)");
     }
 
     json_t *request = NULL, *root = NULL;

@@ -9,7 +9,7 @@
  * crash overnight). `--stop` (POST /api/record/stop) makes the last flush and closes the file;
  * without options GET /api/record says how it goes.
  */
-#include "cli.h"
+#include "command.h"
 #include "client.h"
 #include "format.h"
 
@@ -112,21 +112,14 @@ static long long total_of(json_t *st, const char *key)
 static int start(const pb_cli_args *a)
 {
     char path[PATH_MAX], flushes[128];
-    if (!*a->output || strcmp(a->output, "-") == 0 || names_directory(a->output)) {
-        pb_cli_error("record -o wants the path of a file for the process to write, not '%s': "
-                     "probing %s record -o run.db", a->output, a->target);
-        return PB_EXIT_USAGE;
-    }
-    if (absolute_path(a->output, path, sizeof path)) {
-        pb_cli_error("cannot make %s an absolute path (too long, or the current directory is "
-                     "gone); give an absolute path", a->output);
-        return PB_EXIT_USAGE;
-    }
+    if (!*a->output || strcmp(a->output, "-") == 0 || names_directory(a->output))
+        return pb_cli_usage_error("record -o wants the path of a file for the process to write, "
+                                  "not '%s': probing %s record -o run.db", a->output, a->target);
+    if (absolute_path(a->output, path, sizeof path))
+        return pb_cli_usage_error("cannot make %s an absolute path (too long, or the current "
+                                  "directory is gone); give an absolute path", a->output);
     json_t *request = json_pack("{s:s,s:b}", "path", path, "force", a->force);
-    if (!request) {
-        pb_cli_error("out of memory");
-        return PB_EXIT_ERROR;
-    }
+    if (!request) return pb_cli_error("out of memory");
     json_t *st =
         pb_client_call_ok(&a->resolved, "POST", "/api/record", request, PB_CLI_INFO_TIMEOUT_MS);
     json_decref(request);
@@ -148,9 +141,8 @@ static int error_status(json_t *st)
 {
     const char *error = json_string_value(json_object_get(st, "error"));
     if (!error) return PB_EXIT_OK;
-    pb_cli_error("the recording to %s stopped writing: %s; the file holds what was flushed "
-                 "before", json_string_value(json_object_get(st, "path")), error);
-    return PB_EXIT_ERROR;
+    return pb_cli_error("the recording to %s stopped writing: %s; the file holds what was flushed "
+                        "before", json_string_value(json_object_get(st, "path")), error);
 }
 
 static int stop(const pb_cli_args *a)
@@ -198,20 +190,15 @@ static int status(const pb_cli_args *a)
 
 int cmd_record(const pb_cli_args *a)
 {
-    if (a->resolved.kind == PB_TARGET_FILE) {
-        pb_cli_error("%s is a recording already; record needs a live process (a pid): probing "
-                     "<pid> record -o FILE.db. Read this one with 'probing %s query|report|"
-                     "timeline'", a->target, a->target);
-        return PB_EXIT_USAGE;
-    }
-    if (a->stop && a->output) {
-        pb_cli_error("record takes -o FILE to start or --stop to stop, not both");
-        return PB_EXIT_USAGE;
-    }
-    if (a->force && !a->output) {
-        pb_cli_error("--force goes with -o FILE: probing %s record -o FILE.db --force", a->target);
-        return PB_EXIT_USAGE;
-    }
+    if (a->resolved.kind == PB_TARGET_FILE)
+        return pb_cli_usage_error("%s is a recording already; record needs a live process (a "
+                                  "pid): probing <pid> record -o FILE.db. Read this one with "
+                                  "'probing %s query|report|timeline'", a->target, a->target);
+    if (a->stop && a->output)
+        return pb_cli_usage_error("record takes -o FILE to start or --stop to stop, not both");
+    if (a->force && !a->output)
+        return pb_cli_usage_error("--force goes with -o FILE: probing %s record -o FILE.db --force",
+                                  a->target);
     if (a->output) return start(a);
     return a->stop ? stop(a) : status(a);
 }

@@ -16,7 +16,7 @@
  * after `report` as the other ranks of the same job (each must be a recording of another rank
  * of the same world size), so load imbalance is checked offline too.
  */
-#include "cli.h"
+#include "command.h"
 #include "client.h"
 #include "fanout.h"
 #include "paths.h"
@@ -148,7 +148,6 @@ static void find_peers(const pb_cli_args *a, json_t *info, peers *p)
     long long my_rank = json_is_integer(rank_v) ? json_integer_value(rank_v) : 0;
     long long my_pid = (long long)json_integer_value(json_object_get(info, "pid"));
     char dir[PATH_MAX];
-    pid_t *pids = NULL;
     memset(p, 0, sizeof *p);
     if (world <= 1) return;
     if (a->resolved.kind == PB_TARGET_FILE) {
@@ -166,38 +165,23 @@ static void find_peers(const pb_cli_args *a, json_t *info, peers *p)
         snprintf(p->note, sizeof p->note, "the socket directory name is too long");
         return;
     }
-    int count = pb_target_scan(dir, &pids);
+    pb_local_rank *found = NULL;
+    int count = pb_fanout_local_ranks(dir, job, world, my_rank, (pid_t)my_pid, &found);
     if (count > 0) {
         p->targets = calloc((size_t)count, sizeof *p->targets);
         p->list = calloc((size_t)count, sizeof *p->list);
         p->names = calloc((size_t)count, sizeof *p->names);
     }
     for (int i = 0; i < count && p->targets && p->list && p->names; i++) {
-        char path[PATH_MAX];
-        pb_target *t = &p->targets[p->count];
-        if (pids[i] == (pid_t)my_pid) continue;
-        if (pb_paths_socket(pids[i], path, sizeof path) || pb_target_for_socket(pids[i], path, t))
-            continue;
-        json_t *other = peer_info(t);
-        const char *other_job = json_string_value(json_object_get(other, "job"));
-        json_t *other_world = json_object_get(other, "world_size");
-        json_t *other_rank = json_object_get(other, "rank");
-        int same = other_job && !strcmp(other_job, job) && json_is_integer(other_world) &&
-                   json_integer_value(other_world) == world && json_is_integer(other_rank) &&
-                   json_integer_value(other_rank) != my_rank;
-        for (size_t k = 0; same && k < p->count; k++)
-            if (p->list[k].rank == (int)json_integer_value(other_rank)) same = 0;
-        if (same) {
-            snprintf(p->names[p->count], sizeof p->names[p->count], "%d", (int)pids[i]);
-            p->list[p->count].rank = (int)json_integer_value(other_rank);
-            p->list[p->count].target = p->names[p->count];
-            p->list[p->count].query = query_target;
-            p->list[p->count].ctx = t;
-            p->count++;
-        }
-        json_decref(other);
+        p->targets[p->count] = found[i].target;
+        snprintf(p->names[p->count], sizeof p->names[p->count], "%d", (int)found[i].pid);
+        p->list[p->count].rank = found[i].rank;
+        p->list[p->count].target = p->names[p->count];
+        p->list[p->count].query = query_target;
+        p->list[p->count].ctx = &p->targets[p->count];
+        p->count++;
     }
-    free(pids);
+    free(found);
     snprintf(p->note, sizeof p->note,
              "%zu of the %lld other rank%s found among the agents in %s%s", p->count, world - 1,
              world == 2 ? "" : "s", dir,
@@ -214,30 +198,23 @@ static int recording_peers(const pb_cli_args *a, json_t *info, peers *p)
     size_t n = (size_t)a->positional_count;
     json_t *rank_v = json_object_get(info, "rank"), *world_v = json_object_get(info, "world_size");
     memset(p, 0, sizeof *p);
-    if (a->resolved.kind != PB_TARGET_FILE) {
-        pb_cli_error("report takes other recordings only when the target is a recording (got "
-                     "'%s' after report; a live rank's other ranks are found by themselves)",
-                     a->positional[0]);
-        return PB_EXIT_USAGE;
-    }
+    if (a->resolved.kind != PB_TARGET_FILE)
+        return pb_cli_usage_error("report takes other recordings only when the target is a "
+                                  "recording (got '%s' after report; a live rank's other ranks "
+                                  "are found by themselves)", a->positional[0]);
     p->targets = calloc(n, sizeof *p->targets);
     p->list = calloc(n, sizeof *p->list);
     p->names = calloc(n, sizeof *p->names);
-    if (!p->targets || !p->list || !p->names) {
-        pb_cli_error("out of memory");
-        return PB_EXIT_ERROR;
-    }
+    if (!p->targets || !p->list || !p->names) return pb_cli_error("out of memory");
     for (size_t i = 0; i < n; i++) {
         const char *spec = a->positional[i];
         pb_target *t = &p->targets[i];
         int rc = pb_target_resolve(spec, t);
         if (rc) return rc;
-        if (t->kind != PB_TARGET_FILE) {
-            pb_cli_error("'%s' is not a recording: report reads the other ranks of a recording "
-                         "from their recordings (probing rank0.db report rank1.db ...)",
-                         spec);
-            return PB_EXIT_USAGE;
-        }
+        if (t->kind != PB_TARGET_FILE)
+            return pb_cli_usage_error("'%s' is not a recording: report reads the other ranks of a "
+                                      "recording from their recordings (probing rank0.db report "
+                                      "rank1.db ...)", spec);
         json_t *other = peer_info(t);
         json_t *r = json_object_get(other, "rank"), *w = json_object_get(other, "world_size");
         const char *problem = NULL;

@@ -4,7 +4,7 @@
  * GET /api/tables. The text form lists each table with its fill level, then its columns; json
  * prints the server's answer as it came.
  */
-#include "cli.h"
+#include "command.h"
 #include "client.h"
 #include "format.h"
 

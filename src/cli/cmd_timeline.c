@@ -19,7 +19,7 @@
  * another on its thread but would end after it (sibling backward branches overlap, rounding) is
  * cut at its parent's end, so every thread's slices nest.
  */
-#include "cli.h"
+#include "command.h"
 #include "client.h"
 #include "fanout.h"
 #include "jsonw.h"
@@ -257,19 +257,13 @@ done:
 static int write_output(const pb_cli_args *a, const slices *s, json_t *meta, size_t nsteps)
 {
     FILE *out = strcmp(a->output, "-") == 0 ? stdout : fopen(a->output, "w");
-    if (!out) {
-        pb_cli_error("cannot write %s: %s", a->output, strerror(errno));
-        return PB_EXIT_ERROR;
-    }
+    if (!out) return pb_cli_error("cannot write %s: %s", a->output, strerror(errno));
     if (write_trace(out, s, meta)) {
         if (out != stdout) fclose(out);
-        pb_cli_error("out of memory");
-        return PB_EXIT_ERROR;
+        return pb_cli_error("out of memory");
     }
-    if ((out != stdout && fclose(out) != 0) || (out == stdout && fflush(out) != 0)) {
-        pb_cli_error("cannot write %s: %s", a->output, strerror(errno));
-        return PB_EXIT_ERROR;
-    }
+    if ((out != stdout && fclose(out) != 0) || (out == stdout && fflush(out) != 0))
+        return pb_cli_error("cannot write %s: %s", a->output, strerror(errno));
     if (strcmp(a->output, "-") != 0)
         fprintf(stderr, "probing: wrote %zu slices over %zu steps to %s (open it in "
                 "https://ui.perfetto.dev or chrome://tracing)\n", s->count, nsteps, a->output);
@@ -285,7 +279,7 @@ static void free_slices(slices *s)
 /* timeline --ranks: one process per rank on the CLI's clock (see the header). */
 static int timeline_ranks(const pb_cli_args *a)
 {
-    long deadline = a->deadline_s > 0 ? (long)(a->deadline_s * 1000) : PB_FANOUT_DEADLINE_MS;
+    long deadline = pb_fanout_deadline_ms(a->deadline_s);
     pb_rank_ep *eps = NULL;
     int n = 0, rc = PB_EXIT_ERROR, missing = 0;
     size_t nsteps = 0;
@@ -312,7 +306,8 @@ static int timeline_ranks(const pb_cli_args *a)
         double now = json_number_value(json_object_get(ans, "now"));
         double started = json_number_value(json_object_get(ans, "step_started"));
         if (!ans || now <= 0) {
-            pb_cli_error("rank %d (%s) is missing: %s", r, eps[r].host[0] ? eps[r].host : "host unknown",
+            pb_cli_error("rank %d (%s) is missing: %s", r,
+                         eps[r].host[0] ? eps[r].host : "host unknown",
                          reqs[r].err[0] ? reqs[r].err : "no clock in its answer");
             missing++;
             continue;
@@ -366,10 +361,9 @@ done:
 
 int cmd_timeline(const pb_cli_args *a)
 {
-    if (!a->output) {
-        pb_cli_error("timeline needs an output file: probing <target> timeline -o run.json");
-        return PB_EXIT_USAGE;
-    }
+    if (!a->output)
+        return pb_cli_usage_error("timeline needs an output file: probing <target> timeline -o "
+                                  "run.json");
     if (a->ranks) return timeline_ranks(a);
     slices s = {0};
     size_t nsteps = 0;

@@ -40,7 +40,7 @@
  * SIGTERM. client.c makes a fresh libcurl handle per request; recording.c keeps one database
  * handle, so requests to a recording are serialised by file_lock.
  */
-#include "cli.h"
+#include "command.h"
 #include "client.h"
 #include "fanout.h"
 #include "paths.h"
@@ -619,41 +619,26 @@ static int by_rank(const void *x, const void *y)
 }
 
 /* Adds the other local ranks of the target's job (same job and world size in /api/info, as
- * `report` finds them) after targets[0]; prints how many were found. */
+ * `report` finds them: pb_fanout_local_ranks) after targets[0]; prints how many were found. */
 static void find_ranks(ui_server *s, json_t *info)
 {
     const char *job = json_string_value(json_object_get(info, "job"));
     json_int_t world = json_integer_value(json_object_get(info, "world_size"));
     char dir[PATH_MAX];
-    pid_t *pids = NULL;
+    pb_local_rank *found = NULL;
     if (world <= 1 || !job || s->targets[0].t.kind == PB_TARGET_FILE || pb_paths_dir(dir, sizeof dir))
         return;
-    int count = pb_target_scan(dir, &pids);
+    int count = pb_fanout_local_ranks(dir, job, world, s->targets[0].rank,
+                                      (pid_t)s->targets[0].pid, &found);
     ui_target *grown = count > 0 ? realloc(s->targets, ((size_t)count + 1) * sizeof *grown) : NULL;
     if (grown) s->targets = grown;
     for (int i = 0; grown && i < count; i++) {
-        char path[PATH_MAX];
-        ui_target *u = &s->targets[s->ntargets];
-        if (pids[i] == (pid_t)s->targets[0].pid) continue;
-        if (pb_paths_socket(pids[i], path, sizeof path) ||
-            pb_target_for_socket(pids[i], path, &u->t))
-            continue;
-        json_t *other = info_of(s, &u->t, PB_CLI_LIST_TIMEOUT_MS);
-        const char *other_job = json_string_value(json_object_get(other, "job"));
-        json_t *rank = json_object_get(other, "rank");
-        int same = other_job && !strcmp(other_job, job) &&
-                   json_integer_value(json_object_get(other, "world_size")) == world &&
-                   json_is_integer(rank);
-        for (size_t k = 0; same && k < s->ntargets; k++)
-            if (s->targets[k].rank == (int)json_integer_value(rank)) same = 0;
-        if (same) {
-            u->rank = (int)json_integer_value(rank);
-            u->pid = pids[i];
-            s->ntargets++;
-        }
-        json_decref(other);
+        ui_target *u = &s->targets[s->ntargets++];
+        u->t = found[i].target;
+        u->rank = found[i].rank;
+        u->pid = found[i].pid;
     }
-    free(pids);
+    free(found);
     qsort(s->targets + 1, s->ntargets - 1, sizeof *s->targets, by_rank);
     fprintf(stderr, "probing: rank %d of job %s: %zu of the %lld other ranks found on this "
                     "machine\n",

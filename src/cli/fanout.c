@@ -12,6 +12,7 @@
 #include "buf.h"
 #include "cli.h"
 #include "client.h"
+#include "paths.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -476,16 +477,13 @@ int pb_fanout_parse_ranks(const char *spec, int n, unsigned char *sel)
         }
         if (*p == ',') p++;
         else if (*p) goto bad;
-        if (b >= n) {
-            pb_cli_error("--ranks %s: the job has ranks 0 to %d", spec, n - 1);
-            return PB_EXIT_USAGE;
-        }
+        if (b >= n) return pb_cli_usage_error("--ranks %s: the job has ranks 0 to %d", spec, n - 1);
         for (long r = a; r <= b; r++) sel[r] = 1;
     }
     return 0;
 bad:
-    pb_cli_error("--ranks wants 'all' or a list of ranks and ranges such as 0,2-5, not '%s'", spec);
-    return PB_EXIT_USAGE;
+    return pb_cli_usage_error("--ranks wants 'all' or a list of ranks and ranges such as 0,2-5, "
+                              "not '%s'", spec);
 }
 
 int pb_fanout_reachable(const pb_rank_ep *ep)
@@ -503,4 +501,68 @@ int pb_fanout_prepare(pb_fanout_req *req, const pb_rank_ep *ep)
         snprintf(req->err, sizeof req->err, "%s", ep->why);
     }
     return req->usable;
+}
+
+long pb_fanout_deadline_ms(double deadline_s)
+{
+    return deadline_s > 0 ? (long)(deadline_s * 1000) : PB_FANOUT_DEADLINE_MS;
+}
+
+pb_fanout_req *pb_fanout_requests(const pb_rank_ep *eps, int n, const unsigned char *sel)
+{
+    pb_fanout_req *reqs = calloc((size_t)(n ? n : 1), sizeof *reqs);
+    if (!reqs) {
+        pb_cli_error("out of memory");
+        return NULL;
+    }
+    for (int r = 0; r < n; r++) {
+        if (sel && !sel[r]) continue;
+        pb_fanout_prepare(&reqs[r], &eps[r]);
+    }
+    return reqs;
+}
+
+int pb_fanout_local_ranks(const char *dir, const char *job, long long world, long long my_rank,
+                          pid_t my_pid, pb_local_rank **out)
+{
+    pid_t *pids = NULL;
+    pb_local_rank *found = NULL;
+    int count, n = 0;
+    *out = NULL;
+    count = pb_target_scan(dir, &pids);
+    if (count <= 0) return count;
+    if (!(found = calloc((size_t)count, sizeof *found))) {
+        free(pids);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < count; i++) {
+        char path[PATH_MAX];
+        pb_local_rank *r = &found[n];
+        if (pids[i] == my_pid) continue;
+        if (pb_paths_socket(pids[i], path, sizeof path) ||
+            pb_target_for_socket(pids[i], path, &r->target))
+            continue;
+        json_t *other = pb_client_get_object(&r->target, "/api/info", PB_CLI_LIST_TIMEOUT_MS);
+        const char *other_job = json_string_value(json_object_get(other, "job"));
+        json_t *other_world = json_object_get(other, "world_size");
+        json_t *other_rank = json_object_get(other, "rank");
+        int same = other_job && !strcmp(other_job, job) && json_is_integer(other_world) &&
+                   json_integer_value(other_world) == world && json_is_integer(other_rank) &&
+                   json_integer_value(other_rank) != my_rank;
+        for (int k = 0; same && k < n; k++)
+            if (found[k].rank == (int)json_integer_value(other_rank)) same = 0;
+        if (same) {
+            r->pid = pids[i];
+            r->rank = (int)json_integer_value(other_rank);
+            n++;
+        }
+        json_decref(other);
+    }
+    free(pids);
+    if (n == 0) {
+        free(found);
+        found = NULL;
+    }
+    *out = found;
+    return n;
 }

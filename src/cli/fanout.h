@@ -21,6 +21,7 @@
 
 #include <jansson.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define PB_FANOUT_PARALLEL 64      /* requests in flight at once */
 #define PB_FANOUT_DEADLINE_MS 5000L /* default --deadline */
@@ -46,6 +47,10 @@ int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *pa
 /* Frees the answers of n requests (not the array). */
 void pb_fanout_free(pb_fanout_req *reqs, int n);
 
+/* A command's --deadline in milliseconds: deadline_s seconds, or PB_FANOUT_DEADLINE_MS when it
+ * is 0 (not given). */
+long pb_fanout_deadline_ms(double deadline_s);
+
 /* One rank of the roster. */
 typedef struct pb_rank_ep {
     int rank;
@@ -65,6 +70,11 @@ int pb_fanout_reachable(const pb_rank_ep *ep);
  * saying why (ep->why). Returns usable. */
 int pb_fanout_prepare(pb_fanout_req *req, const pb_rank_ep *ep);
 
+/* Requests for the ranks of the roster eps[0..n-1] selected in sel (every rank when sel is
+ * NULL), each prepared by pb_fanout_prepare; the others are not sent. Returns an array of n
+ * (caller frees with pb_fanout_free, then free), or NULL after printing "out of memory". */
+pb_fanout_req *pb_fanout_requests(const pb_rank_ep *eps, int n, const unsigned char *sel);
+
 /* The roster of the job t belongs to, ranks 0..world-1 in order (*out malloc'ed, caller frees;
  * *n = world). A process outside a distributed job gives a roster of itself (world 1). On
  * failure prints why ("probing: ...") and returns 1. [main thread] */
@@ -76,5 +86,22 @@ int pb_fanout_parse_ranks(const char *spec, int n, unsigned char *sel);
 
 /* This host's name as the roster means it (PROBING_HOST, else gethostname()). */
 const char *pb_fanout_local_host(void);
+
+/* Another agent on this machine that is a rank of the same job (pb_fanout_local_ranks). */
+typedef struct pb_local_rank {
+    pb_target target; /* its Unix socket */
+    pid_t pid;
+    int rank;
+} pb_local_rank;
+
+/* The other ranks of a job among this user's agents on this machine, for when the job has no
+ * roster to ask (`report` and `ui` of a live rank): every live agent in the socket directory
+ * dir but the one of pid my_pid is asked GET /api/info (PB_CLI_LIST_TIMEOUT_MS each), and one
+ * that names the same job and world size and an integer rank other than my_rank and the ranks
+ * already found is kept, in the directory's (pid) order. Returns how many, with *out malloc'ed
+ * (caller frees; NULL when none), or a negative errno (dir cannot be read, out of memory).
+ * Borrows dir and job. [main thread] */
+int pb_fanout_local_ranks(const char *dir, const char *job, long long world, long long my_rank,
+                          pid_t my_pid, pb_local_rank **out);
 
 #endif

@@ -31,9 +31,8 @@ int pb_format_parse(const char *name, unsigned allowed, const char *command, pb_
             return 0;
         }
     }
-    pb_cli_error("unknown output format '%s' for %s: use %s", name, command,
-                 (allowed & PB_FORMAT_CSV) ? "table, csv or json" : "table or json");
-    return PB_EXIT_USAGE;
+    return pb_cli_usage_error("unknown output format '%s' for %s: use %s", name, command,
+                              (allowed & PB_FORMAT_CSV) ? "table, csv or json" : "table or json");
 }
 
 void pb_format_real_exact(double v, char *out, size_t outlen)

@@ -10,7 +10,10 @@
 #ifndef PB_CLI_RECORDING_H
 #define PB_CLI_RECORDING_H
 
-#include "client.h"
+#include "response.h"
+#include "target.h"
+
+#include <stddef.h>
 
 /* Same contract as pb_client_request(). [main thread] */
 int pb_recording_request(const pb_target *t, const char *method, const char *path,

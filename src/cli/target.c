@@ -185,10 +185,7 @@ static int resolve_pid(const char *spec, pb_target *t)
 {
     errno = 0;
     long long v = strtoll(spec, NULL, 10);
-    if (errno || v <= 0 || v > INT_MAX) {
-        pb_cli_error("no such process: %s", spec);
-        return PB_EXIT_ERROR;
-    }
+    if (errno || v <= 0 || v > INT_MAX) return pb_cli_error("no such process: %s", spec);
     pid_t pid = (pid_t)v;
     char path[PATH_MAX], proc_dir[64];
     struct stat st;
@@ -204,20 +201,18 @@ static int resolve_pid(const char *spec, pb_target *t)
             pb_cli_error("no such process: %s", spec);
         return PB_EXIT_ERROR;
     }
-    if (pb_paths_socket(pid, path, sizeof path) || pb_target_for_socket(pid, path, t)) {
-        pb_cli_error("the socket path for process %d is too long (over %zu bytes); set "
-                     "PROBING_DIR to a shorter directory", (int)pid, sizeof t->socket_path - 1);
-        return PB_EXIT_ERROR;
-    }
+    if (pb_paths_socket(pid, path, sizeof path) || pb_target_for_socket(pid, path, t))
+        return pb_cli_error("the socket path for process %d is too long (over %zu bytes); set "
+                            "PROBING_DIR to a shorter directory", (int)pid,
+                            sizeof t->socket_path - 1);
     if (!socket_exists) {
         char cmd[128], shown[140] = "";
         pb_target_cmdline(pid, cmd, sizeof cmd, 60);
         if (cmd[0]) snprintf(shown, sizeof shown, " (%s)", cmd);
-        pb_cli_error("process %d%s is not traced by probing: no agent socket at %s. Load the "
-                     "agent into it now, without restarting it: probing %d inject (or start it "
-                     "with 'probing run -- <command>' or PROBING=1).", (int)pid, shown, path,
-                     (int)pid);
-        return PB_EXIT_ERROR;
+        return pb_cli_error("process %d%s is not traced by probing: no agent socket at %s. Load "
+                            "the agent into it now, without restarting it: probing %d inject (or "
+                            "start it with 'probing run -- <command>' or PROBING=1).", (int)pid,
+                            shown, path, (int)pid);
     }
     return 0;
 }
@@ -225,11 +220,9 @@ static int resolve_pid(const char *spec, pb_target *t)
 static int resolve_path(const char *spec, pb_target *t)
 {
     struct stat st;
-    if (strlen(spec) >= sizeof t->socket_path) {
-        pb_cli_error("socket path too long (at most %zu bytes): %s", sizeof t->socket_path - 1,
-                     spec);
-        return PB_EXIT_ERROR;
-    }
+    if (strlen(spec) >= sizeof t->socket_path)
+        return pb_cli_error("socket path too long (at most %zu bytes): %s",
+                            sizeof t->socket_path - 1, spec);
     if (stat(spec, &st) != 0) {
         if (errno == ENOENT)
             pb_cli_error("no socket at %s (see 'probing list' for traced processes)", spec);
@@ -237,10 +230,7 @@ static int resolve_path(const char *spec, pb_target *t)
             pb_cli_error("cannot use %s: %s", spec, strerror(errno));
         return PB_EXIT_ERROR;
     }
-    if (!S_ISSOCK(st.st_mode)) {
-        pb_cli_error("%s is not a socket", spec);
-        return PB_EXIT_ERROR;
-    }
+    if (!S_ISSOCK(st.st_mode)) return pb_cli_error("%s is not a socket", spec);
     pb_target_for_socket(pid_from_socket_name(spec), spec, t);
     return 0;
 }
@@ -273,11 +263,9 @@ static int resolve_tcp(const char *spec, pb_target *t)
     } else {
         char *colon = strrchr(hostbuf, ':');
         if (!colon) goto bad;
-        if (memchr(hostbuf, ':', (size_t)(colon - hostbuf))) {
-            pb_cli_error("'%s' is not a target: write an IPv6 address in brackets, as "
-                         "[::1]:8080", spec);
-            return PB_EXIT_USAGE;
-        }
+        if (memchr(hostbuf, ':', (size_t)(colon - hostbuf)))
+            return pb_cli_usage_error("'%s' is not a target: write an IPv6 address in brackets, as "
+                                      "[::1]:8080", spec);
         host = hostbuf;
         host_len = (size_t)(colon - hostbuf);
         port = colon + 1;
@@ -294,9 +282,8 @@ static int resolve_tcp(const char *spec, pb_target *t)
     find_token(atoi(port), t->token, sizeof t->token);
     return 0;
 bad:
-    pb_cli_error("'%s' is not a target: give a pid, host:port or a socket path "
-                 "(see 'probing list')", spec);
-    return PB_EXIT_USAGE;
+    return pb_cli_usage_error("'%s' is not a target: give a pid, host:port or a socket path "
+                              "(see 'probing list')", spec);
 }
 
 int pb_target_resolve(const char *spec, pb_target *t)
@@ -305,10 +292,8 @@ int pb_target_resolve(const char *spec, pb_target *t)
     if (is_recording(spec)) {
         memset(t, 0, sizeof *t);
         t->kind = PB_TARGET_FILE;
-        if (strlen(spec) >= sizeof t->file_path) {
-            pb_cli_error("the recording's path is too long: %s", spec);
-            return PB_EXIT_USAGE;
-        }
+        if (strlen(spec) >= sizeof t->file_path)
+            return pb_cli_usage_error("the recording's path is too long: %s", spec);
         snprintf(t->file_path, sizeof t->file_path, "%s", spec);
         snprintf(t->url_base, sizeof t->url_base, "file:");
         return 0;

@@ -18,14 +18,26 @@
 
 static FILE *devnull;
 
-/* The CLI's error printer lives in main.c (with main()); this one formats and drops it. */
-void pb_cli_error(const char *fmt, ...)
+/* The CLI's error printers live in cli.c and write to stderr; these format and drop the message
+ * (every input would print one), and return what cli.c's return. */
+int pb_cli_error(const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    return PB_EXIT_ERROR;
+}
+
+int pb_cli_usage_error(const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return PB_EXIT_USAGE;
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

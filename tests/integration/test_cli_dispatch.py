@@ -1,0 +1,78 @@
+"""How `probing` reads its command line before any command runs (src/cli/main.c, options.c,
+help.c, suggest.c): where the target goes, what each command needs by its row in the command
+table (a target or none, a pid worked on from outside, text or none, one target or several, a
+command line to run), and the exact message and exit status of every mistake. No process is
+traced here: each case is answered before a request would be sent."""
+import pytest
+
+NO_PID = "999999999"  # above any pid_max: no such process
+
+
+def run(cli, *args):
+    return cli(*args, check=False)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-t", "1", "-t", "2", "query", "SELECT 1"],
+     "probing: two targets given ('1' and '2'); give one\n"),
+    (["1", "query", "-t", "2", "SELECT 1"],
+     "probing: two targets given ('1' and '2'); give one\n"),
+    (["1"], "probing: missing command after the target: probing 1 query \"SELECT ...\" (see "
+            "'probing --help')\n"),
+    (["1", "2", "query", "SELECT 1"],
+     "probing: query takes one target, not 2; only export takes several\n"),
+    (["exporter", "-t", "1"], "probing: exporter does not take a target (got '1')\n"),
+    (["-t", "5", "run", "--", "true"],
+     "probing: run does not take a target; it starts a new process: probing run -- python "
+     "train.py\n"),
+    (["run", "--"], "probing: run needs a command after '--': probing run -- python train.py\n"),
+    (["1", "tables", "x"], "probing: tables takes no arguments (got 'x'); see 'probing tables "
+                           "--help'\n"),
+    (["detach"], "probing: detach needs a target: probing <target> detach (see 'probing list')\n"),
+    (["1", "query", "--deadline"], "probing: option --deadline needs a value\n"),
+    (["1", "query", "--bogus", "SELECT 1"],
+     "probing: unknown option '--bogus' for query; see 'probing query --help' (use -- before an "
+     "argument that starts with '-')\n"),
+    (["--bogus"], "probing: unknown option '--bogus'; see 'probing --help'\n"),
+    (["1", "eval", "--timeout", "0", "x"],
+     "probing: --timeout wants a number of seconds above 0 (up to 604800), not '0'\n"),
+    (["1", "list"], "probing: list does not take a target (got '1')\n"),
+    (["zzzz"], "probing: unknown command 'zzzz'; see 'probing --help'\n"),
+    (["1", "qury", "x"], "probing: unknown command 'qury'; did you mean 'query'? (see 'probing "
+                         "help')\n"),
+])
+def test_command_line_mistakes(cli, args, message):
+    r = run(cli, *args)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", message)
+
+
+def test_a_pid_command_gets_its_pid_unresolved(cli):
+    """inject and backtrace work on a process from outside: their target is not looked up as an
+    agent first (which says "no such process: ..."); the command says what is wrong itself."""
+    r = run(cli, NO_PID, "query", "SELECT 1")
+    assert (r.returncode, r.stderr) == (1, f"probing: no such process: {NO_PID}\n")
+    r = run(cli, NO_PID, "inject")
+    assert (r.returncode, r.stdout, r.stderr) == (1, "", f"probing: no process {NO_PID}\n")
+    r = run(cli, "inject", "-t", "abc")
+    assert (r.returncode, r.stderr) == (
+        2, "probing: inject loads the agent into a process and needs its pid, not 'abc': "
+           "probing <pid> inject\n")
+
+
+def test_help_and_version(cli):
+    full = run(cli, "--help")
+    assert full.returncode == 0 and full.stdout.startswith(
+        "probing - look inside a running PyTorch process\n\nUsage:\n")
+    bare = run(cli)  # no command: the same help, on stderr, as a usage error
+    assert (bare.returncode, bare.stdout, bare.stderr) == (2, "", full.stdout)
+    assert run(cli, "-t", "1", "--help").stdout == full.stdout
+    version = run(cli, "--version")
+    assert version.returncode == 0 and version.stdout.startswith("probing ")
+    assert run(cli, "-V").stdout == version.stdout
+    one = run(cli, "1", "detach", "--help")  # --help wins over the target check of detach
+    assert (one.returncode, one.stdout) == (0, run(cli, "help", "detach").stdout)
+    assert one.stdout.endswith("has no process to detach); may also be\ngiven as -t TARGET.\n")
+    # an unknown option is reported even after --help
+    r = run(cli, "detach", "--help", "--bogus")
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.startswith("probing: unknown option '--bogus' for detach")
