@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "registry.h"
-#include "step_accum.h"
+#include "step.h"
 
 /* python.memory phases, in the order a training step passes them. */
 enum {

@@ -26,6 +26,7 @@
 #include "lifecycle.h"
 #include "log.h"
 #include "pystack.h"
+#include "step.h"
 #include "torch_hooks.h"
 
 #include <arpa/inet.h>
@@ -567,8 +568,8 @@ int pb_job_rank_json(void *ctx, pb_buf *out)
     pb_jsonw_int(&w, registered ? world : 1);
     int64_t now = pb_now_ns(), wall = pb_wall_ns();
     pb_jsonw_key(&w, "step");
-    pb_jsonw_int(&w, pb_torch_current_step());
-    int64_t start = pb_torch_step_start_ns();
+    pb_jsonw_int(&w, pb_step_current());
+    int64_t start = pb_step_start();
     pb_jsonw_key(&w, "step_started");
     if (start > 0) pb_jsonw_double(&w, (double)(wall - (now - start)) / 1e9);
     else pb_jsonw_null(&w);

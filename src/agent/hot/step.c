@@ -1,0 +1,9 @@
+/* step.c - the step state every recorder reads; see step.h. */
+#include "step.h"
+
+_Atomic int pb_step_enabled;
+_Atomic int64_t pb_step_number;
+int64_t pb_step_start_ns;
+uint32_t pb_step_seq;
+uint16_t pb_step_rank_id;
+int64_t pb_step_collectives_ns;
