@@ -15,7 +15,6 @@
 #include "intern.h"
 #include "log.h"
 #include "step.h"
-#include "torch_hooks.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -380,7 +379,7 @@ int pb_capture_serve(void *ctx, pb_capture_verb verb, const pb_capture_request *
     (void)ctx;
     switch (verb) {
     case PB_CAPTURE_START:
-        return pb_capture_state_request(req, pb_step_current(), pb_torch_hooks_active(), out);
+        return pb_capture_state_request(req, pb_step_current(), pb_step_active(), out);
     case PB_CAPTURE_STATUS: return pb_capture_state_status(out);
     case PB_CAPTURE_CANCEL: return pb_capture_state_cancel(req ? req->id : 0, out);
     case PB_CAPTURE_TRACE: return pb_capture_state_trace(out);

@@ -24,7 +24,6 @@
 #include "memsample.h"
 #include "torch_trace.h"
 #include "step.h"
-#include "torch_hooks.h"
 #include "wrap.h"
 
 #include <math.h>
@@ -967,7 +966,7 @@ static PyObject *scaler_step(PyObject *orig, PyObject *const *args, size_t nargs
     }
     /* GradScaler skips optimizer.step() exactly when it found inf/NaN gradients. */
     push_amp(step, scale, scaler_on && skipped, scaler_on && skipped);
-    if (skipped && scaler_on) pb_torch_end_step();
+    if (skipped && scaler_on) pb_step_end_now();
     return res;
 }
 

@@ -12,7 +12,7 @@
  * forward: the GEMM dimensions, dtypes and device the tensor-core check needs).
  *
  * How they see the training loop, without a change to user code:
- *   - C wrappers (pb_wrap_attr in torch_hooks.h) of DataLoader's iterator __next__,
+ *   - C wrappers (pb_wrap_attr in wrap.h) of DataLoader's iterator __next__,
  *     torch.amp.GradScaler.step, torch.optim.Optimizer.zero_grad and torch.cuda.synchronize;
  *   - calls from torch_hooks.c at the points it already observes: stage times (each root
  *     module call, each backward pass, each optimizer step), a root forward starting and

@@ -26,7 +26,6 @@
 #include "job.h"
 #include "registry.h"
 #include "step.h"
-#include "torch_hooks.h"
 #include "wrap.h"
 
 #include <stdatomic.h>

@@ -51,7 +51,6 @@
 
 /* ---- state shared across threads (written under the GIL) ---- */
 
-static int installed;
 static PyObject *handles[4];       /* RemovableHandles of our four registrations */
 static PyTypeObject *tensor_type;  /* torch._C.TensorBase */
 static PyObject *is_grad_enabled;  /* torch._C.is_grad_enabled */
@@ -808,8 +807,6 @@ static PyObject *opt_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_NONE;
 }
 
-void pb_torch_end_step(void) { optimizer_stepped(); }
-
 static PyMethodDef hook_defs[] = {
     {"_forward_pre_hook", (PyCFunction)(void (*)(void))fwd_pre, METH_FASTCALL, NULL},
     {"_forward_hook", (PyCFunction)(void (*)(void))fwd_post, METH_FASTCALL, NULL},
@@ -859,7 +856,7 @@ PyObject *pb_torch_hook_functions(void)
 
 int pb_torch_hooks_install(void)
 {
-    if (installed) return 0;
+    if (pb_step_installed) return 0;
     PyObject *torch = NULL, *tc = NULL, *var = NULL, *engine = NULL, *ver = NULL;
     PyObject **fns = hook_fns;
     int rc = -1;
@@ -938,7 +935,8 @@ int pb_torch_hooks_install(void)
     if (!handles[2]) goto out;
     handles[3] = call_register("torch.optim.optimizer", "register_optimizer_step_post_hook", fns[3], 0);
     if (!handles[3]) goto out;
-    installed = 1;
+    pb_step_installed = 1;
+    pb_step_set_boundary(optimizer_stepped);
     if (pb_collect_install()) { /* the collectors are extras: module recording goes on */
         PyErr_Clear();
         pb_log_warn("data loader, AMP and sync collectors are off: torch is not as expected");
@@ -984,7 +982,8 @@ void pb_torch_hooks_remove(void)
     map_clear();
     ntrees = noptimizers = 0;
     pb_autograd_reset();
-    installed = 0;
+    pb_step_set_boundary(NULL);
+    pb_step_installed = 0;
     primary_root = NULL;
     primary_ran = 0;
     training_latched = 0;
@@ -995,7 +994,7 @@ void pb_torch_hooks_remove(void)
 
 void pb_torch_hooks_disable(void) { atomic_store(&pb_step_enabled, 0); }
 
-int pb_torch_hooks_active(void) { return installed && atomic_load(&pb_step_enabled); }
+int pb_torch_hooks_active(void) { return pb_step_active(); }
 
 const char *pb_torch_version(void) { return atomic_load(&torch_version_set) ? torch_version : NULL; }
 

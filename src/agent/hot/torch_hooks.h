@@ -50,10 +50,6 @@ void pb_torch_detail(pb_torch_detail_info *out);
  * torch._dynamo.config.ignore_logging_functions when dynamo is imported. [GIL held] */
 PyObject *pb_torch_hook_functions(void);
 
-/* Ends the current step now, as optimizer.step() would (GradScaler skipped the optimizer step).
- * [GIL held] */
-void pb_torch_end_step(void);
-
 /* Python type objects and hook callables defined here; made by the module init. */
 int pb_torch_hooks_ready_types(void);
 
