@@ -22,8 +22,9 @@
 #include "intern.h"
 #include "log.h"
 #include "memsample.h"
-#include "torch_trace.h"
 #include "step.h"
+#include "torch_trace.h"
+#include "walk.h"
 #include "wrap.h"
 
 #include <math.h>
@@ -257,39 +258,28 @@ static int64_t int_attr(PyObject *o, PyObject *name, int64_t deflt)
     return r;
 }
 
+/* A visit of pb_walk_tensors: stops at a tensor whose first dimension is above 0, kept in *ctx. */
+static int batch_size_visit(PyObject *t, void *ctx)
+{
+    PyObject *shape = PyObject_GetAttr(t, str_shape);
+    int64_t n = 0;
+    if (shape && PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) > 0) {
+        n = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, 0));
+        if (n < 0) n = 0;
+    }
+    Py_XDECREF(shape);
+    PyErr_Clear();
+    *(int64_t *)ctx = n;
+    return n != 0;
+}
+
 /* First dimension of the first tensor in a batch (a tensor, or a tuple/list/dict holding one,
- * one level down), 0 when there is none. */
+ * one level down; walk.h), 0 when there is none. */
 static int64_t batch_size_of(PyObject *o, int depth)
 {
-    if (tensor_type && PyObject_TypeCheck(o, tensor_type)) {
-        PyObject *shape = PyObject_GetAttr(o, str_shape);
-        int64_t n = 0;
-        if (shape && PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) > 0) {
-            n = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, 0));
-            if (n < 0) n = 0;
-        }
-        Py_XDECREF(shape);
-        PyErr_Clear();
-        return n;
-    }
-    if (depth > 1) return 0;
-    if (PyTuple_Check(o) || PyList_Check(o)) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-        PyObject **items = PySequence_Fast_ITEMS(o);
-        for (Py_ssize_t i = 0; i < n && i < 16; i++) {
-            int64_t b = batch_size_of(items[i], depth + 1);
-            if (b) return b;
-        }
-    } else if (PyDict_Check(o)) {
-        Py_ssize_t pos = 0;
-        PyObject *k, *v;
-        int seen = 0;
-        while (PyDict_Next(o, &pos, &k, &v) && seen++ < 16) {
-            int64_t b = batch_size_of(v, depth + 1);
-            if (b) return b;
-        }
-    }
-    return 0;
+    int64_t n = 0;
+    if (tensor_type) pb_walk_tensors(o, tensor_type, depth, batch_size_visit, &n);
+    return n;
 }
 
 /* fn() as a double, NaN on any failure. */
@@ -986,8 +976,9 @@ static PyObject *synchronize(PyObject *orig, PyObject *const *args, size_t nargs
     return res;
 }
 
-/* Tensor.item(), .tolist(), .cpu() on a CUDA tensor: the host waits for the device (seed 002's
- * "synchronization overhead"). Counted after a successful return when self.is_cuda. */
+/* Tensor.item(), .tolist(), .cpu() on a CUDA tensor: the host waits for the device
+ * (docs/report.md, "Host time", and its `host_syncs` check). Counted after a successful return
+ * when self.is_cuda. */
 static PyObject *host_sync(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     PyObject *res = PyObject_Vectorcall(orig, args, nargsf, kwnames);

@@ -43,6 +43,7 @@
 #include "memsample.h"
 #include "step.h"
 #include "torch_trace.h"
+#include "walk.h"
 #include "wrap.h"
 
 #include <stdatomic.h>
@@ -424,42 +425,30 @@ static void end_step(int64_t now)
     show_detail();
 }
 
-/* First grad_fn among a hook argument's tensors (a tensor, or a tuple/list/dict of them).
+/* A visit of pb_walk_tensors: stops at a tensor with a grad_fn, kept (new reference) in *ctx. */
+static int grad_fn_visit(PyObject *t, void *ctx)
+{
+    PyObject *gf = PyObject_GetAttr(t, str_grad_fn);
+    if (!gf) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (gf == Py_None) {
+        Py_DECREF(gf);
+        return 0;
+    }
+    *(PyObject **)ctx = gf;
+    return 1;
+}
+
+/* First grad_fn among a hook argument's tensors (a tensor, or a tuple/list/dict of them; walk.h).
  * Returns a new reference or NULL. [GIL held] */
 static PyObject *first_grad_fn(PyObject *o, int depth)
 {
-    if (PyObject_TypeCheck(o, tensor_type)) {
-        PyObject *gf = PyObject_GetAttr(o, str_grad_fn);
-        if (!gf) {
-            PyErr_Clear();
-            return NULL;
-        }
-        if (gf == Py_None) {
-            Py_DECREF(gf);
-            return NULL;
-        }
-        return gf;
-    }
-    if (depth > 1) return NULL;
-    if (PyTuple_Check(o) || PyList_Check(o)) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-        PyObject **items = PySequence_Fast_ITEMS(o);
-        for (Py_ssize_t i = 0; i < n && i < 16; i++) {
-            PyObject *gf = first_grad_fn(items[i], depth + 1);
-            if (gf) return gf;
-        }
-    } else if (PyDict_Check(o)) {
-        Py_ssize_t pos = 0;
-        PyObject *k, *v;
-        int seen = 0;
-        while (PyDict_Next(o, &pos, &k, &v) && seen++ < 16) {
-            PyObject *gf = first_grad_fn(v, depth + 1);
-            if (gf) return gf;
-        }
-    }
-    return NULL;
+    PyObject *gf = NULL;
+    pb_walk_tensors(o, tensor_type, depth, grad_fn_visit, &gf);
+    return gf;
 }
-
 
 /* ---- the hooks ---- */
 
