@@ -2,7 +2,7 @@
  * cmd_hang.c - `probing <target> hang`: which rank the job is waiting for, and where it is.
  *
  * Every agent keeps, per process group, the sequence number of the last collective it entered
- * and whether it completed (src/agent/job.h). hang asks every rank for that (GET /api/rank) at
+ * and whether it completed (src/agent/collect/job.h). hang asks every rank for that (GET /api/rank) at
  * once, and for each group compares: the ranks inside collective #N (entered, not completed)
  * wait for the ranks that have not entered #N yet. It prints one screen:
  *   all ranks but 3 are in all_reduce #482 on group WORLD, waiting 94 s; rank 3 has not entered it

@@ -3,7 +3,7 @@
  * recording (docs/recordings.md) of a process that is already running.
  *
  * The agent records, not this command: POST /api/record hands it the file's absolute path and
- * its own recorder (src/agent/record.c) copies the rows its rings still hold, then every new
+ * its own recorder (src/agent/service/record.c) copies the rows its rings still hold, then every new
  * row, flushing before the rings overwrite them, at exit and on SIGTERM, as under `probing run
  * -o`. So this command returns at once and the recording outlives it (the use: a job that may
  * crash overnight). `--stop` (POST /api/record/stop) makes the last flush and closes the file;

@@ -46,7 +46,7 @@ typedef struct pb__report {
     double mean_wall;
     int device;             /* where the model runs: 0 unknown, 1 CPU, 2 GPU */
     int have_grad_sync;     /* python.steps has grad_sync */
-    /* Detail windows (python.steps.detail, src/agent/detail.h): per-module rows exist only for
+    /* Detail windows (python.steps.detail, src/agent/hot/detail.h): per-module rows exist only for
      * detail steps, which probing's own recording slows down. */
     int have_detail;        /* python.steps has the detail column */
     int skip_detail;        /* time the job on summary steps only (enough of them in the window) */

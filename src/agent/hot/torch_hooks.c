@@ -24,45 +24,41 @@
  * python.steps: forward from the root module calls, backward from one probe per root output
  * (the backward pass: its first probed node to the engine's final callback).
  *
- * Backward: see the section "backward: probes on autograd nodes" below.
+ * Backward: autograd.c (probes on autograd nodes). The callable wrapper is wrap.c, the frame
+ * stacks and the row push frames.h, the step state step.h: this file calls them, never the other
+ * way round.
  */
 #include "torch_hooks.h"
 
+#include "autograd.h"
 #include "capture.h"
 #include "capture_state.h"
 #include "clock.h"
 #include "collect.h"
 #include "config.h"
 #include "detail.h"
+#include "frames.h"
 #include "intern.h"
 #include "log.h"
 #include "memsample.h"
-#include "tables.h"
+#include "step.h"
+#include "torch_trace.h"
+#include "walk.h"
+#include "wrap.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#define MAX_DEPTH 256
 
 /* ---- state shared across threads (written under the GIL) ---- */
 
-static _Atomic int enabled;
-static int installed;
 static PyObject *handles[4];       /* RemovableHandles of our four registrations */
 static PyTypeObject *tensor_type;  /* torch._C.TensorBase */
-static PyObject *queue_callback;   /* bound Variable._execution_engine.queue_callback */
 static PyObject *is_grad_enabled;  /* torch._C.is_grad_enabled */
-static PyObject *str_grad_fn, *str_register_prehook, *str_named_modules, *str_remove;
+static PyObject *str_grad_fn, *str_named_modules, *str_remove;
 static char torch_version[64];
 static _Atomic int torch_version_set;
 
-static _Atomic int64_t step;
-static int64_t step_start_ns;
-static uint32_t seq;
 static int training_latched;       /* an optimizer step has been seen */
 static int evaluating;             /* training_latched was dropped for an evaluation stretch */
 static int64_t nograd_forwards;    /* root forwards of primary_root under no_grad since the last
@@ -71,7 +67,6 @@ static int64_t nograd_per_optimizer; /* the most of them any optimizer step has 
 static int nograd_learned;         /* nograd_per_optimizer was measured over a whole optimizer step */
 static PyObject *primary_root;     /* compared by address only, never dereferenced */
 static int primary_ran;
-static uint16_t rank;
 static int record_backward = 1; /* PROBING_BACKWARD */
 static int64_t opt_start_ns;
 static uint32_t opt_seq;
@@ -93,49 +88,6 @@ static void show_detail(void)
     atomic_store_explicit(&shown_now, detail, memory_order_relaxed);
 }
 
-/* ---- per-thread frame stacks ---- */
-
-struct bspan;
-
-typedef struct frame {
-    PyObject *module;     /* borrowed: only compared */
-    struct bspan *span;   /* owned or NULL: this execution's backward span, made at enter so that
-                           * the spans of nested executions can point to it (detail frames) */
-    PyObject *in_grad_fn; /* owned or NULL: the input's grad_fn before forward ran */
-    PyObject *range;      /* owned or NULL: the profiler range of a capture (capture.h) */
-    int64_t start_ns;
-    int64_t child_ns;     /* inclusive time of nested executions, subtracted for self time */
-    uint32_t name, type, seq;
-    uint8_t layer_capture; /* first execution of a Linear/convolution: python.layers row at the end */
-    uint8_t detail;        /* recorded in detail (the root's mode, inherited by nested calls) */
-} frame;
-
-typedef struct tstate {
-    int depth;
-    int overflow; /* pre-hooks not pushed because the stack was full */
-    uint32_t tid;
-    frame stack[MAX_DEPTH];
-} tstate;
-
-static pthread_key_t tls_key;
-static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
-static __thread tstate *tls_state __attribute__((tls_model("initial-exec")));
-
-static void tls_free(void *p) { free(p); /* frames' grad_fn refs leak if a thread dies mid-forward */ }
-static void tls_init(void) { pthread_key_create(&tls_key, tls_free); }
-
-static tstate *get_tstate(void)
-{
-    tstate *ts = tls_state;
-    if (ts) return ts;
-    pthread_once(&tls_once, tls_init);
-    ts = calloc(1, sizeof *ts); /* once per thread */
-    if (!ts) return NULL;
-    ts->tid = (uint32_t)syscall(SYS_gettid);
-    pthread_setspecific(tls_key, ts);
-    tls_state = ts;
-    return ts;
-}
 
 /* ---- module address -> interned names ---- */
 
@@ -154,16 +106,10 @@ typedef struct mod_entry {
 static mod_entry *map;
 static size_t map_cap, map_used; /* used counts tombstones */
 
-static inline size_t hash_ptr(const void *p)
-{
-    uintptr_t x = (uintptr_t)p >> 4;
-    return (size_t)(x * 0x9E3779B97F4A7C15ull);
-}
-
 static inline mod_entry *map_find(PyObject *key)
 {
     if (!map) return NULL;
-    size_t mask = map_cap - 1, i = hash_ptr(key) & mask;
+    size_t mask = map_cap - 1, i = pb_hash_ptr(key) & mask;
     for (;;) {
         mod_entry *e = &map[i];
         if (e->key == key) return e;
@@ -180,7 +126,7 @@ static int map_grow(void)
     for (size_t j = 0; j < map_cap; j++) {
         mod_entry *e = &map[j];
         if (e->key == NULL || e->key == TOMB) continue;
-        size_t i = hash_ptr(e->key) & (ncap - 1);
+        size_t i = pb_hash_ptr(e->key) & (ncap - 1);
         while (n[i].key) i = (i + 1) & (ncap - 1);
         n[i] = *e;
     }
@@ -206,7 +152,7 @@ static mod_entry *map_insert(PyObject *key, uint32_t name, uint32_t type)
         PyErr_Clear(); /* not weak-referenceable: name it on every call instead of caching */
         return NULL;
     }
-    size_t mask = map_cap - 1, i = hash_ptr(key) & mask;
+    size_t mask = map_cap - 1, i = pb_hash_ptr(key) & mask;
     while (map[i].key && map[i].key != TOMB) i = (i + 1) & mask;
     if (map[i].key == NULL) map_used++;
     map[i].key = key;
@@ -439,7 +385,7 @@ fail:
 }
 
 /* Slow path: a module seen for the first time. [GIL held] */
-static mod_entry *discover(PyObject *mod, tstate *ts, mod_entry *fallback)
+static mod_entry *discover(PyObject *mod, pb_tstate *ts, mod_entry *fallback)
 {
     PyObject *root = ts->depth ? ts->stack[0].module : mod;
     mod_entry *re = ts->depth ? map_find(root) : NULL;
@@ -455,543 +401,53 @@ static mod_entry *discover(PyObject *mod, tstate *ts, mod_entry *fallback)
     return fallback;
 }
 
-/* ---- rows ---- */
 
-static inline void push_row(int64_t start_ns, int64_t end_ns, int64_t self_ns, uint32_t row_seq, uint32_t name,
-                            uint32_t type, uint16_t depth, uint8_t stage, uint32_t tid)
-{
-    pb_torch_row r;
-    /* A hook that was already running when the agent detached (it ran Python code and so let
-     * go of the GIL) ends here after the rings are freed: drop its row. Pushes and the free
-     * both hold the GIL, so this check cannot race with the free. */
-    if (!atomic_load_explicit(&enabled, memory_order_relaxed) || !pb_table_torch_trace.ring) return;
-    r.step = atomic_load_explicit(&step, memory_order_relaxed);
-    r.duration_ns = self_ns;
-    r.total_ns = end_ns - start_ns;
-    r.time_offset_ns = start_ns - step_start_ns;
-    r.allocated_mb = pb_memsample_current_mb();
-    r.max_allocated_mb = pb_memsample_peak_mb();
-    r.seq = row_seq;
-    r.module = name;
-    r.type = type;
-    r.thread = tid;
-    r.depth = depth;
-    r.rank = rank;
-    r.stage = stage;
-    pb_ring_push(pb_table_torch_trace.ring, &r);
-}
-
-static int pass_active, bwd_paused;
-static void pass_abandon(void);
 
 static void end_step(int64_t now)
 {
-    int64_t done = atomic_load_explicit(&step, memory_order_relaxed), wall = now - step_start_ns;
+    int64_t done = atomic_load_explicit(&pb_step_number, memory_order_relaxed), wall = now - pb_step_start_ns;
     pb_collect_step_end(done, wall, detail);
     pb_detail_step_done(&detail_policy, done, wall, detail, detail_measured && !pb_capture_ranges);
-    atomic_fetch_add_explicit(&step, 1, memory_order_relaxed);
-    step_start_ns = now;
-    seq = 0;
+    atomic_fetch_add_explicit(&pb_step_number, 1, memory_order_relaxed);
+    pb_step_start_ns = now;
+    pb_step_seq = 0;
     primary_ran = 0;
     pb_memsample_reset_peak();
     /* No backward pass is running at a step boundary (the optimizer steps after backward
      * returned; a recomputing forward inside backward does not end steps once an optimizer was
      * seen), so one still marked active raised or never reached the engine's final callbacks:
      * its spans are dropped. Graphs built and never run backward are let go either way. */
-    if (!bwd_paused) pass_abandon();
+    pb_autograd_step_end();
     if (atomic_load_explicit(&pb_capture_wanted, memory_order_relaxed))
-        pb_capture_boundary(atomic_load_explicit(&step, memory_order_relaxed));
-    detail = pb_detail_on(&detail_policy, atomic_load_explicit(&step, memory_order_relaxed)) || pb_capture_ranges;
+        pb_capture_boundary(atomic_load_explicit(&pb_step_number, memory_order_relaxed));
+    detail = pb_detail_on(&detail_policy, atomic_load_explicit(&pb_step_number, memory_order_relaxed)) || pb_capture_ranges;
     detail_measured = !pb_capture_ranges;
     show_detail();
 }
 
-/* First grad_fn among a hook argument's tensors (a tensor, or a tuple/list/dict of them).
+/* A visit of pb_walk_tensors: stops at a tensor with a grad_fn, kept (new reference) in *ctx. */
+static int grad_fn_visit(PyObject *t, void *ctx)
+{
+    PyObject *gf = PyObject_GetAttr(t, str_grad_fn);
+    if (!gf) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (gf == Py_None) {
+        Py_DECREF(gf);
+        return 0;
+    }
+    *(PyObject **)ctx = gf;
+    return 1;
+}
+
+/* First grad_fn among a hook argument's tensors (a tensor, or a tuple/list/dict of them; walk.h).
  * Returns a new reference or NULL. [GIL held] */
 static PyObject *first_grad_fn(PyObject *o, int depth)
 {
-    if (PyObject_TypeCheck(o, tensor_type)) {
-        PyObject *gf = PyObject_GetAttr(o, str_grad_fn);
-        if (!gf) {
-            PyErr_Clear();
-            return NULL;
-        }
-        if (gf == Py_None) {
-            Py_DECREF(gf);
-            return NULL;
-        }
-        return gf;
-    }
-    if (depth > 1) return NULL;
-    if (PyTuple_Check(o) || PyList_Check(o)) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-        PyObject **items = PySequence_Fast_ITEMS(o);
-        for (Py_ssize_t i = 0; i < n && i < 16; i++) {
-            PyObject *gf = first_grad_fn(items[i], depth + 1);
-            if (gf) return gf;
-        }
-    } else if (PyDict_Check(o)) {
-        Py_ssize_t pos = 0;
-        PyObject *k, *v;
-        int seen = 0;
-        while (PyDict_Next(o, &pos, &k, &v) && seen++ < 16) {
-            PyObject *gf = first_grad_fn(v, depth + 1);
-            if (gf) return gf;
-        }
-    }
-    return NULL;
-}
-
-/* ---- backward: probes on autograd nodes, spans per module execution ----
- *
- * A module's backward runs from the moment its output's grad_fn executes (the gradient reached
- * the module: start) to the moment the grad_fn its input had before the forward executes (the
- * module's input gradient is complete: end). One node is usually both: the output node of one
- * module is the input node of the next, and a container shares its nodes with its first and last
- * children. So each node gets at most one probe: a small callable registered once with
- * grad_fn.register_prehook(), holding the spans that end and the spans that start there. The
- * registration is the expensive part (torch builds an OrderedDict and a RemovableHandle in
- * Python); sharing probes makes it once per distinct node rather than twice per module. Spans are
- * plain C structs (refcounted, from a free list), so they cost the garbage collector nothing.
- *
- * Node wrappers seen during the forward are kept in a map (grad_fn object -> probe) until the
- * backward pass ends or the step ends, so the same node is found again and its identity cannot be
- * reused by another node.
- *
- * Self time follows the autograd graph (as torch.profiler ties a backward op to the module whose
- * forward made its node): each probe has an owner, the span of the innermost execution that
- * returned the node as its output (executions return innermost first, so the first to claim a
- * node owns it; one returning its input unchanged claims nothing). At every backward event the
- * time since the previous event goes to the owner of the probe that fired before it: the engine
- * runs one node at a time, and the unprobed nodes that follow (AccumulateGrad of the module's
- * weights) are the same module's. A node no execution returned (a residual add, attention's
- * matmuls written in the attention module itself) goes to the parent of the execution that
- * consumed it, the code that made it; failing that, to the innermost active span. Spans are
- * made at enter, so a span knows its parent's; a span's total runs from its start to the end of
- * the last time given to it or to a span nested in it (backward intervals do not nest: siblings
- * that read one input all end when its gradient is complete, and would otherwise contain each
- * other). Time spent in forward executions inside backward
- * (activation-checkpoint recomputation) goes to those forward rows. When the first probe of a
- * backward pass runs, backward_done is queued with the autograd engine: it closes spans whose
- * end is the end of the pass (modules whose input has no grad_fn), drops spans whose end never
- * came, and adds the pass (first probe to final callback, recomputing forwards left out) to the
- * step's backward time. On summary steps the only probes are those on the root modules'
- * outputs: they time the pass and hold no spans.
- */
-
-typedef struct probe probe;
-
-typedef struct bspan {
-    struct bspan *next_free;
-    struct bspan *parent; /* owned or NULL: the span of the execution this one was nested in */
-    int refs;            /* probes that list or own it, the active list, frames, child spans */
-    int64_t start_ns;
-    int64_t self_ns;
-    int64_t last_ns;     /* end of the last time credited to it or to a span nested in it */
-    uint32_t name, type, seq;
-    uint16_t depth;
-    uint8_t started;     /* in the active list */
-    uint8_t engine_end;  /* ends at the end of the backward pass */
-    probe *end_probe;    /* borrowed: the probe whose node ends it (identity modules start there too) */
-} bspan;
-
-static bspan *free_spans;
-
-static bspan *span_new(void)
-{
-    bspan *s = free_spans;
-    if (s) free_spans = s->next_free;
-    else if (!(s = malloc(sizeof *s))) return NULL;
-    memset(s, 0, sizeof *s);
-    return s;
-}
-
-static void span_unref(bspan *s)
-{
-    while (s && --s->refs <= 0) {
-        bspan *parent = s->parent;
-        s->next_free = free_spans;
-        free_spans = s;
-        s = parent;
-    }
-}
-
-struct probe {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    bspan *owner;           /* owned or NULL: the innermost execution whose forward made the node */
-    bspan **ends, **starts; /* owned references */
-    int nends, nstarts, cap_ends, cap_starts;
-};
-
-static int list_add(bspan ***list, int *n, int *cap, bspan *s)
-{
-    if (*n == *cap) {
-        int ncap = *cap ? *cap * 2 : 2;
-        bspan **l = realloc(*list, (size_t)ncap * sizeof *l);
-        if (!l) return -1;
-        *list = l;
-        *cap = ncap;
-    }
-    (*list)[(*n)++] = s;
-    s->refs++;
-    return 0;
-}
-
-#define MAX_ACTIVE 1024
-static bspan *active[MAX_ACTIVE]; /* each holds a ref */
-static int nactive;
-static int64_t last_event_ns;
-static bspan *cur_owner; /* owned or NULL: the span running the node whose probe fired last */
-/* pass_active: a probe ran and backward_done is queued; bwd_paused: a forward runs inside it
- * (declared above end_step) */
-static int64_t pass_start_ns, pass_paused_ns, pause_start_ns;
-static PyObject *backward_done_fn, *backward_synced_fn;
-static int64_t backward_done_ns;  /* when backward_done ran; 0 when no backward_synced is due */
-static void node_map_clear(void);
-
-/* Time since the previous event goes to the execution whose node ran in it: the owner of the
- * node whose probe fired last (the engine runs one node at a time per device; nodes without a
- * probe that run after it, such as AccumulateGrad for its weights, go with it). A node made by no
- * module's forward directly (a residual add, attention's matmuls in the attention module's own
- * code) has no owner: its time goes to the innermost active span, deepest and latest started. */
-static void sweep(int64_t now)
-{
-    if (!bwd_paused) {
-        bspan *in = cur_owner && cur_owner->started ? cur_owner : NULL;
-        if (!in && nactive) {
-            in = active[0];
-            for (int i = 1; i < nactive; i++) {
-                bspan *c = active[i];
-                if (c->depth > in->depth || (c->depth == in->depth && c->start_ns >= in->start_ns)) in = c;
-            }
-        }
-        if (in) {
-            in->self_ns += now - last_event_ns;
-            for (bspan *a = in; a; a = a->parent) a->last_ns = now;
-        }
-    }
-    last_event_ns = now;
-}
-
-static void set_owner(bspan *s)
-{
-    if (s) s->refs++;
-    if (cur_owner) span_unref(cur_owner);
-    cur_owner = s;
-}
-
-/* The first probe of a backward pass ran: queue backward_done with the engine. */
-static void pass_begin(int64_t now)
-{
-    if (!queue_callback) return; /* without it no pass can be closed: spans of input modules stay open */
-    PyObject *r = PyObject_CallOneArg(queue_callback, backward_done_fn);
-    if (!r) {
-        PyErr_Clear();
-        return;
-    }
-    Py_DECREF(r);
-    pass_active = 1;
-    pass_start_ns = now;
-    pass_paused_ns = 0;
-}
-
-/* Drops the spans of a pass whose final callback never ran, and the probed nodes. */
-static void pass_abandon(void)
-{
-    for (int i = 0; i < nactive; i++) {
-        active[i]->started = 0;
-        span_unref(active[i]);
-    }
-    nactive = 0;
-    pass_active = 0;
-    set_owner(NULL);
-    node_map_clear();
-}
-
-static void span_start(bspan *s, int64_t now)
-{
-    if (s->started) return;
-    if (nactive >= MAX_ACTIVE) return; /* pathological graph: this execution gets no row */
-    s->start_ns = now;
-    s->last_ns = now;
-    s->self_ns = 0;
-    s->seq = seq++;
-    s->started = 1;
-    s->refs++;
-    active[nactive++] = s;
-}
-
-static void span_end(bspan *s, int64_t now)
-{
-    if (!s->started) return;
-    for (int i = 0; i < nactive; i++) {
-        if (active[i] == s) {
-            active[i] = active[--nactive];
-            break;
-        }
-    }
-    s->started = 0;
-    tstate *ts = get_tstate();
-    push_row(s->start_ns, s->last_ns, s->self_ns, s->seq, s->name, s->type, s->depth, PB_STAGE_BACKWARD,
-             ts ? ts->tid : 0);
-    span_unref(s);
-}
-
-/* The node executes: modules that consumed its output are done, modules that produced it begin. */
-static PyObject *probe_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
-{
-    probe *p = (probe *)self;
-    if (!atomic_load_explicit(&enabled, memory_order_relaxed)) Py_RETURN_NONE;
-    int64_t now = pb_now_ns();
-    if (!pass_active) pass_begin(now);
-    sweep(now);
-    /* the node's owner runs from here; a node no module made is its consumer's parent's code */
-    bspan *owner = p->owner;
-    if (!owner) {
-        bspan *deepest = NULL;
-        for (int i = 0; i < p->nends; i++)
-            if (!deepest || p->ends[i]->depth > deepest->depth) deepest = p->ends[i];
-        owner = deepest ? deepest->parent : NULL;
-    }
-    set_owner(owner);
-    for (int i = 0; i < p->nends; i++) span_end(p->ends[i], now);
-    for (int i = 0; i < p->nstarts; i++) {
-        bspan *s = p->starts[i];
-        span_start(s, now);
-        if (s->end_probe == p) span_end(s, now); /* output node == input node: nothing in between */
-    }
-    Py_RETURN_NONE;
-}
-
-static void probe_dealloc(PyObject *self)
-{
-    probe *p = (probe *)self;
-    for (int i = 0; i < p->nends; i++) span_unref(p->ends[i]);
-    for (int i = 0; i < p->nstarts; i++) span_unref(p->starts[i]);
-    if (p->owner) span_unref(p->owner);
-    free(p->ends);
-    free(p->starts);
-    PyObject_Free(self);
-}
-
-static PyTypeObject probe_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.NodeProbe",
-    .tp_basicsize = sizeof(probe),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_vectorcall_offset = offsetof(probe, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_dealloc = probe_dealloc,
-    .tp_doc = "probing: times module backward; registered as a pre-hook on one autograd node",
-};
-
-/* Queued with the autograd engine: the backward pass has finished. [GIL held] */
-static PyObject *backward_done(PyObject *self, PyObject *unused)
-{
-    int64_t now = pb_now_ns();
-    sweep(now);
-    int n = nactive;
-    bspan *left[MAX_ACTIVE];
-    memcpy(left, active, (size_t)n * sizeof left[0]);
-    nactive = 0;
-    for (int i = 0; i < n; i++) {
-        bspan *s = left[i];
-        s->started = 0;
-        if (s->engine_end && atomic_load_explicit(&enabled, memory_order_relaxed)) {
-            tstate *ts = get_tstate();
-            push_row(s->start_ns, s->last_ns, s->self_ns, s->seq, s->name, s->type, s->depth, PB_STAGE_BACKWARD,
-                     ts ? ts->tid : 0);
-        }
-        span_unref(s);
-    }
-    set_owner(NULL);
-    node_map_clear();
-    if (pass_active) {
-        int64_t pass_ns = now - pass_start_ns - pass_paused_ns;
-        pb_collect_stage_time(PB_STAGE_BACKWARD, pass_ns > 0 ? pass_ns : 0);
-        pass_active = 0;
-    }
-    if (atomic_load_explicit(&enabled, memory_order_relaxed)) pb_collect_phase(PB_PHASE_AFTER_BACKWARD);
-    /* Callbacks queued while the engine runs its final callbacks run after the ones already
-     * queued: DistributedDataParallel's, which waits for the gradient all-reduces. The time until
-     * this one runs is python.steps.grad_sync. */
-    backward_done_ns = 0;
-    if (queue_callback && backward_synced_fn) {
-        PyObject *r = PyObject_CallOneArg(queue_callback, backward_synced_fn);
-        if (r) {
-            Py_DECREF(r);
-            backward_done_ns = pb_now_ns();
-        } else {
-            PyErr_Clear();
-        }
-    }
-    Py_RETURN_NONE;
-}
-static PyMethodDef backward_done_def = {"_backward_done", (PyCFunction)backward_done, METH_NOARGS, NULL};
-
-/* Queued by backward_done: the engine's final callbacks (DDP's gradient sync) are over. */
-static PyObject *backward_synced(PyObject *self, PyObject *unused)
-{
-    if (backward_done_ns && atomic_load_explicit(&enabled, memory_order_relaxed))
-        pb_collect_grad_sync(pb_now_ns() - backward_done_ns);
-    backward_done_ns = 0;
-    Py_RETURN_NONE;
-}
-static PyMethodDef backward_synced_def = {"_backward_synced", (PyCFunction)backward_synced, METH_NOARGS, NULL};
-
-/* grad_fn object -> its probe, for the nodes seen since the last backward pass or step. */
-typedef struct node_entry {
-    PyObject *node; /* owned */
-    probe *probe;   /* borrowed: owned by the node's hook dict, alive while node is */
-} node_entry;
-static node_entry *node_map;
-static size_t node_cap, node_used;
-
-static void node_map_clear(void)
-{
-    if (!node_used) return;
-    /* DECREFs can free graphs, whose probes' deallocation touches nothing here. */
-    node_entry *m = node_map;
-    size_t cap = node_cap;
-    node_map = NULL;
-    node_cap = node_used = 0;
-    for (size_t i = 0; i < cap; i++) Py_XDECREF(m[i].node);
-    free(m);
-}
-
-static int node_map_grow(void)
-{
-    size_t ncap = node_cap ? node_cap * 2 : 256;
-    node_entry *n = calloc(ncap, sizeof *n);
-    if (!n) return -1;
-    for (size_t j = 0; j < node_cap; j++) {
-        if (!node_map[j].node) continue;
-        size_t i = hash_ptr(node_map[j].node) & (ncap - 1);
-        while (n[i].node) i = (i + 1) & (ncap - 1);
-        n[i] = node_map[j];
-    }
-    free(node_map);
-    node_map = n;
-    node_cap = ncap;
-    return 0;
-}
-
-/* grad_fn.register_prehook() is implemented in C++ (registerFunctionPreHook), which asks the
- * Python staticmethod torch.autograd.function.Function._register_hook(hooks_dict, hook) for the
- * dict to keep on the node and the handle to return: for a node without Python hooks yet it
- * builds an OrderedDict and a torch.utils.hooks.RemovableHandle (weak references, an id
- * counter) in Python, about 6 us, which made registration the largest part of recording
- * backward (one new node per module per step). Probing's own probes take a C fast path: a
- * fresh OrderedDict holding the probe (keyed by itself, so no RemovableHandle id can collide)
- * and no handle (probing never removes a probe: the node dies with its graph). Every other
- * call, and a probe on a node that already has Python hooks, goes to torch's own function,
- * unchanged. The wrapper is a staticmethod, as the original; detach deletes it again. */
-static PyObject *function_cls, *wrap_register_hook, *ordered_dict;
-
-static PyObject *fast_register_hook(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-    if (kwnames || PyVectorcall_NARGS(nargsf) != 2 || args[0] != Py_None || !Py_IS_TYPE(args[1], &probe_type) ||
-        !ordered_dict)
-        return PyObject_Vectorcall(orig, args, nargsf, kwnames);
-    PyObject *d = PyObject_CallNoArgs(ordered_dict);
-    if (!d) return NULL;
-    PyObject *res = PyDict_SetItem(d, args[1], args[1]) ? NULL : PyTuple_Pack(2, d, Py_None);
-    Py_DECREF(d);
-    return res;
-}
-
-static void install_fast_register_hook(void)
-{
-    PyObject *fmod = PyImport_ImportModule("torch.autograd.function");
-    PyObject *coll = fmod ? PyImport_ImportModule("collections") : NULL;
-    Py_XSETREF(function_cls, fmod ? PyObject_GetAttrString(fmod, "Function") : NULL);
-    Py_XSETREF(ordered_dict, coll ? PyObject_GetAttrString(coll, "OrderedDict") : NULL);
-    Py_XDECREF(fmod);
-    Py_XDECREF(coll);
-    if (!function_cls || !ordered_dict || pb_wrap_attr(function_cls, "_register_hook", fast_register_hook, &wrap_register_hook)) {
-        PyErr_Clear();
-        pb_log_debug("grad_fn hooks are registered through torch's own Function._register_hook");
-        return;
-    }
-    PyObject *sm = PyStaticMethod_New(wrap_register_hook);
-    if (!sm || PyObject_SetAttrString(function_cls, "_register_hook", sm)) {
-        PyErr_Clear();
-        pb_unwrap_attr(function_cls, "_register_hook", &wrap_register_hook);
-    }
-    Py_XDECREF(sm);
-}
-
-static void remove_fast_register_hook(void)
-{
-    if (function_cls && wrap_register_hook) pb_unwrap_attr(function_cls, "_register_hook", &wrap_register_hook);
-    Py_CLEAR(function_cls);
-    Py_CLEAR(ordered_dict);
-}
-
-/* The probe on node gf, registering one if there is none yet. Returns NULL on failure. */
-static probe *probe_for(PyObject *gf)
-{
-    if ((node_used + 1) * 2 > node_cap && node_map_grow()) return NULL;
-    size_t mask = node_cap - 1, i = hash_ptr(gf) & mask;
-    while (node_map[i].node) {
-        if (node_map[i].node == gf) return node_map[i].probe;
-        i = (i + 1) & mask;
-    }
-    probe *p = PyObject_New(probe, &probe_type);
-    if (!p) return NULL;
-    p->vectorcall = probe_vectorcall;
-    p->owner = NULL;
-    p->ends = p->starts = NULL;
-    p->nends = p->nstarts = p->cap_ends = p->cap_starts = 0;
-    PyObject *h = PyObject_CallMethodOneArg(gf, str_register_prehook, (PyObject *)p);
-    if (!h) {
-        Py_DECREF(p);
-        return NULL;
-    }
-    Py_DECREF(h);
-    Py_DECREF(p); /* the node's hook dict holds it now */
-    Py_INCREF(gf);
-    node_map[i].node = gf;
-    node_map[i].probe = p;
-    node_used++;
-    return p;
-}
-
-/* The frame's execution made a graph: its span starts at out_gf and ends at the node its input
- * had (or at the end of the pass). The first execution to claim out_gf, the innermost one that
- * made it (nested executions return first), owns the node's time. */
-static void register_backward(frame *f, PyObject *out_gf, uint16_t depth)
-{
-    bspan *s = f->span;
-    if (!s) {
-        if (!(s = span_new())) return;
-        s->refs = 1; /* the frame's */
-        f->span = s;
-    }
-    s->name = f->name;
-    s->type = f->type;
-    s->depth = depth;
-    s->engine_end = f->in_grad_fn == NULL;
-    probe *start = probe_for(out_gf);
-    probe *end = f->in_grad_fn ? probe_for(f->in_grad_fn) : NULL;
-    if (!start || (f->in_grad_fn && !end)) {
-        PyErr_Clear();
-        return;
-    }
-    s->end_probe = end;
-    if (end) list_add(&end->ends, &end->nends, &end->cap_ends, s);
-    list_add(&start->starts, &start->nstarts, &start->cap_starts, s);
-    if (!start->owner && out_gf != f->in_grad_fn) { /* a module returning its input made no node */
-        start->owner = s;
-        s->refs++;
-    }
-}
-
-/* Drops a frame's span reference (its probes keep the span while the graph lives). */
-static inline void frame_drop_span(frame *f)
-{
-    if (f->span) span_unref(f->span);
-    f->span = NULL;
+    PyObject *gf = NULL;
+    pb_walk_tensors(o, tensor_type, depth, grad_fn_visit, &gf);
+    return gf;
 }
 
 /* ---- the hooks ---- */
@@ -1062,26 +518,22 @@ static void optimizer_stepped(void)
  * [GIL held] */
 static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
 {
-    tstate *ts = get_tstate();
+    pb_tstate *ts = pb_frames_get();
     if (!ts) return;
-    if (ts->depth >= MAX_DEPTH) {
+    if (ts->depth >= PB_FRAMES_MAX_DEPTH) {
         ts->overflow++;
         return;
     }
     if (ts->depth == 0) {
         if (pb_capture_ranges) pb_capture_root_call();
-        if (pass_active) { /* a forward inside backward (checkpoint recompute): its time is forward's */
-            int64_t now = pb_now_ns();
-            sweep(now);
-            bwd_paused = 1;
-            pause_start_ns = now;
-        }
+        if (pb_autograd_pass_active) pb_autograd_pause(); /* a forward inside backward (checkpoint
+                                                            * recompute): its time is forward's */
         if (!primary_root) primary_root = mod;
         else if (mod == primary_root && (training_latched || evaluating)) evaluation_stretch();
         if (!training_latched && mod == primary_root && primary_ran) end_step(pb_now_ns());
         if (mod == primary_root) pb_collect_forward_begin();
     }
-    frame *f = &ts->stack[ts->depth];
+    pb_frame *f = &ts->stack[ts->depth];
     f->module = mod;
     f->span = NULL;
     f->in_grad_fn = NULL;
@@ -1097,25 +549,20 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
     if (!e) e = discover(mod, ts, &fallback);
     f->name = e->name;
     f->type = e->type;
-    f->seq = seq++;
+    f->seq = pb_step_seq++;
     f->child_ns = 0;
     f->layer_capture = e->layer_pending;
     e->layer_pending = 0;
     if (record_backward && grad_enabled()) {
         for (Py_ssize_t i = 0; i < n && i < 16 && !f->in_grad_fn; i++) f->in_grad_fn = first_grad_fn(inputs[i], 1);
-        if ((f->span = span_new())) {
-            frame *up = ts->depth > 1 ? &ts->stack[ts->depth - 2] : NULL;
-            f->span->refs = 1; /* the frame's */
-            f->span->parent = up ? up->span : NULL;
-            if (f->span->parent) f->span->parent->refs++;
-        }
+        pb_autograd_frame_begin(f, ts->depth > 1 ? &ts->stack[ts->depth - 2] : NULL);
     }
     f->range = pb_capture_ranges ? pb_capture_range_enter(f->name) : NULL;
     f->start_ns = pb_now_ns();
 }
 
 /* Ends a frame's capture range, if it has one. [GIL held] */
-static inline void end_capture_range(frame *f)
+static inline void end_capture_range(pb_frame *f)
 {
     if (f->range) {
         PyObject *handle = f->range;
@@ -1131,7 +578,7 @@ static void probe_root_output(PyObject *output)
     if (!record_backward || output == Py_None || !grad_enabled()) return;
     PyObject *gf = first_grad_fn(output, 0);
     if (!gf) return;
-    if (!probe_for(gf)) PyErr_Clear();
+    pb_autograd_probe_root(gf);
     Py_DECREF(gf);
 }
 
@@ -1140,7 +587,7 @@ static void probe_root_output(PyObject *output)
  * kept (detail frames and root calls): a summary step's nested calls read no clock. [GIL held] */
 static void leave(PyObject *mod, PyObject *output)
 {
-    tstate *ts = get_tstate();
+    pb_tstate *ts = pb_frames_get();
     if (!ts) return;
     if (ts->overflow) {
         ts->overflow--;
@@ -1152,30 +599,30 @@ static void leave(PyObject *mod, PyObject *output)
     while (d >= 0 && ts->stack[d].module != mod) d--;
     if (d < 0) return;
     while (ts->depth - 1 > d) {
-        frame *skipped = &ts->stack[--ts->depth];
+        pb_frame *skipped = &ts->stack[--ts->depth];
         end_capture_range(skipped);
         Py_CLEAR(skipped->in_grad_fn);
-        frame_drop_span(skipped);
+        pb_autograd_frame_drop(skipped);
     }
-    frame *f = &ts->stack[--ts->depth];
+    pb_frame *f = &ts->stack[--ts->depth];
     uint16_t depth = (uint16_t)ts->depth;
     if (!f->detail && depth > 0) return; /* a summary step's nested call: nothing to record */
     int64_t now = pb_now_ns(), total = now - f->start_ns;
     if (f->detail) {
         end_capture_range(f);
         if (output) {
-            push_row(f->start_ns, now, total - f->child_ns, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
+            pb_frames_push_row(f->start_ns, now, total - f->child_ns, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
             if (record_backward && output != Py_None && (f->in_grad_fn || grad_enabled())) {
                 PyObject *out_gf = first_grad_fn(output, 0);
                 if (out_gf) {
-                    register_backward(f, out_gf, depth);
+                    pb_autograd_frame_output(f, out_gf, depth);
                     Py_DECREF(out_gf);
                 }
             }
         }
         if (depth > 0) ts->stack[depth - 1].child_ns += total;
         Py_CLEAR(f->in_grad_fn);
-        frame_drop_span(f);
+        pb_autograd_frame_drop(f);
         if (f->layer_capture) { /* last use of f: reading the layer may run Python that enters modules */
             uint32_t name = f->name, type = f->type;
             f->layer_capture = 0;
@@ -1192,12 +639,7 @@ static void leave(PyObject *mod, PyObject *output)
     if (depth > 0) return;
     /* a root call: its whole time is forward time (self times of its tree sum to it) */
     if (output) pb_collect_stage_time(PB_STAGE_FORWARD, total);
-    if (bwd_paused) {
-        int64_t t = pb_now_ns();
-        bwd_paused = 0;
-        pass_paused_ns += t - pause_start_ns;
-        last_event_ns = t;
-    }
+    if (pb_autograd_paused) pb_autograd_resume();
     if (output) pb_collect_phase(mod == primary_root ? PB_PHASE_AFTER_FORWARD : PB_PHASE_AFTER_LOSS);
     if (mod == primary_root) primary_ran = 1;
 }
@@ -1205,56 +647,26 @@ static void leave(PyObject *mod, PyObject *output)
 /* forward pre-hook(module, args) — PROBING_HOOK_MODE=hooks */
 static PyObject *fwd_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (atomic_load_explicit(&enabled, memory_order_relaxed) && nargs >= 1) enter(args[0], args + 1, nargs - 1);
+    if (atomic_load_explicit(&pb_step_enabled, memory_order_relaxed) && nargs >= 1) enter(args[0], args + 1, nargs - 1);
     Py_RETURN_NONE;
 }
 
 /* forward hook(module, args, output), registered with always_call=True */
 static PyObject *fwd_post(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (atomic_load_explicit(&enabled, memory_order_relaxed) && nargs >= 1)
+    if (atomic_load_explicit(&pb_step_enabled, memory_order_relaxed) && nargs >= 1)
         leave(args[0], nargs >= 3 ? args[2] : Py_None);
     Py_RETURN_NONE;
 }
 
-/* ---- Wrapper: torch.nn.Module.__call__ replaced by a C wrapper (PROBING_HOOK_MODE=call) ----
- *
- * The same type wraps other torch functions for the collectors (pb_wrap_attr, collect.c): then
- * its vectorcall is wrap_vectorcall, which hands each call to a C function with the original.
- *
- * With any global module hook registered, torch leaves its fast call path for every module and
- * runs several microseconds of Python per call (closures, hook dict iteration) — more than a
- * small module's work. Wrapping Module.__call__ instead keeps torch on its fast path: the wrapper
- * records, then calls the original __call__ with the very same arguments (vectorcall, no
- * repacking), and records again. User hooks, compiled modules and everything else run inside the
- * original as before. The wrapper is a method descriptor (unbound calls, no bound-method object
- * per call); attribute access yields a real bound method whose __func__ is the wrapper, which is
- * what torch.compile checks to recognise an unpatched Module.__call__ (probing points dynamo's
- * reference at the wrapper, so compiled regions still inline forward directly).
- */
 
-typedef struct modcall {
-    PyObject_HEAD
-    vectorcallfunc vectorcall; /* modcall_vectorcall, or wrap_vectorcall for pb_wrap_attr */
-    PyObject *orig; /* the callable it wraps (owned) */
-    PyObject *dict; /* __wrapped__, __name__, ... for inspect */
-    pb_wrap_fn fn;  /* pb_wrap_attr wrappers only */
-    int inherited;  /* the owner (a class) had no attribute of its own: unwrapping deletes ours */
-} modcall;
-
-/* Generic wrapper (pb_wrap_attr): hands the call to fn with the original. */
-static PyObject *wrap_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-    modcall *mc = (modcall *)self;
-    if (!atomic_load_explicit(&enabled, memory_order_relaxed)) return PyObject_Vectorcall(mc->orig, args, nargsf, kwnames);
-    return mc->fn(mc->orig, args, nargsf, kwnames);
-}
+/* ---- torch.nn.Module.__call__ replaced by a C wrapper (PROBING_HOOK_MODE=call; wrap.h) ---- */
 
 static PyObject *modcall_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    modcall *mc = (modcall *)self;
+    pb_wrapper *mc = (pb_wrapper *)self;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs < 1 || !atomic_load_explicit(&enabled, memory_order_relaxed))
+    if (nargs < 1 || !atomic_load_explicit(&pb_step_enabled, memory_order_relaxed))
         return PyObject_Vectorcall(mc->orig, args, nargsf, kwnames);
     PyObject *mod = args[0];
     Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
@@ -1271,105 +683,7 @@ static PyObject *modcall_vectorcall(PyObject *self, PyObject *const *args, size_
     return res;
 }
 
-static PyObject *modcall_get(PyObject *self, PyObject *obj, PyObject *type)
-{
-    if (obj == NULL || obj == Py_None) {
-        Py_INCREF(self);
-        return self;
-    }
-    return PyMethod_New(self, obj);
-}
-
-static void modcall_dealloc(PyObject *self)
-{
-    modcall *mc = (modcall *)self;
-    Py_XDECREF(mc->orig);
-    Py_XDECREF(mc->dict);
-    PyObject_Free(self);
-}
-
-static PyTypeObject modcall_type = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.Wrapper",
-    .tp_basicsize = sizeof(modcall),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
-    .tp_vectorcall_offset = offsetof(modcall, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_descr_get = modcall_get,
-    .tp_dealloc = modcall_dealloc,
-    .tp_dictoffset = offsetof(modcall, dict),
-    .tp_getattro = PyObject_GenericGetAttr,
-    .tp_setattro = PyObject_GenericSetAttr,
-    .tp_doc = "probing: a torch function with recording around the original (see __wrapped__)",
-};
-
-static modcall *installed_call;
-
-/* A new wrapper of orig (borrowed) with its inspect attributes, or NULL with an exception. */
-static modcall *wrapper_new(PyObject *orig, vectorcallfunc call, pb_wrap_fn fn)
-{
-    modcall *mc = PyObject_New(modcall, &modcall_type);
-    if (!mc) return NULL;
-    mc->vectorcall = call;
-    mc->fn = fn;
-    mc->inherited = 0;
-    Py_INCREF(orig);
-    mc->orig = orig;
-    mc->dict = PyDict_New();
-    if (!mc->dict || PyDict_SetItemString(mc->dict, "__wrapped__", orig)) goto fail;
-    static const char *const copied[] = {"__name__", "__qualname__", "__doc__", "__module__", NULL};
-    for (int i = 0; copied[i]; i++) {
-        PyObject *v = PyObject_GetAttrString(orig, copied[i]);
-        if (v) {
-            int rc = PyDict_SetItemString(mc->dict, copied[i], v);
-            Py_DECREF(v);
-            if (rc) goto fail;
-        }
-        PyErr_Clear();
-    }
-    return mc;
-fail:
-    Py_DECREF(mc);
-    return NULL;
-}
-
-int pb_wrap_attr(PyObject *owner, const char *attr, pb_wrap_fn fn, PyObject **wrapper)
-{
-    int rc = -1;
-    modcall *mc = NULL;
-    PyObject *orig = PyObject_GetAttrString(owner, attr);
-    if (!orig) goto out;
-    if (Py_TYPE(orig) == &modcall_type) { /* already ours */
-        rc = 0;
-        goto out;
-    }
-    if (!(mc = wrapper_new(orig, wrap_vectorcall, fn))) goto out;
-    if (PyType_Check(owner)) {
-        PyObject *own = PyDict_GetItemString(((PyTypeObject *)owner)->tp_dict, attr); /* borrowed */
-        mc->inherited = own == NULL;
-    }
-    if (PyObject_SetAttrString(owner, attr, (PyObject *)mc)) goto out;
-    Py_XSETREF(*wrapper, (PyObject *)mc);
-    mc = NULL;
-    rc = 0;
-out:
-    Py_XDECREF(mc);
-    Py_XDECREF(orig);
-    return rc;
-}
-
-void pb_unwrap_attr(PyObject *owner, const char *attr, PyObject **wrapper)
-{
-    if (!*wrapper) return;
-    PyObject *cur = PyObject_GetAttrString(owner, attr);
-    if (cur == *wrapper) {
-        if (((modcall *)*wrapper)->inherited) PyObject_DelAttrString(owner, attr);
-        else PyObject_SetAttrString(owner, attr, ((modcall *)*wrapper)->orig);
-    }
-    /* else wrapped again by someone after us: theirs stays; ours passes calls through */
-    PyErr_Clear();
-    Py_XDECREF(cur);
-    Py_CLEAR(*wrapper);
-}
+static pb_wrapper *installed_call;
 
 /* Points dynamo's notion of the unpatched Module.__call__ from `from` to `to`, in the modules
  * that hold it (already imported ones; later imports read the patched attribute themselves). */
@@ -1392,18 +706,18 @@ static int install_call_wrapper(void)
 {
     int rc = -1;
     PyObject *nn = NULL, *Module = NULL, *orig = NULL, *name = NULL;
-    modcall *mc = NULL;
+    pb_wrapper *mc = NULL;
     nn = PyImport_ImportModule("torch.nn");
     if (!nn) goto out;
     Module = PyObject_GetAttrString(nn, "Module");
     if (!Module) goto out;
     orig = PyObject_GetAttrString(Module, "__call__");
     if (!orig) goto out;
-    if (Py_TYPE(orig) == &modcall_type) { /* already wrapped (a second agent start) */
+    if (Py_TYPE(orig) == &pb_wrapper_type) { /* already wrapped (a second agent start) */
         rc = 0;
         goto out;
     }
-    if (!(mc = wrapper_new(orig, modcall_vectorcall, NULL))) goto out;
+    if (!(mc = pb_wrapper_new(orig, modcall_vectorcall, NULL))) goto out;
     name = PyUnicode_FromString("__call__");
     if (!name || PyDict_SetItemString(mc->dict, "__name__", name)) goto out;
     if (PyObject_SetAttrString(Module, "__call__", (PyObject *)mc)) goto out;
@@ -1457,8 +771,8 @@ static uint32_t optimizer_name(PyObject *opt, uint32_t type)
 /* optimizer step pre-hook(optimizer, args, kwargs) */
 static PyObject *opt_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!atomic_load_explicit(&enabled, memory_order_relaxed)) Py_RETURN_NONE;
-    opt_seq = seq++;
+    if (!atomic_load_explicit(&pb_step_enabled, memory_order_relaxed)) Py_RETURN_NONE;
+    opt_seq = pb_step_seq++;
     opt_start_ns = pb_now_ns();
     Py_RETURN_NONE;
 }
@@ -1467,13 +781,13 @@ static PyObject *opt_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 static PyObject *opt_post(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     int64_t now = pb_now_ns();
-    if (!atomic_load_explicit(&enabled, memory_order_relaxed) || nargs < 1) Py_RETURN_NONE;
+    if (!atomic_load_explicit(&pb_step_enabled, memory_order_relaxed) || nargs < 1) Py_RETURN_NONE;
     if (opt_start_ns) {
         pb_collect_stage_time(PB_STAGE_STEP, now - opt_start_ns);
         if (detail) {
-            tstate *ts = get_tstate();
+            pb_tstate *ts = pb_frames_get();
             uint32_t type = pb_intern_cstr(class_name(args[0])), name = optimizer_name(args[0], type);
-            push_row(opt_start_ns, now, now - opt_start_ns, opt_seq, name, type, 0, PB_STAGE_STEP, ts ? ts->tid : 0);
+            pb_frames_push_row(opt_start_ns, now, now - opt_start_ns, opt_seq, name, type, 0, PB_STAGE_STEP, ts ? ts->tid : 0);
         }
     }
     opt_start_ns = 0;
@@ -1481,12 +795,6 @@ static PyObject *opt_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
     optimizer_stepped();
     Py_RETURN_NONE;
 }
-
-void pb_torch_end_step(void) { optimizer_stepped(); }
-
-int64_t pb_torch_step_start_ns(void) { return step_start_ns; }
-
-uint16_t pb_torch_rank(void) { return rank; }
 
 static PyMethodDef hook_defs[] = {
     {"_forward_pre_hook", (PyCFunction)(void (*)(void))fwd_pre, METH_FASTCALL, NULL},
@@ -1521,24 +829,11 @@ out:
 
 static PyObject *hook_fns[4]; /* created once, kept for the life of the process */
 
-/* A C function object for def, named probing._agent.<name>: a builtin made without a module has
- * __module__ None, and torch.compile's config (dynamo's ignore_logger_methods, which holds the
- * hook functions) is serialised by Inductor's codegen_config(), whose get_module_name() adds
- * strings to __module__: every real compile failed with a TypeError. [GIL held] */
-static PyObject *agent_function(PyMethodDef *def)
-{
-    static PyObject *modname;
-    if (!modname && !(modname = PyUnicode_InternFromString("probing._agent"))) return NULL;
-    return PyCFunction_NewEx(def, NULL, modname);
-}
-
 int pb_torch_hooks_ready_types(void)
 {
-    if (PyType_Ready(&probe_type) || PyType_Ready(&modcall_type)) return -1;
-    if (!backward_done_fn && !(backward_done_fn = agent_function(&backward_done_def))) return -1;
-    if (!backward_synced_fn && !(backward_synced_fn = agent_function(&backward_synced_def))) return -1;
+    if (pb_autograd_ready_types() || pb_wrap_ready_types()) return -1;
     for (int i = 0; i < 4; i++) {
-        if (!hook_fns[i] && !(hook_fns[i] = agent_function(&hook_defs[i]))) return -1;
+        if (!hook_fns[i] && !(hook_fns[i] = pb_wrap_function(&hook_defs[i]))) return -1;
     }
     return 0;
 }
@@ -1550,18 +845,17 @@ PyObject *pb_torch_hook_functions(void)
 
 int pb_torch_hooks_install(void)
 {
-    if (installed) return 0;
+    if (pb_step_installed) return 0;
     PyObject *torch = NULL, *tc = NULL, *var = NULL, *engine = NULL, *ver = NULL;
     PyObject **fns = hook_fns;
     int rc = -1;
 
     if (!str_grad_fn) {
         str_grad_fn = PyUnicode_InternFromString("grad_fn");
-        str_register_prehook = PyUnicode_InternFromString("register_prehook");
         str_named_modules = PyUnicode_InternFromString("named_modules");
         str_remove = PyUnicode_InternFromString("remove");
-        died_fn = agent_function(&died_def);
-        if (!str_grad_fn || !str_register_prehook || !str_named_modules || !str_remove || !died_fn) goto out;
+        died_fn = pb_wrap_function(&died_def);
+        if (!str_grad_fn || !str_named_modules || !str_remove || !died_fn) goto out;
     }
     torch = PyImport_ImportModule("torch");
     if (!torch) goto out;
@@ -1588,7 +882,7 @@ int pb_torch_hooks_install(void)
             engine = PyObject_GetAttrString(V, "_execution_engine");
             Py_DECREF(V);
         }
-        if (engine) queue_callback = PyObject_GetAttrString(engine, "queue_callback");
+        if (engine) pb_autograd_set_queue_callback(PyObject_GetAttrString(engine, "queue_callback"));
     }
     PyErr_Clear(); /* without queue_callback, backward of input modules is simply not closed */
     ver = PyObject_GetAttrString(torch, "__version__");
@@ -1608,14 +902,14 @@ int pb_torch_hooks_install(void)
                        pb_config_double("PROBING_DETAIL_BUDGET", 0.5)))
         pb_log_warn("ignoring PROBING_DETAIL_EVERY=%s: not 'auto' or a number of steps; using auto",
                     pb_config_str("PROBING_DETAIL_EVERY"));
-    detail = pb_detail_on(&detail_policy, atomic_load_explicit(&step, memory_order_relaxed));
+    detail = pb_detail_on(&detail_policy, atomic_load_explicit(&pb_step_number, memory_order_relaxed));
     detail_measured = 1;
     show_detail();
     const char *r = getenv("RANK");
-    rank = r ? (uint16_t)atoi(r) : 0;
-    if (!step_start_ns) step_start_ns = pb_now_ns();
+    pb_step_rank_id = r ? (uint16_t)atoi(r) : 0;
+    if (!pb_step_start_ns) pb_step_start_ns = pb_now_ns();
 
-    atomic_store(&enabled, 1);
+    atomic_store(&pb_step_enabled, 1);
     const char *mode = pb_config_str("PROBING_HOOK_MODE");
     if (mode && strcmp(mode, "hooks") == 0) {
         handles[0] = call_register("torch.nn.modules.module", "register_module_forward_pre_hook", fns[0], 0);
@@ -1625,12 +919,13 @@ int pb_torch_hooks_install(void)
     } else if (install_call_wrapper()) {
         goto out;
     }
-    if (record_backward) install_fast_register_hook();
+    if (record_backward) pb_autograd_install_fast_register();
     handles[2] = call_register("torch.optim.optimizer", "register_optimizer_step_pre_hook", fns[2], 0);
     if (!handles[2]) goto out;
     handles[3] = call_register("torch.optim.optimizer", "register_optimizer_step_post_hook", fns[3], 0);
     if (!handles[3]) goto out;
-    installed = 1;
+    pb_step_installed = 1;
+    pb_step_set_boundary(optimizer_stepped);
     if (pb_collect_install()) { /* the collectors are extras: module recording goes on */
         PyErr_Clear();
         pb_log_warn("data loader, AMP and sync collectors are off: torch is not as expected");
@@ -1638,11 +933,11 @@ int pb_torch_hooks_install(void)
     rc = 0;
 out:
     if (rc) {
-        atomic_store(&enabled, 0);
+        atomic_store(&pb_step_enabled, 0);
         PyObject *et, *ev, *tb;
         PyErr_Fetch(&et, &ev, &tb);
         remove_call_wrapper();
-        remove_fast_register_hook();
+        pb_autograd_remove_fast_register();
         for (int i = 0; i < 4; i++) {
             if (handles[i]) {
                 PyObject *x = PyObject_CallMethodNoArgs(handles[i], str_remove);
@@ -1662,10 +957,10 @@ out:
 
 void pb_torch_hooks_remove(void)
 {
-    atomic_store(&enabled, 0);
+    atomic_store(&pb_step_enabled, 0);
     pb_collect_remove();
     remove_call_wrapper();
-    remove_fast_register_hook();
+    pb_autograd_remove_fast_register();
     for (int i = 0; i < 4; i++) {
         if (!handles[i]) continue;
         PyObject *x = PyObject_CallMethodNoArgs(handles[i], str_remove);
@@ -1675,11 +970,9 @@ void pb_torch_hooks_remove(void)
     }
     map_clear();
     ntrees = noptimizers = 0;
-    pass_abandon();
-    bwd_paused = 0;
-    backward_done_ns = 0;
-    Py_CLEAR(queue_callback);
-    installed = 0;
+    pb_autograd_reset();
+    pb_step_set_boundary(NULL);
+    pb_step_installed = 0;
     primary_root = NULL;
     primary_ran = 0;
     training_latched = 0;
@@ -1688,13 +981,11 @@ void pb_torch_hooks_remove(void)
     nograd_learned = 0;
 }
 
-void pb_torch_hooks_disable(void) { atomic_store(&enabled, 0); }
+void pb_torch_hooks_disable(void) { atomic_store(&pb_step_enabled, 0); }
 
-int pb_torch_hooks_active(void) { return installed && atomic_load(&enabled); }
+int pb_torch_hooks_active(void) { return pb_step_active(); }
 
 const char *pb_torch_version(void) { return atomic_load(&torch_version_set) ? torch_version : NULL; }
-
-int64_t pb_torch_current_step(void) { return atomic_load_explicit(&step, memory_order_relaxed); }
 
 void pb_torch_detail(pb_torch_detail_info *out)
 {
