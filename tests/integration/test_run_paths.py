@@ -331,8 +331,10 @@ def test_backtrace_says_which_threads_are_active_or_idle(cli):
         for name in ("spin", "sleeper", "<module>"):
             if any(line.strip().startswith(f"{name} (") for line in lines[1:]):
                 headers[name] = lines[0]
-    assert re.fullmatch(r'Thread \d+ "\S+" \(holds the GIL\) active', headers["spin"]), out
-    assert re.fullmatch(r'Thread \d+ "\S+" idle', headers["sleeper"]), out
+    # the Python thread names (threading's "Thread-N (target)") follow the OS name
+    assert re.fullmatch(r'Thread \d+ "\S+" Thread-\d+ \(spin\) \(holds the GIL\) active',
+                        headers["spin"]), out
+    assert re.fullmatch(r'Thread \d+ "\S+" Thread-\d+ \(sleeper\) idle', headers["sleeper"]), out
     assert re.fullmatch(rf'Thread {proc.pid} "\S+" MainThread idle', headers["<module>"]), out
 
 
