@@ -28,6 +28,7 @@
  */
 #include "torch_hooks.h"
 
+#include "autograd_api.h"
 #include "capture.h"
 #include "capture_state.h"
 #include "clock.h"
@@ -73,6 +74,10 @@ static PyObject *primary_root;     /* compared by address only, never dereferenc
 static int primary_ran;
 static uint16_t rank;
 static int record_backward = 1; /* PROBING_BACKWARD */
+/* The extension probing._autograd (autograd_api.h), or NULL: backward probes are then Python
+ * callables on grad_fn objects (PROBING_AUTOGRAD_EXT=0, or the extension is missing). */
+static const pb_autograd_api *ag;
+static char ag_status[160] = "python"; /* pb_torch_backward_probes() */
 static int64_t opt_start_ns;
 static uint32_t opt_seq;
 static pb_detail detail_policy;
@@ -101,7 +106,9 @@ typedef struct frame {
     PyObject *module;     /* borrowed: only compared */
     struct bspan *span;   /* owned or NULL: this execution's backward span, made at enter so that
                            * the spans of nested executions can point to it (detail frames) */
-    PyObject *in_grad_fn; /* owned or NULL: the input's grad_fn before forward ran */
+    PyObject *in_grad_fn; /* owned or NULL: the input's grad_fn before forward ran (with the
+                           * extension: the node's address, held by in_handle) */
+    uint64_t in_handle;   /* the extension's handle of in_grad_fn */
     PyObject *range;      /* owned or NULL: the profiler range of a capture (capture.h) */
     int64_t start_ns;
     int64_t child_ns;     /* inclusive time of nested executions, subtracted for self time */
@@ -507,10 +514,16 @@ static void end_step(int64_t now)
 }
 
 /* First grad_fn among a hook argument's tensors (a tensor, or a tuple/list/dict of them).
- * Returns a new reference or NULL. [GIL held] */
-static PyObject *first_grad_fn(PyObject *o, int depth)
+ * Returns a new reference or NULL; with the extension, the node's address (never dereferenced,
+ * released with node_drop) and its handle in *handle. [GIL held] */
+static PyObject *first_grad_fn(PyObject *o, int depth, uint64_t *handle)
 {
     if (PyObject_TypeCheck(o, tensor_type)) {
+        if (ag) {
+            const void *id;
+            *handle = ag->node_of(o, &id);
+            return (PyObject *)id;
+        }
         PyObject *gf = PyObject_GetAttr(o, str_grad_fn);
         if (!gf) {
             PyErr_Clear();
@@ -527,7 +540,7 @@ static PyObject *first_grad_fn(PyObject *o, int depth)
         Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
         PyObject **items = PySequence_Fast_ITEMS(o);
         for (Py_ssize_t i = 0; i < n && i < 16; i++) {
-            PyObject *gf = first_grad_fn(items[i], depth + 1);
+            PyObject *gf = first_grad_fn(items[i], depth + 1, handle);
             if (gf) return gf;
         }
     } else if (PyDict_Check(o)) {
@@ -535,11 +548,19 @@ static PyObject *first_grad_fn(PyObject *o, int depth)
         PyObject *k, *v;
         int seen = 0;
         while (PyDict_Next(o, &pos, &k, &v) && seen++ < 16) {
-            PyObject *gf = first_grad_fn(v, depth + 1);
+            PyObject *gf = first_grad_fn(v, depth + 1, handle);
             if (gf) return gf;
         }
     }
     return NULL;
+}
+
+/* Lets go of what first_grad_fn returned (the extension's handles are held until
+ * node_map_clear). [GIL held] */
+static inline void node_drop(PyObject **gf)
+{
+    if (!ag) Py_XDECREF(*gf);
+    *gf = NULL;
 }
 
 /* ---- backward: probes on autograd nodes, spans per module execution ----
@@ -649,6 +670,7 @@ static int64_t pass_start_ns, pass_paused_ns, pause_start_ns;
 static PyObject *backward_done_fn, *backward_synced_fn;
 static int64_t backward_done_ns;  /* when backward_done ran; 0 when no backward_synced is due */
 static void node_map_clear(void);
+static probe *ext_probe(uint64_t tag);
 
 /* Time since the previous event goes to the execution whose node ran in it: the owner of the
  * node whose probe fired last (the engine runs one node at a time per device; nodes without a
@@ -699,6 +721,7 @@ static void pass_begin(int64_t now)
 /* Drops the spans of a pass whose final callback never ran, and the probed nodes. */
 static void pass_abandon(void)
 {
+    if (ag) ag->reset();
     for (int i = 0; i < nactive; i++) {
         active[i]->started = 0;
         span_unref(active[i]);
@@ -738,12 +761,10 @@ static void span_end(bspan *s, int64_t now)
     span_unref(s);
 }
 
-/* The node executes: modules that consumed its output are done, modules that produced it begin. */
-static PyObject *probe_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+/* The node executes at `now`: modules that consumed its output are done, modules that produced
+ * it begin. [GIL held] */
+static void probe_fire(probe *p, int64_t now)
 {
-    probe *p = (probe *)self;
-    if (!atomic_load_explicit(&enabled, memory_order_relaxed)) Py_RETURN_NONE;
-    int64_t now = pb_now_ns();
     if (!pass_active) pass_begin(now);
     sweep(now);
     /* the node's owner runs from here; a node no module made is its consumer's parent's code */
@@ -761,17 +782,28 @@ static PyObject *probe_vectorcall(PyObject *self, PyObject *const *args, size_t 
         span_start(s, now);
         if (s->end_probe == p) span_end(s, now); /* output node == input node: nothing in between */
     }
+}
+
+/* A Python-level probe is called by torch as the node's pre-hook. [GIL held] */
+static PyObject *probe_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+{
+    if (atomic_load_explicit(&enabled, memory_order_relaxed)) probe_fire((probe *)self, pb_now_ns());
     Py_RETURN_NONE;
 }
 
-static void probe_dealloc(PyObject *self)
+/* Drops what a probe holds (not the probe itself). */
+static void probe_clear(probe *p)
 {
-    probe *p = (probe *)self;
     for (int i = 0; i < p->nends; i++) span_unref(p->ends[i]);
     for (int i = 0; i < p->nstarts; i++) span_unref(p->starts[i]);
     if (p->owner) span_unref(p->owner);
     free(p->ends);
     free(p->starts);
+}
+
+static void probe_dealloc(PyObject *self)
+{
+    probe_clear((probe *)self);
     PyObject_Free(self);
 }
 
@@ -785,9 +817,54 @@ static PyTypeObject probe_type = {
     .tp_doc = "probing: times module backward; registered as a pre-hook on one autograd node",
 };
 
+/* Markers the agent adds to the extension's events: a forward inside backward begins / ends. */
+#define EXT_PAUSE 1
+#define EXT_RESUME 2
+
+/* With the extension, backward ran without calling the agent: its events (node executions and
+ * the agent's own markers, in order) are replayed here, after the pass, through the same steps
+ * a Python-level probe takes while it runs; the rows come out the same. [GIL held] */
+static void ext_replay(void)
+{
+    size_t n, dropped;
+    const pb_autograd_event *ev = ag->events(&n, &dropped);
+    for (size_t i = 0; i < n; i++) {
+        int64_t t = ev[i].ns;
+        if (ev[i].tag & PB_AUTOGRAD_MARK) {
+            if ((ev[i].tag & ~PB_AUTOGRAD_MARK) == EXT_PAUSE && pass_active && !bwd_paused) {
+                sweep(t);
+                bwd_paused = 1;
+                pause_start_ns = t;
+            } else if ((ev[i].tag & ~PB_AUTOGRAD_MARK) == EXT_RESUME && bwd_paused) {
+                bwd_paused = 0;
+                pass_paused_ns += t - pause_start_ns;
+                last_event_ns = t;
+            }
+            continue;
+        }
+        if (!pass_active) { /* the extension queued backward_done at this first event */
+            pass_active = 1;
+            pass_start_ns = t;
+            pass_paused_ns = 0;
+            last_event_ns = t;
+        }
+        probe *p = ext_probe(ev[i].tag);
+        if (p) {
+            probe_fire(p, t);
+        } else { /* a node hooked before the last clear (retain_graph): it times the pass only */
+            sweep(t);
+            set_owner(NULL);
+        }
+    }
+    if (dropped) pb_log_debug("backward: %zu node events over the extension's limit were not timed", dropped);
+    bwd_paused = 0;
+    ag->reset();
+}
+
 /* Queued with the autograd engine: the backward pass has finished. [GIL held] */
 static PyObject *backward_done(PyObject *self, PyObject *unused)
 {
+    if (ag) ext_replay();
     int64_t now = pb_now_ns();
     sweep(now);
     int n = nactive;
@@ -839,24 +916,71 @@ static PyObject *backward_synced(PyObject *self, PyObject *unused)
 }
 static PyMethodDef backward_synced_def = {"_backward_synced", (PyCFunction)backward_synced, METH_NOARGS, NULL};
 
-/* grad_fn object -> its probe, for the nodes seen since the last backward pass or step. */
+/* grad_fn object -> its probe, for the nodes seen since the last backward pass or step.
+ * With the extension the key is the node's address (its handle holds the node) and the map owns
+ * the probes, plain C structs that are never Python objects; hooks name them by tag, their
+ * index in ext_probes and the generation, which changes at every clear, so that a hook that
+ * runs after its probe is gone finds nothing. */
 typedef struct node_entry {
-    PyObject *node; /* owned */
-    probe *probe;   /* borrowed: owned by the node's hook dict, alive while node is */
+    PyObject *node; /* owned (with the extension: the address) */
+    probe *probe;   /* borrowed: owned by the node's hook dict, alive while node is (with the
+                     * extension: owned) */
 } node_entry;
 static node_entry *node_map;
 static size_t node_cap, node_used;
+static probe **ext_probes; /* with the extension: the probes by tag index (borrowed from the map) */
+static uint32_t ext_nprobes, ext_cap, ext_generation = 1;
 
 static void node_map_clear(void)
 {
+    if (ag) {
+        ext_generation++;
+        ext_nprobes = 0;
+    }
     if (!node_used) return;
     /* DECREFs can free graphs, whose probes' deallocation touches nothing here. */
     node_entry *m = node_map;
     size_t cap = node_cap;
     node_map = NULL;
     node_cap = node_used = 0;
-    for (size_t i = 0; i < cap; i++) Py_XDECREF(m[i].node);
+    for (size_t i = 0; i < cap; i++) {
+        if (!m[i].node) continue;
+        if (ag) {
+            probe_clear(m[i].probe);
+            free(m[i].probe);
+        } else {
+            Py_DECREF(m[i].node);
+        }
+    }
     free(m);
+    if (ag) ag->release_all();
+}
+
+/* The probe a hook's tag names, or NULL when it is from before the last clear. */
+static probe *ext_probe(uint64_t tag)
+{
+    uint32_t i = (uint32_t)tag;
+    return (uint32_t)(tag >> 32) == ext_generation && i < ext_nprobes ? ext_probes[i] : NULL;
+}
+
+/* A new probe on node `handle` (the extension's hook); NULL on failure. [GIL held] */
+static probe *ext_probe_new(uint64_t handle)
+{
+    if (ext_nprobes == ext_cap) {
+        uint32_t ncap = ext_cap ? ext_cap * 2 : 256;
+        probe **n = realloc(ext_probes, (size_t)ncap * sizeof *n);
+        if (!n) return NULL;
+        ext_probes = n;
+        ext_cap = ncap;
+    }
+    probe *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    if (ag->hook(handle, ((uint64_t)ext_generation << 32) | ext_nprobes)) {
+        free(p);
+        return NULL;
+    }
+    ext_probes[ext_nprobes++] = p;
+    return p;
 }
 
 static int node_map_grow(void)
@@ -929,13 +1053,21 @@ static void remove_fast_register_hook(void)
 }
 
 /* The probe on node gf, registering one if there is none yet. Returns NULL on failure. */
-static probe *probe_for(PyObject *gf)
+static probe *probe_for(PyObject *gf, uint64_t handle)
 {
     if ((node_used + 1) * 2 > node_cap && node_map_grow()) return NULL;
     size_t mask = node_cap - 1, i = hash_ptr(gf) & mask;
     while (node_map[i].node) {
         if (node_map[i].node == gf) return node_map[i].probe;
         i = (i + 1) & mask;
+    }
+    if (ag) {
+        probe *p = ext_probe_new(handle);
+        if (!p) return NULL;
+        node_map[i].node = gf;
+        node_map[i].probe = p;
+        node_used++;
+        return p;
     }
     probe *p = PyObject_New(probe, &probe_type);
     if (!p) return NULL;
@@ -960,7 +1092,7 @@ static probe *probe_for(PyObject *gf)
 /* The frame's execution made a graph: its span starts at out_gf and ends at the node its input
  * had (or at the end of the pass). The first execution to claim out_gf, the innermost one that
  * made it (nested executions return first), owns the node's time. */
-static void register_backward(frame *f, PyObject *out_gf, uint16_t depth)
+static void register_backward(frame *f, PyObject *out_gf, uint64_t out_handle, uint16_t depth)
 {
     bspan *s = f->span;
     if (!s) {
@@ -972,8 +1104,8 @@ static void register_backward(frame *f, PyObject *out_gf, uint16_t depth)
     s->type = f->type;
     s->depth = depth;
     s->engine_end = f->in_grad_fn == NULL;
-    probe *start = probe_for(out_gf);
-    probe *end = f->in_grad_fn ? probe_for(f->in_grad_fn) : NULL;
+    probe *start = probe_for(out_gf, out_handle);
+    probe *end = f->in_grad_fn ? probe_for(f->in_grad_fn, f->in_handle) : NULL;
     if (!start || (f->in_grad_fn && !end)) {
         PyErr_Clear();
         return;
@@ -1000,6 +1132,7 @@ static inline void frame_drop_span(frame *f)
  * C call, cheaper than looking for grad_fn on every input and output. */
 static inline int grad_enabled(void)
 {
+    if (ag) return ag->grad_enabled();
     if (!is_grad_enabled) return 1;
     PyObject *r = PyObject_CallNoArgs(is_grad_enabled);
     if (!r) {
@@ -1075,6 +1208,9 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
             sweep(now);
             bwd_paused = 1;
             pause_start_ns = now;
+        } else if (ag && ag->pass_running()) { /* the same, replayed by ext_replay */
+            ag->mark(EXT_PAUSE, pb_now_ns());
+            bwd_paused = 1;
         }
         if (!primary_root) primary_root = mod;
         else if (mod == primary_root && (training_latched || evaluating)) evaluation_stretch();
@@ -1085,6 +1221,7 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
     f->module = mod;
     f->span = NULL;
     f->in_grad_fn = NULL;
+    f->in_handle = 0;
     f->range = NULL;
     f->layer_capture = 0;
     f->detail = (uint8_t)(ts->depth ? ts->stack[ts->depth - 1].detail : detail);
@@ -1102,7 +1239,7 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
     f->layer_capture = e->layer_pending;
     e->layer_pending = 0;
     if (record_backward && grad_enabled()) {
-        for (Py_ssize_t i = 0; i < n && i < 16 && !f->in_grad_fn; i++) f->in_grad_fn = first_grad_fn(inputs[i], 1);
+        for (Py_ssize_t i = 0; i < n && i < 16 && !f->in_grad_fn; i++) f->in_grad_fn = first_grad_fn(inputs[i], 1, &f->in_handle);
         if ((f->span = span_new())) {
             frame *up = ts->depth > 1 ? &ts->stack[ts->depth - 2] : NULL;
             f->span->refs = 1; /* the frame's */
@@ -1129,10 +1266,11 @@ static inline void end_capture_range(frame *f)
 static void probe_root_output(PyObject *output)
 {
     if (!record_backward || output == Py_None || !grad_enabled()) return;
-    PyObject *gf = first_grad_fn(output, 0);
+    uint64_t handle = 0;
+    PyObject *gf = first_grad_fn(output, 0, &handle);
     if (!gf) return;
-    if (!probe_for(gf)) PyErr_Clear();
-    Py_DECREF(gf);
+    if (!probe_for(gf, handle)) PyErr_Clear();
+    node_drop(&gf);
 }
 
 /* A module execution ended with `output`, or with an exception (output NULL: no row). The
@@ -1154,7 +1292,7 @@ static void leave(PyObject *mod, PyObject *output)
     while (ts->depth - 1 > d) {
         frame *skipped = &ts->stack[--ts->depth];
         end_capture_range(skipped);
-        Py_CLEAR(skipped->in_grad_fn);
+        node_drop(&skipped->in_grad_fn);
         frame_drop_span(skipped);
     }
     frame *f = &ts->stack[--ts->depth];
@@ -1166,15 +1304,16 @@ static void leave(PyObject *mod, PyObject *output)
         if (output) {
             push_row(f->start_ns, now, total - f->child_ns, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
             if (record_backward && output != Py_None && (f->in_grad_fn || grad_enabled())) {
-                PyObject *out_gf = first_grad_fn(output, 0);
+                uint64_t out_handle = 0;
+                PyObject *out_gf = first_grad_fn(output, 0, &out_handle);
                 if (out_gf) {
-                    register_backward(f, out_gf, depth);
-                    Py_DECREF(out_gf);
+                    register_backward(f, out_gf, out_handle, depth);
+                    node_drop(&out_gf);
                 }
             }
         }
         if (depth > 0) ts->stack[depth - 1].child_ns += total;
-        Py_CLEAR(f->in_grad_fn);
+        node_drop(&f->in_grad_fn);
         frame_drop_span(f);
         if (f->layer_capture) { /* last use of f: reading the layer may run Python that enters modules */
             uint32_t name = f->name, type = f->type;
@@ -1192,7 +1331,10 @@ static void leave(PyObject *mod, PyObject *output)
     if (depth > 0) return;
     /* a root call: its whole time is forward time (self times of its tree sum to it) */
     if (output) pb_collect_stage_time(PB_STAGE_FORWARD, total);
-    if (bwd_paused) {
+    if (bwd_paused && ag && !pass_active) {
+        ag->mark(EXT_RESUME, pb_now_ns());
+        bwd_paused = 0;
+    } else if (bwd_paused) {
         int64_t t = pb_now_ns();
         bwd_paused = 0;
         pass_paused_ns += t - pause_start_ns;
@@ -1548,6 +1690,44 @@ PyObject *pb_torch_hook_functions(void)
     return PyTuple_Pack(4, hook_fns[0], hook_fns[1], hook_fns[2], hook_fns[3]);
 }
 
+/* Loads probing._autograd if wanted and usable; ag stays NULL otherwise, and ag_status says
+ * why. [GIL held] */
+static void ext_load(void)
+{
+    ag = NULL;
+    if (!record_backward) {
+        snprintf(ag_status, sizeof ag_status, "off (PROBING_BACKWARD=0)");
+        return;
+    }
+    if (!pb_config_int("PROBING_AUTOGRAD_EXT", 1)) {
+        snprintf(ag_status, sizeof ag_status, "python (PROBING_AUTOGRAD_EXT=0)");
+        return;
+    }
+    PyObject *mod = PyImport_ImportModule("probing._autograd"); /* PyCapsule_Import does not */
+    const pb_autograd_api *a = mod ? PyCapsule_Import(PB_AUTOGRAD_CAPSULE, 0) : NULL;
+    Py_XDECREF(mod);
+    if (!a || a->version != PB_AUTOGRAD_API_VERSION || !backward_done_fn) {
+        const char *why = "its interface version differs from the agent's";
+        PyObject *et, *ev, *tb, *msg = NULL;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (ev && (msg = PyObject_Str(ev)) && PyUnicode_AsUTF8(msg)) why = PyUnicode_AsUTF8(msg);
+        snprintf(ag_status, sizeof ag_status, "python (probing._autograd not usable: %s)", why);
+        Py_XDECREF(msg);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        PyErr_Clear();
+        pb_log_debug("backward is timed by Python-level probes: %s", ag_status);
+        return;
+    }
+    a->set_pass_end(backward_done_fn);
+    a->reset();
+    ag = a;
+    snprintf(ag_status, sizeof ag_status, "extension (probing._autograd, torch %s)", a->torch_version);
+}
+
+const char *pb_torch_backward_probes(void) { return ag_status; }
+
 int pb_torch_hooks_install(void)
 {
     if (installed) return 0;
@@ -1604,6 +1784,7 @@ int pb_torch_hooks_install(void)
     PyErr_Clear();
 
     record_backward = pb_config_int("PROBING_BACKWARD", 1) != 0;
+    ext_load();
     if (pb_detail_init(&detail_policy, pb_config_str("PROBING_DETAIL_EVERY"), pb_config_int("PROBING_DETAIL_STEPS", 8),
                        pb_config_double("PROBING_DETAIL_BUDGET", 0.5)))
         pb_log_warn("ignoring PROBING_DETAIL_EVERY=%s: not 'auto' or a number of steps; using auto",

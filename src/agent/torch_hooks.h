@@ -31,6 +31,11 @@ int pb_torch_hooks_active(void);
 /* Version string of the torch the hooks were installed into, or NULL. [any thread] */
 const char *pb_torch_version(void);
 
+/* How backward nodes are timed: "extension (...)" (probing._autograd, C++ hooks, no Python in
+ * backward), "python (why)" (hooks on grad_fn objects) or "off (PROBING_BACKWARD=0)". Static
+ * text, set when the hooks are installed. [any thread] */
+const char *pb_torch_backward_probes(void);
+
 /* The current step number. [any thread, racy read] */
 int64_t pb_torch_current_step(void);
 
