@@ -937,7 +937,10 @@ static void node_map_clear(void)
         ext_generation++;
         ext_nprobes = 0;
     }
-    if (!node_used) return;
+    if (!node_used) {
+        if (ag) ag->release_all(); /* handles taken for nodes that got no probe */
+        return;
+    }
     /* DECREFs can free graphs, whose probes' deallocation touches nothing here. */
     node_entry *m = node_map;
     size_t cap = node_cap;

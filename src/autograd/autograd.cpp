@@ -14,7 +14,8 @@
  * threads at once; the reader runs in the engine's final callback, after all of them.
  *
  * Built only when torch's headers are found at build time (meson.build beside this file); the
- * module refuses to import under a torch of another version than the one it was built against.
+ * module refuses to import under any torch but the one it was built against (torch.__version__
+ * compared whole), and the agent then uses its Python-level probes.
  */
 #include <Python.h>
 
@@ -22,9 +23,9 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/grad_mode.h>
 #include <torch/csrc/autograd/python_variable.h>
-#include <torch/headeronly/version.h>
 
 #include <atomic>
+#include <cstring>
 #include <ctime>
 #include <memory>
 #include <vector>
@@ -38,9 +39,12 @@ namespace {
 using torch::autograd::Node;
 using torch::autograd::variable_list;
 
-#define PB_STR2(x) #x
-#define PB_STR(x) PB_STR2(x)
-const char built_torch[] = PB_STR(TORCH_VERSION_MAJOR) "." PB_STR(TORCH_VERSION_MINOR) "." PB_STR(TORCH_VERSION_PATCH);
+/* torch.__version__ at build time, local part included (2.13.0+cpu): node layouts and the
+ * library ABI are only known to match for that very build. */
+#ifndef PB_TORCH_VERSION
+#error "PB_TORCH_VERSION (torch.__version__ of the build) must be defined"
+#endif
+const char built_torch[] = PB_TORCH_VERSION;
 
 int64_t now_ns()
 {
@@ -189,8 +193,7 @@ PyMODINIT_FUNC PyInit__autograd(void)
     PyObject *ver = PyObject_GetAttrString(torch, "__version__");
     Py_DECREF(torch);
     const char *v = ver ? PyUnicode_AsUTF8(ver) : nullptr;
-    size_t len = sizeof built_torch - 1;
-    if (!v || strncmp(v, built_torch, len) || (v[len] && v[len] != '+')) { /* 2.13.0 or 2.13.0+cpu */
+    if (!v || strcmp(v, built_torch)) {
         if (v) PyErr_Format(PyExc_ImportError, "probing._autograd was built against torch %s, this is torch %s",
                             built_torch, v);
         Py_XDECREF(ver);
