@@ -598,6 +598,15 @@ static inline void node_drop(PyObject **gf)
  * came, and adds the pass (first probe to final callback, recomputing forwards left out) to the
  * step's backward time. On summary steps the only probes are those on the root modules'
  * outputs: they time the pass and hold no spans.
+ *
+ * Two ways to run a probe, the same steps either way (probe_fire):
+ * - with the extension probing._autograd (autograd_api.h; `ag`, loaded at install): nodes are
+ *   read from tensors without grad_fn objects, a probe is a C struct owned by node_map and named
+ *   by a tag in a C++ pre-hook on the node; backward appends (tag, time) without calling the
+ *   agent, and backward_done replays the events in order (ext_replay). A forward recomputed
+ *   inside backward marks its start and end in the same events, so the replay pauses there.
+ * - without it: a probe is a Python object registered with grad_fn.register_prehook(), called by
+ *   torch in backward.
  */
 
 typedef struct probe probe;
