@@ -48,7 +48,7 @@ bench: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/ui_overhead.py
 
 lint:
-	clang-format --dry-run --Werror src/*/*.c src/*/*.h tests/unit/*.c
+	clang-format --dry-run --Werror src/*/*.c src/*/*.h src/agent/*/*.c src/agent/*/*.h tests/unit/*.c
 
 clean:
 	rm -rf $(BUILD) build-*

@@ -1,4 +1,4 @@
-"""torch.profiler for `probing <target> capture`, driven by the C agent (src/agent/capture.c).
+"""torch.profiler for `probing <target> capture`, driven by the C agent (src/agent/collect/capture.c).
 
 The agent calls, on the training thread, with the GIL held, at step boundaries:
 
@@ -35,7 +35,7 @@ HIDDEN = frozenset(("[memory]", "[OutOfMemory]", "profiler::_record_function_ent
 DEVICE_ACTIVITIES = frozenset(("kernel", "gpu_memcpy", "gpu_memset"))
 STACK_FRAMES = 5
 
-# Stage codes, as the C table's enum (src/agent/capture.c).
+# Stage codes, as the C table's enum (src/agent/collect/capture.c).
 FORWARD, BACKWARD, OPTIMIZER, OTHER = 0, 1, 2, 3
 
 _profiler = None

@@ -52,7 +52,7 @@ def test_extension_and_python_probes_give_the_same_rows(cli, launcher, env):
     ext.wait_holding()
     py.wait_holding()
     if built:
-        assert re.fullmatch(r"extension \(probing\._autograd, torch \d+\.\d+\.\d+\)",
+        assert re.fullmatch(r"extension \(probing\._autograd, torch [^)]+\)",
                             backward_probes(cli, ext)), backward_probes(cli, ext)
     else:
         assert backward_probes(cli, ext).startswith("python (probing._autograd not usable: ")

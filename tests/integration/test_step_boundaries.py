@@ -4,7 +4,7 @@ and an evaluation loop under no_grad after training gets one step per forward ag
 (and no detail step) takes the whole evaluation (docs/tables.md, python.torch_trace `step`)."""
 
 EVAL_BATCHES = 600
-STRETCH_MIN = 512  # PB_EVAL_STRETCH_MIN in src/agent/torch_hooks.c
+STRETCH_MIN = 512  # PB_EVAL_STRETCH_MIN in src/agent/hot/torch_hooks.c
 
 
 def root_forwards_and_optimizer(cli, run):

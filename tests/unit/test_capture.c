@@ -1,5 +1,5 @@
 /*
- * test_capture.c - the capture state machine (src/agent/capture_state.c) without Python.
+ * test_capture.c - the capture state machine (src/agent/collect/capture_state.c) without Python.
  *
  * Plays the three parties by hand: the server threads (request, status, cancel, trace, close),
  * the training thread (boundary, started, stop_failed, aborted, root call) and the thread that

@@ -1,4 +1,4 @@
-/* test_detail.c - the detail-window policy (src/agent/detail.c) on simulated jobs: which steps
+/* test_detail.c - the detail-window policy (src/agent/hot/detail.c) on simulated jobs: which steps
  * are detail steps, the period it picks from measured step times, and the average cost that
  * results, with and without noise. */
 #include "check.h"

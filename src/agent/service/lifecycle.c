@@ -23,7 +23,8 @@
 #include "routes.h"
 #include "server.h"
 #include "sysmon.h"
-#include "tables.h"
+#include "registry.h"
+#include "torch_trace.h"
 #include "torch_hooks.h"
 
 #include <errno.h>
@@ -45,6 +46,25 @@ static char socket_path[512];
 static char python_version[32];
 static char cmdline[1024];
 static int64_t started_wall_ns, started_mono_ns;
+
+/* Unregisters every table and frees the hot path's and the distributed collector's rings. Only
+ * after the server and all hooks are stopped. */
+static void tables_free(void)
+{
+    pb_registry_reset();
+    pb_torch_trace_free();
+    pb_distributed_tables_free();
+}
+
+/* python.torch_trace and python.nccl_trace. Returns 0 or a negative errno (then none is
+ * registered). [start-up, GIL held] */
+static int tables_init(void)
+{
+    int rc = pb_torch_trace_init();
+    if (!rc) rc = pb_distributed_tables_init();
+    if (rc) tables_free();
+    return rc;
+}
 
 static void read_cmdline(void)
 {
@@ -104,7 +124,7 @@ static int info_json(void *ctx, pb_buf *out)
         pb_jsonw_null(&w);
     }
     pb_jsonw_key(&w, "step");
-    pb_jsonw_int(&w, pb_torch_current_step());
+    pb_jsonw_int(&w, pb_step_current());
     pb_torch_detail_info d;
     pb_torch_detail(&d);
     pb_jsonw_key(&w, "detail");
@@ -347,13 +367,13 @@ int pb_agent_start(void)
         pb_log_warn("not starting: socket path too long");
         return rc;
     }
-    if ((rc = pb_tables_init())) {
+    if ((rc = tables_init())) {
         pb_log_warn("not starting: cannot allocate tables: %s", pb_strerror(rc));
         return rc;
     }
     if ((rc = pb_sysmon_tables_init())) {
         pb_log_warn("not starting: cannot allocate the system tables: %s", pb_strerror(rc));
-        pb_tables_free();
+        tables_free();
         return rc;
     }
     /* Parts that can fail without stopping the agent; the user hears about them in the one
@@ -406,7 +426,7 @@ int pb_agent_start(void)
         pb_sysmon_stop();
         Py_END_ALLOW_THREADS
         pb_capture_stop();
-        pb_tables_free();
+        tables_free();
         pb_sysmon_tables_free();
         pb_collect_tables_free();
         return rc;
@@ -416,6 +436,7 @@ int pb_agent_start(void)
         atfork_registered = 1;
     }
     started = 1;
+    pb_job_set_endpoint(socket_path, pb_server_tcp_port(server));
     install_exit_signals();
     if (off.len) pb_log_warn("started on %s without: %s", socket_path, off.data);
     pb_buf_free(&off);
@@ -449,9 +470,10 @@ void pb_agent_stop(void)
     pb_sysmon_stop();
     Py_END_ALLOW_THREADS
     pb_capture_stop(); /* a capture this thread runs is stopped; the ring is freed */
-    pb_tables_free();
+    tables_free();
     pb_sysmon_tables_free();
     pb_collect_tables_free();
+    pb_job_set_endpoint(NULL, 0);
     started = 0;
     stopping = 0;
     socket_path[0] = '\0';

@@ -3,6 +3,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "sampler.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,11 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static pthread_t thread;
-static int running;
-static pthread_mutex_t stop_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t stop_cond = PTHREAD_COND_INITIALIZER;
-static int stop_requested;
+static pb_sampler sampler;
 static int statm_fd = -1;
 static long page_size;
 static _Atomic float current_mb;
@@ -45,30 +42,12 @@ static void publish(float mb)
     }
 }
 
-static void *sampler_main(void *arg)
-{
-    long period_ms = (long)(intptr_t)arg;
-    struct timespec next;
-    clock_gettime(CLOCK_MONOTONIC, &next);
-    pthread_mutex_lock(&stop_lock);
-    while (!stop_requested) {
-        publish(read_rss_mb());
-        next.tv_nsec += period_ms * 1000000L;
-        while (next.tv_nsec >= 1000000000L) {
-            next.tv_nsec -= 1000000000L;
-            next.tv_sec++;
-        }
-        /* stop_cond uses CLOCK_MONOTONIC (set in pb_memsample_start) */
-        while (!stop_requested && pthread_cond_timedwait(&stop_cond, &stop_lock, &next) != ETIMEDOUT) {
-        }
-    }
-    pthread_mutex_unlock(&stop_lock);
-    return NULL;
-}
+/* One sample: the RSS now. [sampler thread] */
+static void sample(void) { publish(read_rss_mb()); }
 
 int pb_memsample_start(void)
 {
-    if (running) return 0;
+    if (sampler.running) return 0;
     page_size = sysconf(_SC_PAGESIZE);
     statm_fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
     if (statm_fd < 0) return -errno;
@@ -76,47 +55,31 @@ int pb_memsample_start(void)
     atomic_store(&peak_mb, atomic_load(&current_mb));
     long period = (long)pb_config_int("PROBING_MEM_SAMPLE_MS", 5);
     if (period < 1) period = 1;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_destroy(&stop_cond);
-    pthread_cond_init(&stop_cond, &ca);
-    pthread_condattr_destroy(&ca);
-    stop_requested = 0;
-    /* The sampler must never receive the program's signals. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&thread, NULL, sampler_main, (void *)(intptr_t)period);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    sampler.tick = sample;
+    sampler.period_ms = period;
+    sampler.tick_first = 1;
+    sampler.fixed_rate = 1;
+    int rc = pb_sampler_start(&sampler);
     if (rc) {
         close(statm_fd);
         statm_fd = -1;
-        return -rc;
     }
-    running = 1;
-    return 0;
+    return rc;
 }
 
 void pb_memsample_stop(void)
 {
-    if (!running) return;
-    pthread_mutex_lock(&stop_lock);
-    stop_requested = 1;
-    pthread_cond_signal(&stop_cond);
-    pthread_mutex_unlock(&stop_lock);
-    pthread_join(thread, NULL);
-    running = 0;
+    if (!sampler.running) return;
+    pb_sampler_stop(&sampler);
     close(statm_fd);
     statm_fd = -1;
 }
 
 void pb_memsample_forget_after_fork(void)
 {
-    running = 0; /* the thread does not exist in the child; its fd is closed by the child handler */
+    pb_sampler_forget_after_fork(&sampler); /* the thread does not exist in the child */
     if (statm_fd >= 0) close(statm_fd);
     statm_fd = -1;
-    pthread_mutex_init(&stop_lock, NULL);
 }
 
 float pb_memsample_current_mb(void) { return atomic_load_explicit(&current_mb, memory_order_relaxed); }

@@ -12,11 +12,12 @@
  * forward: the GEMM dimensions, dtypes and device the tensor-core check needs).
  *
  * How they see the training loop, without a change to user code:
- *   - C wrappers (pb_wrap_attr in torch_hooks.h) of DataLoader's iterator __next__,
+ *   - C wrappers (pb_wrap_attr in wrap.h) of DataLoader's iterator __next__,
  *     torch.amp.GradScaler.step, torch.optim.Optimizer.zero_grad and torch.cuda.synchronize;
- *   - calls from torch_hooks.c at the points it already observes: stage times (each root
- *     module call, each backward pass, each optimizer step), a root forward starting and
- *     ending, the backward pass ending, an optimizer step ending and the step boundary.
+ *   - calls from the hot path (hot/torch_hooks.c, hot/autograd.c) at the points it already
+ *     observes: stage times (each root module call, each backward pass, each optimizer step),
+ *     a root forward starting and ending, the backward pass ending, an optimizer step ending
+ *     and the step boundary.
  * Everything runs with the GIL held; per-step state is plain C accumulators.
  */
 #ifndef PB_AGENT_COLLECT_H
@@ -26,7 +27,7 @@
 #include <stdint.h>
 
 #include "registry.h"
-#include "step_accum.h"
+#include "step.h"
 
 /* python.memory phases, in the order a training step passes them. */
 enum {
@@ -114,7 +115,7 @@ extern pb_table pb_table_dataloader_trace, pb_table_steps, pb_table_memory, pb_t
  * is registered and the collectors record nothing). [start-up, GIL held] */
 int pb_collect_tables_init(void);
 
-/* Frees the rings. After pb_tables_free() (which forgets the registry). */
+/* Frees the rings. After the registry is reset (lifecycle.c tables_free()). */
 void pb_collect_tables_free(void);
 
 /* Installs the wrappers. Each one that torch lacks is left out and said once at debug level.
@@ -124,7 +125,7 @@ int pb_collect_install(void);
 /* Puts every wrapped function back and forgets per-step state. [GIL held] */
 void pb_collect_remove(void);
 
-/* ---- called by torch_hooks.c, recording on, [GIL held] ---- */
+/* ---- called by the hot path (hot/torch_hooks.c, hot/autograd.c), recording on, [GIL held] ---- */
 
 /* A python.torch_trace row of stage (PB_STAGE_*) with self time self_ns was recorded. */
 void pb_collect_stage_time(int stage, int64_t self_ns);

@@ -1,5 +1,5 @@
-/* tables.c - descriptors of the agent's tables; see tables.h and docs/tables.md. */
-#include "tables.h"
+/* torch_trace.c - the python.torch_trace descriptor and ring; see torch_trace.h and docs/tables.md. */
+#include "torch_trace.h"
 
 #include "config.h"
 #include "intern.h"
@@ -26,20 +26,6 @@ static const pb_column torch_cols[] = {
     COL("rank", PB_COL_U16, pb_torch_row, rank, "distributed rank (RANK), 0 when not distributed"),
 };
 
-static const pb_column nccl_cols[] = {
-    COL("step", PB_COL_I64, pb_nccl_row, step, "training step the collective was issued in"),
-    COL("operation_type", PB_COL_STR_ID, pb_nccl_row, operation_type, "all_reduce, all_gather, reduce_scatter, broadcast, barrier, ..."),
-    COL("backend", PB_COL_STR_ID, pb_nccl_row, backend, "nccl, gloo, ..."),
-    COL("bytes", PB_COL_I64, pb_nccl_row, bytes, "payload size in bytes"),
-    COL("dtype", PB_COL_STR_ID, pb_nccl_row, dtype, "element type"),
-    COL("group_size", PB_COL_U32, pb_nccl_row, group_size, "ranks in the process group"),
-    COL("async_op", PB_COL_U8, pb_nccl_row, async_op, "1 when issued with async_op=True"),
-    COL("duration_ms", PB_COL_NS_MS, pb_nccl_row, duration_ns, "milliseconds (see docs/tables.md)"),
-    COL("time_offset", PB_COL_NS_SEC, pb_nccl_row, time_offset_ns, "seconds from the start of the step"),
-    COL("rank", PB_COL_U16, pb_nccl_row, rank, "distributed rank"),
-    COL("origin", PB_COL_STR_ID, pb_nccl_row, origin, "call: the program called torch.distributed; ddp: a DistributedDataParallel gradient bucket"),
-};
-
 pb_table pb_table_torch_trace = {
     .schema = "python",
     .name = "torch_trace",
@@ -51,39 +37,17 @@ pb_table pb_table_torch_trace = {
     .empty_reason = "empty until torch runs a module under the agent",
 };
 
-pb_table pb_table_nccl_trace = {
-    .schema = "python",
-    .name = "nccl_trace",
-    .doc = "collective communication operations (every torch.distributed backend)",
-    .columns = nccl_cols,
-    .ncolumns = (int)(sizeof nccl_cols / sizeof nccl_cols[0]),
-    .row_size = sizeof(pb_nccl_row),
-    .step_column = -1, /* async collectives complete (and are pushed) after later steps' rows */
-    .empty_reason = "empty until the program calls a torch.distributed collective or a DistributedDataParallel model all-reduces its gradients (docs/tables.md)",
-};
-
-int pb_tables_init(void)
+int pb_torch_trace_init(void)
 {
-    int rc;
     int64_t rows = pb_config_int("PROBING_RING_ROWS", 1 << 20);
     if (rows < 1) rows = 1;
-    rc = pb_ring_create(&pb_table_torch_trace.ring, sizeof(pb_torch_row), (uint64_t)rows);
-    if (rc) goto fail;
-    rc = pb_ring_create(&pb_table_nccl_trace.ring, sizeof(pb_nccl_row), 1 << 16);
-    if (rc) goto fail;
-    if ((rc = pb_registry_add(&pb_table_torch_trace))) goto fail;
-    if ((rc = pb_registry_add(&pb_table_nccl_trace))) goto fail;
-    return 0;
-fail:
-    pb_tables_free();
-    return rc;
+    int rc = pb_ring_create(&pb_table_torch_trace.ring, sizeof(pb_torch_row), (uint64_t)rows);
+    if (rc) return rc;
+    return pb_registry_add(&pb_table_torch_trace);
 }
 
-void pb_tables_free(void)
+void pb_torch_trace_free(void)
 {
-    pb_registry_reset();
     pb_ring_destroy(pb_table_torch_trace.ring);
     pb_table_torch_trace.ring = NULL;
-    pb_ring_destroy(pb_table_nccl_trace.ring);
-    pb_table_nccl_trace.ring = NULL;
 }

@@ -22,8 +22,10 @@
 #include "intern.h"
 #include "log.h"
 #include "memsample.h"
-#include "tables.h"
-#include "torch_hooks.h"
+#include "step.h"
+#include "torch_trace.h"
+#include "walk.h"
+#include "wrap.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -31,7 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int64_t pb_step_collectives_ns;
 
 /* ---- per-step state (GIL held) ---- */
 
@@ -257,39 +258,28 @@ static int64_t int_attr(PyObject *o, PyObject *name, int64_t deflt)
     return r;
 }
 
+/* A visit of pb_walk_tensors: stops at a tensor whose first dimension is above 0, kept in *ctx. */
+static int batch_size_visit(PyObject *t, void *ctx)
+{
+    PyObject *shape = PyObject_GetAttr(t, str_shape);
+    int64_t n = 0;
+    if (shape && PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) > 0) {
+        n = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, 0));
+        if (n < 0) n = 0;
+    }
+    Py_XDECREF(shape);
+    PyErr_Clear();
+    *(int64_t *)ctx = n;
+    return n != 0;
+}
+
 /* First dimension of the first tensor in a batch (a tensor, or a tuple/list/dict holding one,
- * one level down), 0 when there is none. */
+ * one level down; walk.h), 0 when there is none. */
 static int64_t batch_size_of(PyObject *o, int depth)
 {
-    if (tensor_type && PyObject_TypeCheck(o, tensor_type)) {
-        PyObject *shape = PyObject_GetAttr(o, str_shape);
-        int64_t n = 0;
-        if (shape && PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) > 0) {
-            n = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, 0));
-            if (n < 0) n = 0;
-        }
-        Py_XDECREF(shape);
-        PyErr_Clear();
-        return n;
-    }
-    if (depth > 1) return 0;
-    if (PyTuple_Check(o) || PyList_Check(o)) {
-        Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
-        PyObject **items = PySequence_Fast_ITEMS(o);
-        for (Py_ssize_t i = 0; i < n && i < 16; i++) {
-            int64_t b = batch_size_of(items[i], depth + 1);
-            if (b) return b;
-        }
-    } else if (PyDict_Check(o)) {
-        Py_ssize_t pos = 0;
-        PyObject *k, *v;
-        int seen = 0;
-        while (PyDict_Next(o, &pos, &k, &v) && seen++ < 16) {
-            int64_t b = batch_size_of(v, depth + 1);
-            if (b) return b;
-        }
-    }
-    return 0;
+    int64_t n = 0;
+    if (tensor_type) pb_walk_tensors(o, tensor_type, depth, batch_size_visit, &n);
+    return n;
 }
 
 /* fn() as a double, NaN on any failure. */
@@ -371,9 +361,9 @@ static double cuda_limit(double dev)
 
 static void read_memory(pb_memory_row *r, int phase)
 {
-    r->step = pb_torch_current_step();
+    r->step = pb_step_current();
     r->phase = (uint8_t)phase;
-    r->rank = pb_torch_rank();
+    r->rank = pb_step_rank();
     r->rss_mb = pb_memsample_read_now_mb();
     if (cuda_in_use()) {
         double dev = call_double(cuda_current_device);
@@ -575,8 +565,8 @@ static void breakdown(PyObject *optimizer)
     memset(&r, 0, sizeof r);
     memset(&w, 0, sizeof w);
     w.first_is_cuda = -1;
-    r.step = pb_torch_current_step();
-    r.rank = pb_torch_rank();
+    r.step = pb_step_current();
+    r.rank = pb_step_rank();
     r.optimizer = pb_intern_cstr(short_class_name(optimizer));
     r.device = device_cpu;
     r.device_total_mb = NAN;
@@ -630,7 +620,7 @@ static void breakdown(PyObject *optimizer)
  * sampled steps, once per optimizer per step. */
 static int breakdown_due(PyObject *optimizer)
 {
-    int64_t s = pb_torch_current_step();
+    int64_t s = pb_step_current();
     if (phase_every <= 0 || !optimizer || !tensor_type) return 0;
     if (breakdown_first_step < 0) breakdown_first_step = s;
     if (s != breakdown_first_step && s % phase_every != 0) return 0;
@@ -727,8 +717,8 @@ void pb_collect_layer(PyObject *mod, uint32_t name, uint32_t type, PyObject *out
     if (!tensor_type) return;
     pb_layer_row r;
     memset(&r, 0, sizeof r);
-    r.step = pb_torch_current_step();
-    r.rank = pb_torch_rank();
+    r.step = pb_step_current();
+    r.rank = pb_step_rank();
     r.module = name;
     r.type = type;
     r.in_features = int_attr(mod, str_in_features, -1);
@@ -826,7 +816,7 @@ void pb_collect_forward_begin(void)
 
 void pb_collect_phase(int phase)
 {
-    if (phase_every <= 0 || pb_torch_current_step() % phase_every != 0 || (phases_seen & (1u << phase))) return;
+    if (phase_every <= 0 || pb_step_current() % phase_every != 0 || (phases_seen & (1u << phase))) return;
     phases_seen |= 1u << phase;
     pb_memory_row r;
     memset(&r, 0, sizeof r);
@@ -847,7 +837,7 @@ static void push_amp(int64_t step, double scale, int found_inf, int skipped)
     r.autocast_device = autocast_on ? autocast_device : 0;
     read_cuda_capability();
     r.cuda_capability = cuda_capability;
-    r.rank = pb_torch_rank();
+    r.rank = pb_step_rank();
     push(&pb_table_amp_trace, &r);
 }
 
@@ -861,7 +851,7 @@ void pb_collect_optimizer_done(PyObject *optimizer)
     optimizer_steps++;
     pb_collect_phase(PB_PHASE_AFTER_OPTIMIZER);
     if (breakdown_due(optimizer)) breakdown(optimizer);
-    if (!in_scaler_step) push_amp(pb_torch_current_step(), NAN, 0, 0);
+    if (!in_scaler_step) push_amp(pb_step_current(), NAN, 0, 0);
 }
 
 void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail)
@@ -881,7 +871,7 @@ void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail)
     s.samples = samples;
     s.syncs = syncs;
     s.batches = batches;
-    s.rank = pb_torch_rank();
+    s.rank = pb_step_rank();
     s.detail = (uint8_t)(detail != 0);
     push(&pb_table_steps, &s);
 
@@ -921,16 +911,16 @@ static PyObject *dataloader_next(PyObject *orig, PyObject *const *args, size_t n
     PyObject *it = args[0];
     pb_dataloader_row r;
     memset(&r, 0, sizeof r);
-    r.step = pb_torch_current_step();
+    r.step = pb_step_current();
     r.wait_ns = end - start;
-    r.time_offset_ns = start - pb_torch_step_start_ns();
+    r.time_offset_ns = start - pb_step_start();
     r.batch_index = positive(int_attr(it, str_num_yielded, 1) - 1);
     r.num_workers = (int32_t)int_attr(it, str_num_workers, 0);
     r.pin_memory = int_attr(it, str_pin_memory, 0) != 0;
     r.prefetch_factor = r.num_workers > 0 ? (int32_t)int_attr(it, str_prefetch_factor, 0) : 0;
     r.persistent_workers = int_attr(it, str_persistent_workers, 0) != 0;
     r.batch_size = batch_size_of(batch, 0);
-    r.rank = pb_torch_rank();
+    r.rank = pb_step_rank();
     push(&pb_table_dataloader_trace, &r);
     data_wait_ns += r.wait_ns;
     samples += r.batch_size;
@@ -943,7 +933,7 @@ static PyObject *dataloader_next(PyObject *orig, PyObject *const *args, size_t n
  * skips optimizer.step(), no optimizer hook ends the step, so this does. */
 static PyObject *scaler_step(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    int64_t step = pb_torch_current_step();
+    int64_t step = pb_step_current();
     uint64_t before = optimizer_steps;
     in_scaler_step++;
     PyObject *res = PyObject_Vectorcall(orig, args, nargsf, kwnames);
@@ -966,7 +956,7 @@ static PyObject *scaler_step(PyObject *orig, PyObject *const *args, size_t nargs
     }
     /* GradScaler skips optimizer.step() exactly when it found inf/NaN gradients. */
     push_amp(step, scale, scaler_on && skipped, scaler_on && skipped);
-    if (skipped && scaler_on) pb_torch_end_step();
+    if (skipped && scaler_on) pb_step_end_now();
     return res;
 }
 
@@ -986,8 +976,9 @@ static PyObject *synchronize(PyObject *orig, PyObject *const *args, size_t nargs
     return res;
 }
 
-/* Tensor.item(), .tolist(), .cpu() on a CUDA tensor: the host waits for the device (seed 002's
- * "synchronization overhead"). Counted after a successful return when self.is_cuda. */
+/* Tensor.item(), .tolist(), .cpu() on a CUDA tensor: the host waits for the device
+ * (docs/report.md, "Host time", and its `host_syncs` check). Counted after a successful return
+ * when self.is_cuda. */
 static PyObject *host_sync(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     PyObject *res = PyObject_Vectorcall(orig, args, nargsf, kwnames);

@@ -24,12 +24,71 @@
 #include "config.h"
 #include "intern.h"
 #include "job.h"
-#include "tables.h"
-#include "torch_hooks.h"
+#include "registry.h"
+#include "step.h"
+#include "wrap.h"
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- python.nccl_trace: its row, columns and ring ---- */
+
+typedef struct pb_nccl_row {
+    int64_t step;
+    int64_t duration_ns;
+    int64_t time_offset_ns;
+    int64_t bytes;
+    uint32_t operation_type; /* intern id: all_reduce, all_gather, ... */
+    uint32_t backend;        /* intern id: nccl, gloo, ... */
+    uint32_t dtype;          /* intern id */
+    uint32_t group_size;
+    uint32_t origin;         /* intern id: "call" (the program's call) or "ddp" (DDP's bucket) */
+    uint16_t rank;
+    uint8_t async_op;
+} pb_nccl_row;
+
+
+#define COL(name, kind, type, field, doc) {name, kind, offsetof(type, field), NULL, doc}
+
+static const pb_column nccl_cols[] = {
+    COL("step", PB_COL_I64, pb_nccl_row, step, "training step the collective was issued in"),
+    COL("operation_type", PB_COL_STR_ID, pb_nccl_row, operation_type, "all_reduce, all_gather, reduce_scatter, broadcast, barrier, ..."),
+    COL("backend", PB_COL_STR_ID, pb_nccl_row, backend, "nccl, gloo, ..."),
+    COL("bytes", PB_COL_I64, pb_nccl_row, bytes, "payload size in bytes"),
+    COL("dtype", PB_COL_STR_ID, pb_nccl_row, dtype, "element type"),
+    COL("group_size", PB_COL_U32, pb_nccl_row, group_size, "ranks in the process group"),
+    COL("async_op", PB_COL_U8, pb_nccl_row, async_op, "1 when issued with async_op=True"),
+    COL("duration_ms", PB_COL_NS_MS, pb_nccl_row, duration_ns, "milliseconds (see docs/tables.md)"),
+    COL("time_offset", PB_COL_NS_SEC, pb_nccl_row, time_offset_ns, "seconds from the start of the step"),
+    COL("rank", PB_COL_U16, pb_nccl_row, rank, "distributed rank"),
+    COL("origin", PB_COL_STR_ID, pb_nccl_row, origin, "call: the program called torch.distributed; ddp: a DistributedDataParallel gradient bucket"),
+};
+
+static pb_table pb_table_nccl_trace = {
+    .schema = "python",
+    .name = "nccl_trace",
+    .doc = "collective communication operations (every torch.distributed backend)",
+    .columns = nccl_cols,
+    .ncolumns = (int)(sizeof nccl_cols / sizeof nccl_cols[0]),
+    .row_size = sizeof(pb_nccl_row),
+    .step_column = -1, /* async collectives complete (and are pushed) after later steps' rows */
+    .empty_reason = "empty until the program calls a torch.distributed collective or a DistributedDataParallel model all-reduces its gradients (docs/tables.md)",
+};
+
+int pb_distributed_tables_init(void)
+{
+    int rc = pb_ring_create(&pb_table_nccl_trace.ring, sizeof(pb_nccl_row), 1 << 16);
+    if (rc) return rc;
+    return pb_registry_add(&pb_table_nccl_trace);
+}
+
+void pb_distributed_tables_free(void)
+{
+    pb_ring_destroy(pb_table_nccl_trace.ring);
+    pb_table_nccl_trace.ring = NULL;
+}
 
 
 /* Where a function keeps its arguments: positions and keyword names (-1 / NULL: none). */
@@ -221,8 +280,8 @@ static PyObject *collective_call(PyObject *self, PyObject *args, PyObject *kwarg
     if (!atomic_load_explicit(&enabled, memory_order_relaxed) || depth > 0 || !pb_table_nccl_trace.ring)
         return PyObject_Call(c->original, args, kwargs);
     const op_spec *spec = c->spec;
-    int64_t step = pb_torch_current_step();
-    int64_t step_start = pb_torch_step_start_ns();
+    int64_t step = pb_step_current();
+    int64_t step_start = pb_step_start();
     pb_nccl_row r = {0};
     PyObject *saved_type, *saved_value, *saved_tb;
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
@@ -317,8 +376,8 @@ static const char MARK[] = "_probing_comm_hook";
 
 static void ddp_hook_row(pb_ddp_hook *h, PyObject *bucket, uint32_t op, pb_nccl_row *r, int64_t start)
 {
-    int64_t step_start = pb_torch_step_start_ns();
-    r->step = pb_torch_current_step();
+    int64_t step_start = pb_step_start();
+    r->step = pb_step_current();
     r->time_offset_ns = step_start ? start - step_start : 0;
     r->operation_type = op;
     r->origin = origin_ddp;

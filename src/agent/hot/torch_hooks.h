@@ -6,7 +6,8 @@
  * callables registered as torch.optim's global step pre/post hooks. Backward time: autograd node
  * pre-hooks on the grad_fn of a module's output (start) and of its input as it was before the
  * forward ran (end) — not full module backward hooks, which wrap tensors in an identity Function
- * and break in-place ops. See docs/tables.md.
+ * and break in-place ops (autograd.h). The step state is step.h, the callable wrapper wrap.h.
+ * See docs/tables.md.
  */
 #ifndef PB_AGENT_TORCH_HOOKS_H
 #define PB_AGENT_TORCH_HOOKS_H
@@ -36,9 +37,6 @@ const char *pb_torch_version(void);
  * text, set when the hooks are installed. [any thread] */
 const char *pb_torch_backward_probes(void);
 
-/* The current step number. [any thread, racy read] */
-int64_t pb_torch_current_step(void);
-
 /* The detail-window policy as of the last step boundary (detail.h), for /api/info. */
 typedef struct pb_torch_detail_info {
     int installed;   /* torch hooks were installed (else the rest is zero) */
@@ -56,28 +54,6 @@ void pb_torch_detail(pb_torch_detail_info *out);
  * rather than graph-break on them: the package adds them to
  * torch._dynamo.config.ignore_logging_functions when dynamo is imported. [GIL held] */
 PyObject *pb_torch_hook_functions(void);
-
-/* Ends the current step now, as optimizer.step() would (GradScaler skipped the optimizer step).
- * [GIL held] */
-void pb_torch_end_step(void);
-
-/* Start of the current step (pb_now_ns() clock). [GIL held] */
-int64_t pb_torch_step_start_ns(void);
-
-/* The distributed rank the rows carry (RANK, 0 when unset). [any thread] */
-uint16_t pb_torch_rank(void);
-
-/* Wrapping any torch callable in C, the way Module.__call__ is wrapped: owner.attr is replaced by
- * a method descriptor (a bound method when read from an instance, itself when read from a class
- * or module) whose calls go to fn(orig, args, nargsf, kwnames) while recording is on, and
- * straight to the original otherwise. fn must call orig with the same arguments and return its
- * result untouched (or NULL with its exception untouched).
- * pb_wrap_attr stores the wrapper (new reference) in *wrapper; returns 0, or -1 with a Python
- * exception set. pb_unwrap_attr puts the original back if owner.attr is still *wrapper and
- * clears *wrapper. [GIL held] */
-typedef PyObject *(*pb_wrap_fn)(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames);
-int pb_wrap_attr(PyObject *owner, const char *attr, pb_wrap_fn fn, PyObject **wrapper);
-void pb_unwrap_attr(PyObject *owner, const char *attr, PyObject **wrapper);
 
 /* Python type objects and hook callables defined here; made by the module init. */
 int pb_torch_hooks_ready_types(void);

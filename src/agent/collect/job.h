@@ -26,6 +26,11 @@
 
 #include <stdint.h>
 
+/* The agent listens on unix_path (NULL: the agent stopped; nothing is registered until it starts
+ * again) and on tcp_port (0: no TCP). Its registry entry advertises them. Called by the agent's
+ * start and stop. [GIL held, heartbeat thread not running] */
+void pb_job_set_endpoint(const char *unix_path, int tcp_port);
+
 /* Registers this rank in the default group's store and starts the heartbeat thread, when
  * torch.distributed is initialised with a world size above 1; else does nothing. Idempotent.
  * Never raises: returns 0, or a negative code with the reason logged at debug level.

@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "log.h"
+#include "sampler.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -189,11 +190,8 @@ static void nvml_load(void)
 
 /* ---------------------------------------------------------------- sampling [sampler thread] */
 
-static pthread_t thread;
-static int running;
-static pthread_mutex_t stop_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t stop_cond;
-static int stop_requested;
+static pb_sampler sampler;
+static int64_t last_cpu, last_wall; /* at the previous sample [sampler thread] */
 static int stat_fd = -1, statm_fd = -1;
 static long page_size;
 
@@ -263,45 +261,28 @@ static void sample_gpus(double now)
     }
 }
 
-static void *sampler_main(void *arg)
+/* One sample: a python.system_process row and one python.system_gpu row per GPU. [sampler
+ * thread] */
+static void sample(void)
 {
-    long period_ms = (long)(intptr_t)arg;
     struct rusage ru;
-    int64_t last_cpu = cpu_ns(&ru), last_wall = mono_ns();
-    struct timespec next;
-    clock_gettime(CLOCK_MONOTONIC, &next);
-    pthread_mutex_lock(&stop_lock);
-    for (;;) {
-        next.tv_sec += period_ms / 1000;
-        next.tv_nsec += (period_ms % 1000) * 1000000L;
-        if (next.tv_nsec >= 1000000000L) {
-            next.tv_nsec -= 1000000000L;
-            next.tv_sec++;
-        }
-        /* stop_cond uses CLOCK_MONOTONIC (set in pb_sysmon_start) */
-        while (!stop_requested && pthread_cond_timedwait(&stop_cond, &stop_lock, &next) != ETIMEDOUT) {
-        }
-        if (stop_requested) break;
-        int64_t cpu = cpu_ns(&ru), wall = mono_ns();
-        pb_process_row r = {.time = wall_seconds()};
-        r.cpu_percent = wall > last_wall ? (float)(100.0 * (double)(cpu - last_cpu) / (double)(wall - last_wall)) : 0;
-        r.rss_mb = read_rss_mb();
-        r.threads = read_threads();
-        r.voluntary_ctx_switches = ru.ru_nvcsw;
-        r.involuntary_ctx_switches = ru.ru_nivcsw;
-        last_cpu = cpu;
-        last_wall = wall;
-        pb_ring_push(pb_table_system_process.ring, &r);
-        sample_gpus(r.time);
-    }
-    pthread_mutex_unlock(&stop_lock);
-    return NULL;
+    int64_t cpu = cpu_ns(&ru), wall = mono_ns();
+    pb_process_row r = {.time = wall_seconds()};
+    r.cpu_percent = wall > last_wall ? (float)(100.0 * (double)(cpu - last_cpu) / (double)(wall - last_wall)) : 0;
+    r.rss_mb = read_rss_mb();
+    r.threads = read_threads();
+    r.voluntary_ctx_switches = ru.ru_nvcsw;
+    r.involuntary_ctx_switches = ru.ru_nivcsw;
+    last_cpu = cpu;
+    last_wall = wall;
+    pb_ring_push(pb_table_system_process.ring, &r);
+    sample_gpus(r.time);
 }
 
 int pb_sysmon_start(void)
 {
     int rc;
-    if (running) return 0;
+    if (sampler.running) return 0;
     nvml_load();
     page_size = sysconf(_SC_PAGESIZE);
     stat_fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
@@ -312,22 +293,14 @@ int pb_sysmon_start(void)
     }
     long period = (long)pb_config_int("PROBING_SYSTEM_SAMPLE_MS", 1000);
     if (period < 10) period = 10;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&stop_cond, &ca);
-    pthread_condattr_destroy(&ca);
-    stop_requested = 0;
-    sigset_t all, old;
-    sigfillset(&all); /* the sampler must never receive the program's signals */
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = -pthread_create(&thread, NULL, sampler_main, (void *)(intptr_t)period);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc) {
-        pthread_cond_destroy(&stop_cond);
-        goto fail;
-    }
-    running = 1;
+    struct rusage ru;
+    last_cpu = cpu_ns(&ru); /* the first sample's CPU share is over its first period */
+    last_wall = mono_ns();
+    sampler.tick = sample;
+    sampler.period_ms = period;
+    sampler.tick_first = 0;
+    sampler.fixed_rate = 1;
+    if ((rc = pb_sampler_start(&sampler))) goto fail;
     return 0;
 fail:
     if (stat_fd >= 0) close(stat_fd);
@@ -338,14 +311,8 @@ fail:
 
 void pb_sysmon_stop(void)
 {
-    if (!running) return;
-    pthread_mutex_lock(&stop_lock);
-    stop_requested = 1;
-    pthread_cond_signal(&stop_cond);
-    pthread_mutex_unlock(&stop_lock);
-    pthread_join(thread, NULL);
-    pthread_cond_destroy(&stop_cond);
-    running = 0;
+    if (!sampler.running) return;
+    pb_sampler_stop(&sampler);
     close(stat_fd);
     close(statm_fd);
     stat_fd = statm_fd = -1;
@@ -353,9 +320,8 @@ void pb_sysmon_stop(void)
 
 void pb_sysmon_forget_after_fork(void)
 {
-    running = 0;
+    pb_sampler_forget_after_fork(&sampler);
     if (stat_fd >= 0) close(stat_fd);
     if (statm_fd >= 0) close(statm_fd);
     stat_fd = statm_fd = -1;
-    pthread_mutex_init(&stop_lock, NULL);
 }

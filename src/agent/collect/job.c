@@ -23,10 +23,9 @@
 #include "config.h"
 #include "intern.h"
 #include "jsonw.h"
-#include "lifecycle.h"
 #include "log.h"
 #include "pystack.h"
-#include "torch_hooks.h"
+#include "step.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -43,6 +42,24 @@
 
 #define MAX_GROUPS 16
 #define ENTRY_MAX 1024
+
+
+/* Where this agent listens (pb_job_set_endpoint): what its registry entry advertises. Written
+ * at agent start and stop with the GIL held and the heartbeat thread not running. */
+static char agent_unix[512];
+static int agent_unix_set, agent_tcp_port;
+
+static const char *agent_endpoint(void) { return agent_unix_set ? agent_unix : NULL; }
+
+void pb_job_set_endpoint(const char *unix_path, int tcp_port)
+{
+    agent_unix_set = 0;
+    agent_tcp_port = 0;
+    if (!unix_path) return;
+    snprintf(agent_unix, sizeof agent_unix, "%s", unix_path);
+    agent_unix_set = 1;
+    agent_tcp_port = tcp_port;
+}
 
 /* ---------------------------------------------------------------- collective state */
 
@@ -212,7 +229,7 @@ static void entry_text(char *out, size_t outlen)
     pb_jsonw_key(&w, "pid");
     pb_jsonw_int(&w, registered_pid);
     pb_jsonw_key(&w, "unix");
-    const char *ep = pb_agent_endpoint();
+    const char *ep = agent_endpoint();
     if (ep) pb_jsonw_str(&w, ep);
     else pb_jsonw_null(&w);
     pb_jsonw_key(&w, "tcp");
@@ -405,7 +422,7 @@ static int register_with(PyObject *st, int rank, int size)
     snprintf(job_id, sizeof job_id, "%s", run && *run ? run : "-");
     snprintf(key_prefix, sizeof key_prefix, "probing/v1/%s/rank/", job_id);
     snprintf(self_key, sizeof self_key, "%s%d", key_prefix, my_rank);
-    int port = pb_agent_tcp_port();
+    int port = agent_tcp_port;
     if (port > 0) {
         char addr[256];
         advertise_addr(addr, sizeof addr);
@@ -424,14 +441,14 @@ static int register_with(PyObject *st, int rank, int size)
 
 int pb_job_register_store(PyObject *st, int rank, int size)
 {
-    if (registered || !pb_agent_endpoint()) return -EALREADY;
+    if (registered || !agent_endpoint()) return -EALREADY;
     if (size < 1 || rank < 0 || rank >= size) return -EINVAL;
     return register_with(st, rank, size);
 }
 
 int pb_job_register(void)
 {
-    if (registered || !pb_agent_endpoint()) return 0;
+    if (registered || !agent_endpoint()) return 0;
     PyObject *c10d = PyImport_ImportModule("torch.distributed.distributed_c10d");
     PyObject *init = c10d ? PyObject_CallMethod(c10d, "is_initialized", NULL) : NULL;
     int rc = -ENOENT;
@@ -485,6 +502,8 @@ void pb_job_stop(void)
 
 void pb_job_forget_after_fork(void)
 {
+    agent_unix_set = 0; /* the child is no agent: it advertises nothing */
+    agent_tcp_port = 0;
     registered = 0;
     thread_running = 0;
     pthread_mutex_init(&mu, NULL);
@@ -567,8 +586,8 @@ int pb_job_rank_json(void *ctx, pb_buf *out)
     pb_jsonw_int(&w, registered ? world : 1);
     int64_t now = pb_now_ns(), wall = pb_wall_ns();
     pb_jsonw_key(&w, "step");
-    pb_jsonw_int(&w, pb_torch_current_step());
-    int64_t start = pb_torch_step_start_ns();
+    pb_jsonw_int(&w, pb_step_current());
+    int64_t start = pb_step_start();
     pb_jsonw_key(&w, "step_started");
     if (start > 0) pb_jsonw_double(&w, (double)(wall - (now - start)) / 1e9);
     else pb_jsonw_null(&w);

@@ -1,5 +1,5 @@
 /*
- * module.c - the CPython extension probing._agent.
+ * extension.c - the CPython extension probing._agent.
  *
  * The whole agent is C; this file only exposes its entry points to the thin Python package:
  *   start() -> socket path or None     stop()      endpoint()      install_torch_hooks()

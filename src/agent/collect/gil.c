@@ -16,6 +16,7 @@
 
 #include "config.h"
 #include "intern.h"
+#include "sampler.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -44,10 +45,7 @@ static struct {
 } slots[SLOTS];
 static int32_t samples_taken;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t stop_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t stop_cond = PTHREAD_COND_INITIALIZER;
-static int stop_requested, running;
-static pthread_t thread;
+static pb_sampler sampler;
 
 #if PB_GIL_READABLE
 static struct _gil_runtime_state *gil;
@@ -65,44 +63,27 @@ static uintptr_t read_holder(void)
 }
 #endif
 
-static void *sampler_main(void *arg)
+/* One sample: who holds the GIL now. [sampler thread] */
+static void sample(void)
 {
-    long period_ms = (long)(intptr_t)arg;
-    pthread_mutex_lock(&stop_lock);
-    while (!stop_requested) {
-        pthread_mutex_unlock(&stop_lock);
 #if PB_GIL_READABLE
-        uintptr_t h = read_holder();
-        pthread_mutex_lock(&lock);
-        samples_taken++;
-        for (int i = 0; h && i < SLOTS; i++) {
-            if (slots[i].holder == h || slots[i].holder == 0) {
-                slots[i].holder = h;
-                slots[i].held++;
-                break;
-            }
-        }
-        pthread_mutex_unlock(&lock);
-#endif
-        struct timespec next;
-        clock_gettime(CLOCK_MONOTONIC, &next);
-        next.tv_sec += period_ms / 1000;
-        next.tv_nsec += (period_ms % 1000) * 1000000L;
-        if (next.tv_nsec >= 1000000000L) {
-            next.tv_sec++;
-            next.tv_nsec -= 1000000000L;
-        }
-        pthread_mutex_lock(&stop_lock);
-        while (!stop_requested && pthread_cond_timedwait(&stop_cond, &stop_lock, &next) != ETIMEDOUT) {
+    uintptr_t h = read_holder();
+    pthread_mutex_lock(&lock);
+    samples_taken++;
+    for (int i = 0; h && i < SLOTS; i++) {
+        if (slots[i].holder == h || slots[i].holder == 0) {
+            slots[i].holder = h;
+            slots[i].held++;
+            break;
         }
     }
-    pthread_mutex_unlock(&stop_lock);
-    return NULL;
+    pthread_mutex_unlock(&lock);
+#endif
 }
 
 int pb_gil_start(void)
 {
-    if (running) return 0;
+    if (sampler.running) return 0;
 #if !PB_GIL_READABLE
     return -ENOTSUP;
 #else
@@ -115,44 +96,24 @@ int pb_gil_start(void)
     gil = &_PyRuntime.ceval.gil;
 #endif
     if (!gil) return -ENOTSUP;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_destroy(&stop_cond);
-    pthread_cond_init(&stop_cond, &ca);
-    pthread_condattr_destroy(&ca);
-    stop_requested = 0;
     pthread_mutex_lock(&lock);
     memset(slots, 0, sizeof slots);
     samples_taken = 0;
     pthread_mutex_unlock(&lock);
-    sigset_t all, old;
-    sigfillset(&all); /* the sampler must never receive the program's signals */
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&thread, NULL, sampler_main, (void *)(intptr_t)period);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc) return -rc;
-    running = 1;
-    return 0;
+    sampler.tick = sample;
+    sampler.period_ms = period;
+    sampler.tick_first = 1;
+    sampler.fixed_rate = 0; /* every period after the end of the last sample */
+    return pb_sampler_start(&sampler);
 #endif
 }
 
-void pb_gil_stop(void)
-{
-    if (!running) return;
-    pthread_mutex_lock(&stop_lock);
-    stop_requested = 1;
-    pthread_cond_signal(&stop_cond);
-    pthread_mutex_unlock(&stop_lock);
-    pthread_join(thread, NULL);
-    running = 0;
-}
+void pb_gil_stop(void) { pb_sampler_stop(&sampler); }
 
 void pb_gil_forget_after_fork(void)
 {
-    running = 0;
+    pb_sampler_forget_after_fork(&sampler);
     pthread_mutex_init(&lock, NULL);
-    pthread_mutex_init(&stop_lock, NULL);
 }
 
 /* threading._active[ident].name as an intern id, or "(thread <ident>)". [GIL held] */
@@ -185,7 +146,7 @@ int pb_gil_take(int64_t step, uint16_t rank, pb_gil_row *rows, int max)
     uintptr_t holder[SLOTS];
     int32_t held[SLOTS], taken;
     int n = 0;
-    if (!running) return 0;
+    if (!sampler.running) return 0;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < SLOTS; i++) holder[i] = slots[i].holder, held[i] = slots[i].held;
     taken = samples_taken;

@@ -12,9 +12,15 @@
 #define PB_AGENT_DISTRIBUTED_H
 
 #include <Python.h>
-#include "step_accum.h" /* pb_step_collectives_ns: recorded collective time, read by python.steps */
 
 #include <stdint.h>
+
+/* Creates python.nccl_trace's ring and registers the table. Returns 0 or a negative errno.
+ * [start-up, GIL held] */
+int pb_distributed_tables_init(void);
+
+/* Frees the ring. Only after the server and all hooks are stopped and the registry is reset. */
+void pb_distributed_tables_free(void);
 
 /* Wraps the collectives of torch.distributed.distributed_c10d (and the same objects in
  * torch.distributed). Idempotent; a function missing in this torch is skipped. Returns 0, or -1

@@ -14,7 +14,7 @@
 #include "config.h"
 #include "intern.h"
 #include "log.h"
-#include "torch_hooks.h"
+#include "step.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -305,7 +305,7 @@ static int parse_row(PyObject *t, uint32_t capture, pb_torch_ops_row *r)
     memset(r, 0, sizeof *r);
     r->capture = capture;
     r->step = step;
-    r->rank = pb_torch_rank();
+    r->rank = pb_step_rank();
     r->name = pb_intern_cstr(name);
     r->module = intern_or_zero(module);
     r->stage = (uint8_t)(stage >= PB_OPS_FORWARD && stage <= PB_OPS_OTHER ? stage : PB_OPS_OTHER);
@@ -379,7 +379,7 @@ int pb_capture_serve(void *ctx, pb_capture_verb verb, const pb_capture_request *
     (void)ctx;
     switch (verb) {
     case PB_CAPTURE_START:
-        return pb_capture_state_request(req, pb_torch_current_step(), pb_torch_hooks_active(), out);
+        return pb_capture_state_request(req, pb_step_current(), pb_step_active(), out);
     case PB_CAPTURE_STATUS: return pb_capture_state_status(out);
     case PB_CAPTURE_CANCEL: return pb_capture_state_cancel(req ? req->id : 0, out);
     case PB_CAPTURE_TRACE: return pb_capture_state_trace(out);

@@ -1,0 +1,697 @@
+/*
+ * autograd.c - backward: probes on autograd nodes, spans per module execution; see autograd.h.
+ *
+ * A module's backward runs from the moment its output's grad_fn executes (the gradient reached
+ * the module: start) to the moment the grad_fn its input had before the forward executes (the
+ * module's input gradient is complete: end). One node is usually both: the output node of one
+ * module is the input node of the next, and a container shares its nodes with its first and last
+ * children. So each node gets at most one probe: a small callable registered once with
+ * grad_fn.register_prehook(), holding the spans that end and the spans that start there. The
+ * registration is the expensive part (torch builds an OrderedDict and a RemovableHandle in
+ * Python); sharing probes makes it once per distinct node rather than twice per module. Spans are
+ * plain C structs (refcounted, from a free list), so they cost the garbage collector nothing.
+ *
+ * Node wrappers seen during the forward are kept in a map (grad_fn object -> probe) until the
+ * backward pass ends or the step ends, so the same node is found again and its identity cannot be
+ * reused by another node.
+ *
+ * Self time follows the autograd graph (as torch.profiler ties a backward op to the module whose
+ * forward made its node): each probe has an owner, the span of the innermost execution that
+ * returned the node as its output (executions return innermost first, so the first to claim a
+ * node owns it; one returning its input unchanged claims nothing). At every backward event the
+ * time since the previous event goes to the owner of the probe that fired before it: the engine
+ * runs one node at a time, and the unprobed nodes that follow (AccumulateGrad of the module's
+ * weights) are the same module's. A node no execution returned (a residual add, attention's
+ * matmuls written in the attention module itself) goes to the parent of the execution that
+ * consumed it, the code that made it; failing that, to the innermost active span. Spans are
+ * made at enter, so a span knows its parent's; a span's total runs from its start to the end of
+ * the last time given to it or to a span nested in it (backward intervals do not nest: siblings
+ * that read one input all end when its gradient is complete, and would otherwise contain each
+ * other). Time spent in forward executions inside backward
+ * (activation-checkpoint recomputation) goes to those forward rows. When the first probe of a
+ * backward pass runs, backward_done is queued with the autograd engine: it closes spans whose
+ * end is the end of the pass (modules whose input has no grad_fn), drops spans whose end never
+ * came, and adds the pass (first probe to final callback, recomputing forwards left out) to the
+ * step's backward time. On summary steps the only probes are those on the root modules'
+ * outputs: they time the pass and hold no spans.
+ *
+ * Two ways to run a probe, the same steps either way (probe_fire):
+ * - with the extension probing._autograd (autograd_api.h; pb_autograd_ext, loaded at install):
+ *   nodes are read from tensors without grad_fn objects, a probe is a C struct owned by node_map
+ *   and named by a tag in a C++ pre-hook on the node; backward appends (tag, time) without
+ *   calling the agent, and backward_done replays the events in order (ext_replay). A forward
+ *   recomputed inside backward marks its start and end in the same events (pb_autograd_pause).
+ * - without it: a probe is a Python object registered with grad_fn.register_prehook(), called by
+ *   torch in backward.
+ */
+#include "autograd.h"
+
+#include "autograd_api.h"
+
+#include "clock.h"
+#include "collect.h"
+#include "config.h"
+#include "log.h"
+#include "wrap.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int pb_autograd_pass_active, pb_autograd_paused;
+static PyObject *queue_callback;   /* bound Variable._execution_engine.queue_callback */
+static PyObject *str_register_prehook;
+
+typedef struct probe probe;
+
+typedef struct pb_bspan {
+    struct pb_bspan *next_free;
+    struct pb_bspan *parent; /* owned or NULL: the span of the execution this one was nested in */
+    int refs;            /* probes that list or own it, the active list, frames, child spans */
+    int64_t start_ns;
+    int64_t self_ns;
+    int64_t last_ns;     /* end of the last time credited to it or to a span nested in it */
+    uint32_t name, type, seq;
+    uint16_t depth;
+    uint8_t started;     /* in the active list */
+    uint8_t engine_end;  /* ends at the end of the backward pass */
+    probe *end_probe;    /* borrowed: the probe whose node ends it (identity modules start there too) */
+} bspan;
+
+static bspan *free_spans;
+
+static bspan *span_new(void)
+{
+    bspan *s = free_spans;
+    if (s) free_spans = s->next_free;
+    else if (!(s = malloc(sizeof *s))) return NULL;
+    memset(s, 0, sizeof *s);
+    return s;
+}
+
+static void span_unref(bspan *s)
+{
+    while (s && --s->refs <= 0) {
+        bspan *parent = s->parent;
+        s->next_free = free_spans;
+        free_spans = s;
+        s = parent;
+    }
+}
+
+struct probe {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    bspan *owner;           /* owned or NULL: the innermost execution whose forward made the node */
+    bspan **ends, **starts; /* owned references */
+    int nends, nstarts, cap_ends, cap_starts;
+};
+
+static int list_add(bspan ***list, int *n, int *cap, bspan *s)
+{
+    if (*n == *cap) {
+        int ncap = *cap ? *cap * 2 : 2;
+        bspan **l = realloc(*list, (size_t)ncap * sizeof *l);
+        if (!l) return -1;
+        *list = l;
+        *cap = ncap;
+    }
+    (*list)[(*n)++] = s;
+    s->refs++;
+    return 0;
+}
+
+#define MAX_ACTIVE 1024
+static bspan *active[MAX_ACTIVE]; /* each holds a ref */
+static int nactive;
+static int64_t last_event_ns;
+static bspan *cur_owner; /* owned or NULL: the span running the node whose probe fired last */
+static int64_t pass_start_ns, pass_paused_ns, pause_start_ns;
+static PyObject *backward_done_fn, *backward_synced_fn;
+static int64_t backward_done_ns;  /* when backward_done ran; 0 when no backward_synced is due */
+static void node_map_clear(void);
+static probe *ext_probe(uint64_t tag);
+
+/* The extension probing._autograd (autograd_api.h), or NULL: probes are then Python callables
+ * on grad_fn objects (PROBING_AUTOGRAD_EXT=0, or the extension is missing). */
+const pb_autograd_api *pb_autograd_ext;
+static char ext_status[160] = "python"; /* pb_autograd_backward_probes() */
+
+/* Time since the previous event goes to the execution whose node ran in it: the owner of the
+ * node whose probe fired last (the engine runs one node at a time per device; nodes without a
+ * probe that run after it, such as AccumulateGrad for its weights, go with it). A node made by no
+ * module's forward directly (a residual add, attention's matmuls in the attention module's own
+ * code) has no owner: its time goes to the innermost active span, deepest and latest started. */
+static void sweep(int64_t now)
+{
+    if (!pb_autograd_paused) {
+        bspan *in = cur_owner && cur_owner->started ? cur_owner : NULL;
+        if (!in && nactive) {
+            in = active[0];
+            for (int i = 1; i < nactive; i++) {
+                bspan *c = active[i];
+                if (c->depth > in->depth || (c->depth == in->depth && c->start_ns >= in->start_ns)) in = c;
+            }
+        }
+        if (in) {
+            in->self_ns += now - last_event_ns;
+            for (bspan *a = in; a; a = a->parent) a->last_ns = now;
+        }
+    }
+    last_event_ns = now;
+}
+
+static void set_owner(bspan *s)
+{
+    if (s) s->refs++;
+    if (cur_owner) span_unref(cur_owner);
+    cur_owner = s;
+}
+
+/* The first probe of a backward pass ran: queue backward_done with the engine. */
+static void pass_begin(int64_t now)
+{
+    if (!queue_callback) return; /* without it no pass can be closed: spans of input modules stay open */
+    PyObject *r = PyObject_CallOneArg(queue_callback, backward_done_fn);
+    if (!r) {
+        PyErr_Clear();
+        return;
+    }
+    Py_DECREF(r);
+    pb_autograd_pass_active = 1;
+    pass_start_ns = now;
+    pass_paused_ns = 0;
+}
+
+/* Drops the spans of a pass whose final callback never ran, and the probed nodes. */
+void pb_autograd_abandon(void)
+{
+    if (pb_autograd_ext) pb_autograd_ext->reset();
+    for (int i = 0; i < nactive; i++) {
+        active[i]->started = 0;
+        span_unref(active[i]);
+    }
+    nactive = 0;
+    pb_autograd_pass_active = 0;
+    set_owner(NULL);
+    node_map_clear();
+}
+
+static void span_start(bspan *s, int64_t now)
+{
+    if (s->started) return;
+    if (nactive >= MAX_ACTIVE) return; /* pathological graph: this execution gets no row */
+    s->start_ns = now;
+    s->last_ns = now;
+    s->self_ns = 0;
+    s->seq = pb_step_seq++;
+    s->started = 1;
+    s->refs++;
+    active[nactive++] = s;
+}
+
+static void span_end(bspan *s, int64_t now)
+{
+    if (!s->started) return;
+    for (int i = 0; i < nactive; i++) {
+        if (active[i] == s) {
+            active[i] = active[--nactive];
+            break;
+        }
+    }
+    s->started = 0;
+    pb_tstate *ts = pb_frames_get();
+    pb_frames_push_row(s->start_ns, s->last_ns, s->self_ns, s->seq, s->name, s->type, s->depth, PB_STAGE_BACKWARD,
+             ts ? ts->tid : 0);
+    span_unref(s);
+}
+
+/* The node executes at `now`: modules that consumed its output are done, modules that produced
+ * it begin. */
+static void probe_fire(probe *p, int64_t now)
+{
+    if (!pb_autograd_pass_active) pass_begin(now);
+    sweep(now);
+    /* the node's owner runs from here; a node no module made is its consumer's parent's code */
+    bspan *owner = p->owner;
+    if (!owner) {
+        bspan *deepest = NULL;
+        for (int i = 0; i < p->nends; i++)
+            if (!deepest || p->ends[i]->depth > deepest->depth) deepest = p->ends[i];
+        owner = deepest ? deepest->parent : NULL;
+    }
+    set_owner(owner);
+    for (int i = 0; i < p->nends; i++) span_end(p->ends[i], now);
+    for (int i = 0; i < p->nstarts; i++) {
+        bspan *s = p->starts[i];
+        span_start(s, now);
+        if (s->end_probe == p) span_end(s, now); /* output node == input node: nothing in between */
+    }
+}
+
+/* A Python-level probe is called by torch as the node's pre-hook. */
+static PyObject *probe_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+{
+    if (atomic_load_explicit(&pb_step_enabled, memory_order_relaxed)) probe_fire((probe *)self, pb_now_ns());
+    Py_RETURN_NONE;
+}
+
+/* Drops what a probe holds (not the probe itself). */
+static void probe_clear(probe *p)
+{
+    for (int i = 0; i < p->nends; i++) span_unref(p->ends[i]);
+    for (int i = 0; i < p->nstarts; i++) span_unref(p->starts[i]);
+    if (p->owner) span_unref(p->owner);
+    free(p->ends);
+    free(p->starts);
+}
+
+static void probe_dealloc(PyObject *self)
+{
+    probe_clear((probe *)self);
+    PyObject_Free(self);
+}
+
+static PyTypeObject probe_type = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.NodeProbe",
+    .tp_basicsize = sizeof(probe),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(probe, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = probe_dealloc,
+    .tp_doc = "probing: times module backward; registered as a pre-hook on one autograd node",
+};
+
+/* Markers the agent adds to the extension's events: a forward inside backward begins / ends. */
+#define EXT_PAUSE 1
+#define EXT_RESUME 2
+
+/* With the extension, backward ran without calling the agent: its events (node executions and
+ * the agent's own markers, in order) are replayed here, after the pass, through the same steps
+ * a Python-level probe takes while it runs; the rows come out the same. [GIL held] */
+static void ext_replay(void)
+{
+    size_t n, dropped;
+    const pb_autograd_event *ev = pb_autograd_ext->events(&n, &dropped);
+    for (size_t i = 0; i < n; i++) {
+        int64_t t = ev[i].ns;
+        if (ev[i].tag & PB_AUTOGRAD_MARK) {
+            if ((ev[i].tag & ~PB_AUTOGRAD_MARK) == EXT_PAUSE && pb_autograd_pass_active && !pb_autograd_paused) {
+                sweep(t);
+                pb_autograd_paused = 1;
+                pause_start_ns = t;
+            } else if ((ev[i].tag & ~PB_AUTOGRAD_MARK) == EXT_RESUME && pb_autograd_paused) {
+                pb_autograd_paused = 0;
+                pass_paused_ns += t - pause_start_ns;
+                last_event_ns = t;
+            }
+            continue;
+        }
+        if (!pb_autograd_pass_active) { /* the extension queued backward_done at this first event */
+            pb_autograd_pass_active = 1;
+            pass_start_ns = t;
+            pass_paused_ns = 0;
+            last_event_ns = t;
+        }
+        probe *p = ext_probe(ev[i].tag);
+        if (p) {
+            probe_fire(p, t);
+        } else { /* a node hooked before the last clear (retain_graph): it times the pass only */
+            sweep(t);
+            set_owner(NULL);
+        }
+    }
+    if (dropped) pb_log_debug("backward: %zu node events over the extension's limit were not timed", dropped);
+    pb_autograd_paused = 0;
+    pb_autograd_ext->reset();
+}
+
+/* Queued with the autograd engine: the backward pass has finished. [GIL held] */
+static PyObject *backward_done(PyObject *self, PyObject *unused)
+{
+    if (pb_autograd_ext) ext_replay();
+    int64_t now = pb_now_ns();
+    sweep(now);
+    int n = nactive;
+    bspan *left[MAX_ACTIVE];
+    memcpy(left, active, (size_t)n * sizeof left[0]);
+    nactive = 0;
+    for (int i = 0; i < n; i++) {
+        bspan *s = left[i];
+        s->started = 0;
+        if (s->engine_end && atomic_load_explicit(&pb_step_enabled, memory_order_relaxed)) {
+            pb_tstate *ts = pb_frames_get();
+            pb_frames_push_row(s->start_ns, s->last_ns, s->self_ns, s->seq, s->name, s->type, s->depth, PB_STAGE_BACKWARD,
+                     ts ? ts->tid : 0);
+        }
+        span_unref(s);
+    }
+    set_owner(NULL);
+    node_map_clear();
+    if (pb_autograd_pass_active) {
+        int64_t pass_ns = now - pass_start_ns - pass_paused_ns;
+        pb_collect_stage_time(PB_STAGE_BACKWARD, pass_ns > 0 ? pass_ns : 0);
+        pb_autograd_pass_active = 0;
+    }
+    if (atomic_load_explicit(&pb_step_enabled, memory_order_relaxed)) pb_collect_phase(PB_PHASE_AFTER_BACKWARD);
+    /* Callbacks queued while the engine runs its final callbacks run after the ones already
+     * queued: DistributedDataParallel's, which waits for the gradient all-reduces. The time until
+     * this one runs is python.steps.grad_sync. */
+    backward_done_ns = 0;
+    if (queue_callback && backward_synced_fn) {
+        PyObject *r = PyObject_CallOneArg(queue_callback, backward_synced_fn);
+        if (r) {
+            Py_DECREF(r);
+            backward_done_ns = pb_now_ns();
+        } else {
+            PyErr_Clear();
+        }
+    }
+    Py_RETURN_NONE;
+}
+static PyMethodDef backward_done_def = {"_backward_done", (PyCFunction)backward_done, METH_NOARGS, NULL};
+
+/* Queued by backward_done: the engine's final callbacks (DDP's gradient sync) are over. */
+static PyObject *backward_synced(PyObject *self, PyObject *unused)
+{
+    if (backward_done_ns && atomic_load_explicit(&pb_step_enabled, memory_order_relaxed))
+        pb_collect_grad_sync(pb_now_ns() - backward_done_ns);
+    backward_done_ns = 0;
+    Py_RETURN_NONE;
+}
+static PyMethodDef backward_synced_def = {"_backward_synced", (PyCFunction)backward_synced, METH_NOARGS, NULL};
+
+/* grad_fn object -> its probe, for the nodes seen since the last backward pass or step.
+ * With the extension the key is the node's address (its handle holds the node) and the map owns
+ * the probes, plain C structs that are never Python objects; hooks name them by tag, their
+ * index in ext_probes and the generation, which changes at every clear, so that a hook that
+ * runs after its probe is gone finds nothing. */
+typedef struct node_entry {
+    PyObject *node; /* owned (with the extension: the address) */
+    probe *probe;   /* borrowed: owned by the node's hook dict, alive while node is (with the
+                     * extension: owned) */
+} node_entry;
+static node_entry *node_map;
+static size_t node_cap, node_used;
+static probe **ext_probes; /* with the extension: the probes by tag index (borrowed from the map) */
+static uint32_t ext_nprobes, ext_cap, ext_generation = 1;
+
+static void node_map_clear(void)
+{
+    const pb_autograd_api *ag = pb_autograd_ext;
+    if (ag) {
+        ext_generation++;
+        ext_nprobes = 0;
+    }
+    if (!node_used) {
+        if (ag) ag->release_all(); /* handles taken for nodes that got no probe */
+        return;
+    }
+    /* DECREFs can free graphs, whose probes' deallocation touches nothing here. */
+    node_entry *m = node_map;
+    size_t cap = node_cap;
+    node_map = NULL;
+    node_cap = node_used = 0;
+    for (size_t i = 0; i < cap; i++) {
+        if (!m[i].node) continue;
+        if (ag) {
+            probe_clear(m[i].probe);
+            free(m[i].probe);
+        } else {
+            Py_DECREF(m[i].node);
+        }
+    }
+    free(m);
+    if (ag) ag->release_all();
+}
+
+/* The probe a hook's tag names, or NULL when it is from before the last clear. */
+static probe *ext_probe(uint64_t tag)
+{
+    uint32_t i = (uint32_t)tag;
+    return (uint32_t)(tag >> 32) == ext_generation && i < ext_nprobes ? ext_probes[i] : NULL;
+}
+
+/* A new probe on node `handle` (the extension's hook); NULL on failure. */
+static probe *ext_probe_new(uint64_t handle)
+{
+    if (ext_nprobes == ext_cap) {
+        uint32_t ncap = ext_cap ? ext_cap * 2 : 256;
+        probe **n = realloc(ext_probes, (size_t)ncap * sizeof *n);
+        if (!n) return NULL;
+        ext_probes = n;
+        ext_cap = ncap;
+    }
+    probe *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    if (pb_autograd_ext->hook(handle, ((uint64_t)ext_generation << 32) | ext_nprobes)) {
+        free(p);
+        return NULL;
+    }
+    ext_probes[ext_nprobes++] = p;
+    return p;
+}
+
+static int node_map_grow(void)
+{
+    size_t ncap = node_cap ? node_cap * 2 : 256;
+    node_entry *n = calloc(ncap, sizeof *n);
+    if (!n) return -1;
+    for (size_t j = 0; j < node_cap; j++) {
+        if (!node_map[j].node) continue;
+        size_t i = pb_hash_ptr(node_map[j].node) & (ncap - 1);
+        while (n[i].node) i = (i + 1) & (ncap - 1);
+        n[i] = node_map[j];
+    }
+    free(node_map);
+    node_map = n;
+    node_cap = ncap;
+    return 0;
+}
+
+/* grad_fn.register_prehook() is implemented in C++ (registerFunctionPreHook), which asks the
+ * Python staticmethod torch.autograd.function.Function._register_hook(hooks_dict, hook) for the
+ * dict to keep on the node and the handle to return: for a node without Python hooks yet it
+ * builds an OrderedDict and a torch.utils.hooks.RemovableHandle (weak references, an id
+ * counter) in Python, about 6 us, which made registration the largest part of recording
+ * backward (one new node per module per step). Probing's own probes take a C fast path: a
+ * fresh OrderedDict holding the probe (keyed by itself, so no RemovableHandle id can collide)
+ * and no handle (probing never removes a probe: the node dies with its graph). Every other
+ * call, and a probe on a node that already has Python hooks, goes to torch's own function,
+ * unchanged. The wrapper is a staticmethod, as the original; detach deletes it again. */
+static PyObject *function_cls, *wrap_register_hook, *ordered_dict;
+
+static PyObject *fast_register_hook(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (kwnames || PyVectorcall_NARGS(nargsf) != 2 || args[0] != Py_None || !Py_IS_TYPE(args[1], &probe_type) ||
+        !ordered_dict)
+        return PyObject_Vectorcall(orig, args, nargsf, kwnames);
+    PyObject *d = PyObject_CallNoArgs(ordered_dict);
+    if (!d) return NULL;
+    PyObject *res = PyDict_SetItem(d, args[1], args[1]) ? NULL : PyTuple_Pack(2, d, Py_None);
+    Py_DECREF(d);
+    return res;
+}
+
+void pb_autograd_install_fast_register(void)
+{
+    PyObject *fmod = PyImport_ImportModule("torch.autograd.function");
+    PyObject *coll = fmod ? PyImport_ImportModule("collections") : NULL;
+    Py_XSETREF(function_cls, fmod ? PyObject_GetAttrString(fmod, "Function") : NULL);
+    Py_XSETREF(ordered_dict, coll ? PyObject_GetAttrString(coll, "OrderedDict") : NULL);
+    Py_XDECREF(fmod);
+    Py_XDECREF(coll);
+    if (!function_cls || !ordered_dict || pb_wrap_attr(function_cls, "_register_hook", fast_register_hook, &wrap_register_hook)) {
+        PyErr_Clear();
+        pb_log_debug("grad_fn hooks are registered through torch's own Function._register_hook");
+        return;
+    }
+    PyObject *sm = PyStaticMethod_New(wrap_register_hook);
+    if (!sm || PyObject_SetAttrString(function_cls, "_register_hook", sm)) {
+        PyErr_Clear();
+        pb_unwrap_attr(function_cls, "_register_hook", &wrap_register_hook);
+    }
+    Py_XDECREF(sm);
+}
+
+void pb_autograd_remove_fast_register(void)
+{
+    if (function_cls && wrap_register_hook) pb_unwrap_attr(function_cls, "_register_hook", &wrap_register_hook);
+    Py_CLEAR(function_cls);
+    Py_CLEAR(ordered_dict);
+}
+
+/* The probe on node gf, registering one if there is none yet. Returns NULL on failure. */
+static probe *probe_for(PyObject *gf, uint64_t handle)
+{
+    if ((node_used + 1) * 2 > node_cap && node_map_grow()) return NULL;
+    size_t mask = node_cap - 1, i = pb_hash_ptr(gf) & mask;
+    while (node_map[i].node) {
+        if (node_map[i].node == gf) return node_map[i].probe;
+        i = (i + 1) & mask;
+    }
+    if (pb_autograd_ext) {
+        probe *p = ext_probe_new(handle);
+        if (!p) return NULL;
+        node_map[i].node = gf;
+        node_map[i].probe = p;
+        node_used++;
+        return p;
+    }
+    probe *p = PyObject_New(probe, &probe_type);
+    if (!p) return NULL;
+    p->vectorcall = probe_vectorcall;
+    p->owner = NULL;
+    p->ends = p->starts = NULL;
+    p->nends = p->nstarts = p->cap_ends = p->cap_starts = 0;
+    PyObject *h = PyObject_CallMethodOneArg(gf, str_register_prehook, (PyObject *)p);
+    if (!h) {
+        Py_DECREF(p);
+        return NULL;
+    }
+    Py_DECREF(h);
+    Py_DECREF(p); /* the node's hook dict holds it now */
+    Py_INCREF(gf);
+    node_map[i].node = gf;
+    node_map[i].probe = p;
+    node_used++;
+    return p;
+}
+
+/* The frame's execution made a graph: its span starts at out_gf and ends at the node its input
+ * had (or at the end of the pass). The first execution to claim out_gf, the innermost one that
+ * made it (nested executions return first), owns the node's time. */
+void pb_autograd_frame_output(pb_frame *f, PyObject *out_gf, uint64_t out_handle, uint16_t depth)
+{
+    bspan *s = f->span;
+    if (!s) {
+        if (!(s = span_new())) return;
+        s->refs = 1; /* the frame's */
+        f->span = s;
+    }
+    s->name = f->name;
+    s->type = f->type;
+    s->depth = depth;
+    s->engine_end = f->in_grad_fn == NULL;
+    probe *start = probe_for(out_gf, out_handle);
+    probe *end = f->in_grad_fn ? probe_for(f->in_grad_fn, f->in_handle) : NULL;
+    if (!start || (f->in_grad_fn && !end)) {
+        PyErr_Clear();
+        return;
+    }
+    s->end_probe = end;
+    if (end) list_add(&end->ends, &end->nends, &end->cap_ends, s);
+    list_add(&start->starts, &start->nstarts, &start->cap_starts, s);
+    if (!start->owner && out_gf != f->in_grad_fn) { /* a module returning its input made no node */
+        start->owner = s;
+        s->refs++;
+    }
+}
+
+void pb_autograd_span_unref(struct pb_bspan *s) { span_unref(s); }
+
+void pb_autograd_set_queue_callback(PyObject *qc) { Py_XSETREF(queue_callback, qc); }
+
+int pb_autograd_in_pass(void)
+{
+    return pb_autograd_pass_active || (pb_autograd_ext && pb_autograd_ext->pass_running());
+}
+
+void pb_autograd_pause(void)
+{
+    if (pb_autograd_ext && !pb_autograd_pass_active) { /* replayed by ext_replay */
+        pb_autograd_ext->mark(EXT_PAUSE, pb_now_ns());
+        pb_autograd_paused = 1;
+        return;
+    }
+    int64_t now = pb_now_ns();
+    sweep(now);
+    pb_autograd_paused = 1;
+    pause_start_ns = now;
+}
+
+void pb_autograd_resume(void)
+{
+    if (pb_autograd_ext && !pb_autograd_pass_active) {
+        pb_autograd_ext->mark(EXT_RESUME, pb_now_ns());
+        pb_autograd_paused = 0;
+        return;
+    }
+    int64_t t = pb_now_ns();
+    pb_autograd_paused = 0;
+    pass_paused_ns += t - pause_start_ns;
+    last_event_ns = t;
+}
+
+void pb_autograd_frame_begin(pb_frame *f, pb_frame *up)
+{
+    if ((f->span = span_new())) {
+        f->span->refs = 1; /* the frame's */
+        f->span->parent = up ? up->span : NULL;
+        if (f->span->parent) f->span->parent->refs++;
+    }
+}
+
+void pb_autograd_probe_root(PyObject *gf, uint64_t handle)
+{
+    if (!probe_for(gf, handle)) PyErr_Clear();
+}
+
+void pb_autograd_load_ext(int record_backward)
+{
+    pb_autograd_ext = NULL;
+    if (!record_backward) {
+        snprintf(ext_status, sizeof ext_status, "off (PROBING_BACKWARD=0)");
+        return;
+    }
+    if (!pb_config_int("PROBING_AUTOGRAD_EXT", 1)) {
+        snprintf(ext_status, sizeof ext_status, "python (PROBING_AUTOGRAD_EXT=0)");
+        return;
+    }
+    PyObject *mod = PyImport_ImportModule("probing._autograd"); /* PyCapsule_Import does not */
+    const pb_autograd_api *a = mod ? PyCapsule_Import(PB_AUTOGRAD_CAPSULE, 0) : NULL;
+    Py_XDECREF(mod);
+    if (!a || a->version != PB_AUTOGRAD_API_VERSION || !backward_done_fn) {
+        const char *why = "its interface version differs from the agent's";
+        PyObject *et, *ev, *tb, *msg = NULL;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (ev && (msg = PyObject_Str(ev)) && PyUnicode_AsUTF8(msg)) why = PyUnicode_AsUTF8(msg);
+        snprintf(ext_status, sizeof ext_status, "python (probing._autograd not usable: %s)", why);
+        Py_XDECREF(msg);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        PyErr_Clear();
+        pb_log_debug("backward is timed by Python-level probes: %s", ext_status);
+        return;
+    }
+    a->set_pass_end(backward_done_fn);
+    a->reset();
+    pb_autograd_ext = a;
+    snprintf(ext_status, sizeof ext_status, "extension (probing._autograd, torch %s)", a->torch_version);
+}
+
+const char *pb_autograd_backward_probes(void) { return ext_status; }
+
+void pb_autograd_step_end(void)
+{
+    if (!pb_autograd_paused) pb_autograd_abandon();
+}
+
+void pb_autograd_reset(void)
+{
+    pb_autograd_abandon();
+    pb_autograd_paused = 0;
+    backward_done_ns = 0;
+    Py_CLEAR(queue_callback);
+}
+
+int pb_autograd_ready_types(void)
+{
+    if (PyType_Ready(&probe_type)) return -1;
+    if (!str_register_prehook && !(str_register_prehook = PyUnicode_InternFromString("register_prehook"))) return -1;
+    if (!backward_done_fn && !(backward_done_fn = pb_wrap_function(&backward_done_def))) return -1;
+    if (!backward_synced_fn && !(backward_synced_fn = pb_wrap_function(&backward_synced_def))) return -1;
+    return 0;
+}
