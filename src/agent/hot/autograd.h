@@ -14,7 +14,30 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "autograd_api.h"
 #include "frames.h"
+
+/* The extension probing._autograd, or NULL (Python-level probes); set by pb_autograd_load_ext. */
+extern const pb_autograd_api *pb_autograd_ext PB_STEP_HIDDEN;
+
+/* Loads probing._autograd when backward is recorded, PROBING_AUTOGRAD_EXT is not 0 and the
+ * extension is there for this very torch; otherwise the probes are Python-level. At install. */
+void pb_autograd_load_ext(int record_backward);
+
+/* How backward nodes are timed: "extension (...)", "python (why)" or "off (PROBING_BACKWARD=0)".
+ * Static text set at install. [any thread] */
+const char *pb_autograd_backward_probes(void);
+
+/* A backward pass is running (Python probes: a probe ran; extension: a node event came). */
+int pb_autograd_in_pass(void);
+
+/* Lets go of what the forward hooks' grad_fn lookup returned (a new reference, or with the
+ * extension a node address whose handle is held until the probes are cleared). */
+static inline void pb_autograd_node_drop(PyObject **gf)
+{
+    if (!pb_autograd_ext) Py_XDECREF(*gf);
+    *gf = NULL;
+}
 
 /* A probe ran in this backward pass and its final callback is queued. */
 extern int pb_autograd_pass_active PB_STEP_HIDDEN;
@@ -47,11 +70,11 @@ void pb_autograd_frame_begin(pb_frame *f, pb_frame *up);
 
 /* The frame's execution made a graph whose output node is out_gf (borrowed): its span starts
  * there and ends at f->in_grad_fn (or at the end of the pass). */
-void pb_autograd_frame_output(pb_frame *f, PyObject *out_gf, uint16_t depth);
+void pb_autograd_frame_output(pb_frame *f, PyObject *out_gf, uint64_t out_handle, uint16_t depth);
 
 /* A root module call of a summary step returned a tensor whose grad_fn is gf (borrowed): a probe
  * on it times the backward pass that will run through it. */
-void pb_autograd_probe_root(PyObject *gf);
+void pb_autograd_probe_root(PyObject *gf, uint64_t handle);
 
 /* Drops a reference to a span (autograd.c owns the type). */
 void pb_autograd_span_unref(struct pb_bspan *s);

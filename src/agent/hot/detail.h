@@ -3,8 +3,9 @@
  * summary, so that probing's cost on the training job stays under a budget.
  *
  * Recording every module's forward and backward costs a few microseconds per module per step
- * (autograd node hooks are Python calls made by torch's C++ engine); on a model of hundreds of
- * tiny modules that is a third of the step. So by default the per-module record is made in
+ * with Python-level autograd node hooks (torch's C++ engine calls Python for each), about a
+ * third of the step on a model of hundreds of tiny modules, and less with the C++ extension
+ * probing._autograd (bench/RESULTS.md). So by default the per-module record is made in
  * windows: `window` consecutive steps (default 8) starting at every step that is a multiple of
  * `period`. Every other step still gets its python.steps row (wall, data wait, forward,
  * backward, optimizer, ...) from two clock reads per root module call and one probe per backward

@@ -26,7 +26,9 @@ typedef struct pb_frame {
     PyObject *module;        /* borrowed: only compared */
     struct pb_bspan *span;   /* owned or NULL: this execution's backward span (autograd.h), made at
                               * enter so that the spans of nested executions can point to it */
-    PyObject *in_grad_fn;    /* owned or NULL: the input's grad_fn before forward ran */
+    PyObject *in_grad_fn;    /* owned or NULL: the input's grad_fn before forward ran (with the
+                              * extension: the node's address, held by in_handle) */
+    uint64_t in_handle;      /* the extension's handle of in_grad_fn (autograd_api.h) */
     PyObject *range;         /* owned or NULL: the profiler range of a capture (capture.h) */
     int64_t start_ns;
     int64_t child_ns;        /* inclusive time of nested executions, subtracted for self time */

@@ -425,9 +425,21 @@ static void end_step(int64_t now)
     show_detail();
 }
 
-/* A visit of pb_walk_tensors: stops at a tensor with a grad_fn, kept (new reference) in *ctx. */
+typedef struct node_found {
+    PyObject *gf;    /* new reference, or with the extension the node's address */
+    uint64_t handle; /* the extension's handle */
+} node_found;
+
+/* A visit of pb_walk_tensors: stops at a tensor with a grad_fn, kept in *ctx (a node_found). */
 static int grad_fn_visit(PyObject *t, void *ctx)
 {
+    node_found *found = ctx;
+    if (pb_autograd_ext) { /* no grad_fn object: the node read from the tensor (autograd_api.h) */
+        const void *id;
+        found->handle = pb_autograd_ext->node_of(t, &id);
+        found->gf = (PyObject *)id;
+        return id != NULL;
+    }
     PyObject *gf = PyObject_GetAttr(t, str_grad_fn);
     if (!gf) {
         PyErr_Clear();
@@ -437,17 +449,19 @@ static int grad_fn_visit(PyObject *t, void *ctx)
         Py_DECREF(gf);
         return 0;
     }
-    *(PyObject **)ctx = gf;
+    found->gf = gf;
     return 1;
 }
 
 /* First grad_fn among a hook argument's tensors (a tensor, or a tuple/list/dict of them; walk.h).
- * Returns a new reference or NULL. [GIL held] */
-static PyObject *first_grad_fn(PyObject *o, int depth)
+ * Returns a new reference or NULL; with the extension, the node's address (never dereferenced)
+ * and its handle in *handle. Released with pb_autograd_node_drop. [GIL held] */
+static PyObject *first_grad_fn(PyObject *o, int depth, uint64_t *handle)
 {
-    PyObject *gf = NULL;
-    pb_walk_tensors(o, tensor_type, depth, grad_fn_visit, &gf);
-    return gf;
+    node_found found = {NULL, 0};
+    pb_walk_tensors(o, tensor_type, depth, grad_fn_visit, &found);
+    *handle = found.handle;
+    return found.gf;
 }
 
 /* ---- the hooks ---- */
@@ -456,6 +470,7 @@ static PyObject *first_grad_fn(PyObject *o, int depth)
  * C call, cheaper than looking for grad_fn on every input and output. */
 static inline int grad_enabled(void)
 {
+    if (pb_autograd_ext) return pb_autograd_ext->grad_enabled();
     if (!is_grad_enabled) return 1;
     PyObject *r = PyObject_CallNoArgs(is_grad_enabled);
     if (!r) {
@@ -526,7 +541,7 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
     }
     if (ts->depth == 0) {
         if (pb_capture_ranges) pb_capture_root_call();
-        if (pb_autograd_pass_active) pb_autograd_pause(); /* a forward inside backward (checkpoint
+        if (pb_autograd_in_pass()) pb_autograd_pause(); /* a forward inside backward (checkpoint
                                                             * recompute): its time is forward's */
         if (!primary_root) primary_root = mod;
         else if (mod == primary_root && (training_latched || evaluating)) evaluation_stretch();
@@ -537,6 +552,7 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
     f->module = mod;
     f->span = NULL;
     f->in_grad_fn = NULL;
+    f->in_handle = 0;
     f->range = NULL;
     f->layer_capture = 0;
     f->detail = (uint8_t)(ts->depth ? ts->stack[ts->depth - 1].detail : detail);
@@ -554,7 +570,7 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
     f->layer_capture = e->layer_pending;
     e->layer_pending = 0;
     if (record_backward && grad_enabled()) {
-        for (Py_ssize_t i = 0; i < n && i < 16 && !f->in_grad_fn; i++) f->in_grad_fn = first_grad_fn(inputs[i], 1);
+        for (Py_ssize_t i = 0; i < n && i < 16 && !f->in_grad_fn; i++) f->in_grad_fn = first_grad_fn(inputs[i], 1, &f->in_handle);
         pb_autograd_frame_begin(f, ts->depth > 1 ? &ts->stack[ts->depth - 2] : NULL);
     }
     f->range = pb_capture_ranges ? pb_capture_range_enter(f->name) : NULL;
@@ -576,10 +592,11 @@ static inline void end_capture_range(pb_frame *f)
 static void probe_root_output(PyObject *output)
 {
     if (!record_backward || output == Py_None || !grad_enabled()) return;
-    PyObject *gf = first_grad_fn(output, 0);
+    uint64_t handle = 0;
+    PyObject *gf = first_grad_fn(output, 0, &handle);
     if (!gf) return;
-    pb_autograd_probe_root(gf);
-    Py_DECREF(gf);
+    pb_autograd_probe_root(gf, handle);
+    pb_autograd_node_drop(&gf);
 }
 
 /* A module execution ended with `output`, or with an exception (output NULL: no row). The
@@ -601,7 +618,7 @@ static void leave(PyObject *mod, PyObject *output)
     while (ts->depth - 1 > d) {
         pb_frame *skipped = &ts->stack[--ts->depth];
         end_capture_range(skipped);
-        Py_CLEAR(skipped->in_grad_fn);
+        pb_autograd_node_drop(&skipped->in_grad_fn);
         pb_autograd_frame_drop(skipped);
     }
     pb_frame *f = &ts->stack[--ts->depth];
@@ -613,15 +630,16 @@ static void leave(PyObject *mod, PyObject *output)
         if (output) {
             pb_frames_push_row(f->start_ns, now, total - f->child_ns, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
             if (record_backward && output != Py_None && (f->in_grad_fn || grad_enabled())) {
-                PyObject *out_gf = first_grad_fn(output, 0);
+                uint64_t out_handle = 0;
+                PyObject *out_gf = first_grad_fn(output, 0, &out_handle);
                 if (out_gf) {
-                    pb_autograd_frame_output(f, out_gf, depth);
-                    Py_DECREF(out_gf);
+                    pb_autograd_frame_output(f, out_gf, out_handle, depth);
+                    pb_autograd_node_drop(&out_gf);
                 }
             }
         }
         if (depth > 0) ts->stack[depth - 1].child_ns += total;
-        Py_CLEAR(f->in_grad_fn);
+        pb_autograd_node_drop(&f->in_grad_fn);
         pb_autograd_frame_drop(f);
         if (f->layer_capture) { /* last use of f: reading the layer may run Python that enters modules */
             uint32_t name = f->name, type = f->type;
@@ -898,6 +916,7 @@ int pb_torch_hooks_install(void)
     PyErr_Clear();
 
     record_backward = pb_config_int("PROBING_BACKWARD", 1) != 0;
+    pb_autograd_load_ext(record_backward);
     if (pb_detail_init(&detail_policy, pb_config_str("PROBING_DETAIL_EVERY"), pb_config_int("PROBING_DETAIL_STEPS", 8),
                        pb_config_double("PROBING_DETAIL_BUDGET", 0.5)))
         pb_log_warn("ignoring PROBING_DETAIL_EVERY=%s: not 'auto' or a number of steps; using auto",
@@ -986,6 +1005,8 @@ void pb_torch_hooks_disable(void) { atomic_store(&pb_step_enabled, 0); }
 int pb_torch_hooks_active(void) { return pb_step_active(); }
 
 const char *pb_torch_version(void) { return atomic_load(&torch_version_set) ? torch_version : NULL; }
+
+const char *pb_torch_backward_probes(void) { return pb_autograd_backward_probes(); }
 
 void pb_torch_detail(pb_torch_detail_info *out)
 {

@@ -32,6 +32,11 @@ int pb_torch_hooks_active(void);
 /* Version string of the torch the hooks were installed into, or NULL. [any thread] */
 const char *pb_torch_version(void);
 
+/* How backward nodes are timed: "extension (...)" (probing._autograd, C++ hooks, no Python in
+ * backward), "python (why)" (hooks on grad_fn objects) or "off (PROBING_BACKWARD=0)". Static
+ * text, set when the hooks are installed. [any thread] */
+const char *pb_torch_backward_probes(void);
+
 /* The detail-window policy as of the last step boundary (detail.h), for /api/info. */
 typedef struct pb_torch_detail_info {
     int installed;   /* torch hooks were installed (else the rest is zero) */

@@ -143,6 +143,8 @@ static int info_json(void *ctx, pb_buf *out)
         else pb_jsonw_double(&w, d.cost);
         pb_jsonw_key(&w, "now");
         pb_jsonw_bool(&w, d.now);
+        pb_jsonw_key(&w, "backward"); /* how backward nodes are timed (torch_hooks.h) */
+        pb_jsonw_str(&w, pb_torch_backward_probes());
         pb_jsonw_obj_end(&w);
     } else {
         pb_jsonw_null(&w);
