@@ -9,7 +9,8 @@ too). Unit A depends on unit B when
   - a file of A has `#include "b.h"` naming a header of B.
 A cycle is a set of two or more units each reachable from the others (a strongly connected
 component); for each one the script prints the edges inside it and the symbols or includes that
-make them, so the fix is visible.
+make them, so the fix is visible. Folders are checked the same way (src/agent/hot uses
+src/agent/collect, so collect may not use hot).
 
 Usage: scripts/depcheck.py [BUILD_DIR]            (default: build; needs a compiled tree)
        scripts/depcheck.py [BUILD_DIR] --folders  also print which folder uses which
@@ -196,8 +197,26 @@ def main(argv):
         for (fa, fb), n in sorted(fol.items()):
             print(f"{fa} -> {fb} ({n} file pairs)")
     cycles = [c for c in sccs(sorted(nodes), edges) if len(c) > 1]
+    # Folders are layers too (src/sql, src/agent/hot, ...): a folder may use only folders that
+    # never use it back, directly or around a loop.
+    fedges, fwhy = defaultdict(set), defaultdict(set)
+    for (a, b) in why:
+        fa, fb = os.path.dirname(a), os.path.dirname(b)
+        if fa != fb:
+            fedges[fa].add(fb)
+            fwhy[(fa, fb)].add(f"{os.path.basename(a)} -> {os.path.basename(b)}")
+    fnodes = sorted(set(fedges) | {b for v in fedges.values() for b in v})
+    fcycles = [c for c in sccs(fnodes, fedges) if len(c) > 1]
     print(f"depcheck: {len(nodes)} files, {len(why)} file-level dependencies, "
-          f"{len(cycles)} cycle(s)")
+          f"{len(cycles)} cycle(s) among files, {len(fcycles)} among folders")
+    for c in fcycles:
+        members = set(c)
+        print(f"\ncycle among {len(c)} folders: {', '.join(c)}")
+        for a in c:
+            for b in sorted(fedges[a] & members):
+                pairs = sorted(fwhy[(a, b)])
+                more = f" (+{len(pairs) - 4} more)" if len(pairs) > 4 else ""
+                print(f"  {a} -> {b}: {', '.join(pairs[:4])}{more}")
     for c in cycles:
         members = set(c)
         print(f"\ncycle among {len(c)} files: {', '.join(c)}")
@@ -206,7 +225,7 @@ def main(argv):
                 reasons = sorted(why[(a, b)])
                 more = f" (+{len(reasons) - 4} more)" if len(reasons) > 4 else ""
                 print(f"  {a} -> {b}: {', '.join(reasons[:4])}{more}")
-    return 1 if cycles else 0
+    return 1 if cycles or fcycles else 0
 
 
 if __name__ == "__main__":
