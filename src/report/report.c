@@ -28,24 +28,40 @@
 
 #define WARMUP_FACTOR 1.5 /* a leading step this much above the later median is warm-up */
 
+/* The conditions of the run, read in the target by eval. The model and the DataLoader are looked
+ * for in the main thread's running frames, innermost first (training code mostly keeps them
+ * inside main() or a Trainer method), then in __main__'s globals: the model is the module with
+ * the most parameters among those found (a frame inside forward() holds a submodule as `self`),
+ * the loader the first one found. */
 const char pb_report_conditions_code[] =
     "import json as _j, sys as _s\n"
     "def _pb_conditions():\n"
-    "    import torch\n"
+    "    import threading, torch\n"
     "    r = {'python': _s.version.split()[0], 'torch': torch.__version__,\n"
     "         'cudnn_benchmark': bool(torch.backends.cudnn.benchmark),\n"
     "         'cuda_available': bool(torch.cuda.is_available())}\n"
-    "    for v in list(vars(_s.modules['__main__']).values()):\n"
-    "        if isinstance(v, torch.nn.Module) and 'device' not in r:\n"
-    "            ps = list(v.parameters())\n"
-    "            if ps:\n"
-    "                r['device'] = str(ps[0].device)\n"
-    "                r['param_dtype'] = str(ps[0].dtype).replace('torch.', '')\n"
-    "                r['parameters'] = sum(p.numel() for p in ps)\n"
+    "    spaces = []\n"
+    "    f = _s._current_frames().get(threading.main_thread().ident)\n"
+    "    while f is not None:\n"
+    "        spaces.append(f.f_locals)\n"
+    "        f = f.f_back\n"
+    "    spaces.append(vars(_s.modules['__main__']))\n"
+    "    model, size, seen = None, -1, set()\n"
+    "    for v in [v for ns in spaces for v in list(ns.values())]:\n"
+    "        if isinstance(v, torch.nn.Module) and id(v) not in seen:\n"
+    "            seen.add(id(v))\n"
+    "            n = sum(p.numel() for p in v.parameters())\n"
+    "            if n > size:\n"
+    "                model, size = v, n\n"
     "        elif isinstance(v, torch.utils.data.DataLoader) and 'num_workers' not in r:\n"
     "            r['num_workers'] = v.num_workers\n"
     "            r['pin_memory'] = bool(v.pin_memory)\n"
     "            r['batch_size'] = v.batch_size\n"
+    "    ps = list(model.parameters()) if model is not None else []\n"
+    "    if ps:\n"
+    "        r['device'] = str(ps[0].device)\n"
+    "        r['param_dtype'] = str(ps[0].dtype).replace('torch.', '')\n"
+    "        r['parameters'] = size\n"
     "    print(_j.dumps(r))\n"
     "_pb_conditions()\n"
     "del _pb_conditions\n";

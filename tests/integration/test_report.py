@@ -204,3 +204,15 @@ def test_report_needs_a_target(cli):
 
 def test_help_lists_report(cli):
     assert "probing <target> report [--json] [--last N]" in cli("--help").stdout
+
+
+def test_conditions_found_in_the_training_function(cli, traced):
+    """The model and the loader live in main()'s locals, not in __main__: the report's conditions
+    still name the device, the parameter count and the loader's settings."""
+    t = traced("in_main.py", "--steps", 20, "--print-every", 5)
+    t.wait_holding()
+    r = cli(t.target(), "report", "--json")
+    c = json.loads(r.stdout)["baseline"]["conditions"]
+    assert c["device"] == "cpu" and c["param_dtype"] == "float32", c
+    assert c["parameters"] == 16 * 32 + 32 + 32 * 4 + 4, c  # the root, not a submodule
+    assert (c["batch_size"], c["num_workers"], c["pin_memory"]) == (48, 0, False), c
