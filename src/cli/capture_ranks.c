@@ -44,11 +44,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static long deadline_ms(const pb_cli_args *a)
-{
-    return a->deadline_s > 0 ? (long)(a->deadline_s * 1000) : PB_FANOUT_DEADLINE_MS;
-}
-
 static long long int_field(json_t *o, const char *key, long long deflt)
 {
     json_t *v = json_object_get(o, key);
@@ -156,7 +151,7 @@ int pb_capture_ranks(const pb_cli_args *a)
 {
     int steps = a->steps ? a->steps : CAPTURE_DEFAULT_STEPS;
     double timeout_s = a->timeout_s > 0 ? a->timeout_s : CAPTURE_DEFAULT_TIMEOUT_S;
-    long deadline = deadline_ms(a);
+    long deadline = pb_fanout_deadline_ms(a->deadline_s);
     pb_rank_ep *eps = NULL;
     pb_fanout_req *reqs = NULL;
     rank_capture *caps = NULL;
