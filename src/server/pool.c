@@ -103,51 +103,87 @@ static struct timespec queue_deadline(void)
     return t;
 }
 
-int pb__pool_query_begin(pb__pool *p, pb_db *db, size_t want, size_t *cap, size_t *reserved,
-                         pb_buf *out)
+/* With p->lock held: waits (until QUEUE_WAIT_S from now) until reserve bytes of the result
+ * budget are free and, when slot is non-NULL, a query slot too (its index in *slot). Returns 0,
+ * or writes the 503 answer into out and returns 503: not_done says what was not done ("the
+ * query was not run"), hint what to do about a spent budget. */
+static int admit_locked(pb__pool *p, size_t reserve, int *slot, const char *not_done,
+                        const char *hint, pb_buf *out)
 {
-    int status = 0, slot = -1;
-    if (want > p->results_budget) want = p->results_budget;
-    size_t reserve = want + (1u << 20); /* JSON head and tail, last row */
-    if (reserve > p->results_budget) reserve = p->results_budget;
     struct timespec until = queue_deadline();
-    pthread_mutex_lock(&p->lock);
     for (;;) {
-        if (atomic_load(&p->stopping)) {
-            status = pb_api_error(out, 503, "the process is exiting or probing is detaching; "
-                                  "the query was not run");
-            goto done;
-        }
-        if (p->queries_running < p->query_threads &&
-            p->results_in_flight + reserve <= p->results_budget) {
-            for (int i = 0; i < ACTIVE_MAX && slot < 0; i++)
-                if (!p->active[i]) slot = i;
-            if (slot >= 0) break;
+        if (atomic_load(&p->stopping))
+            return pb_api_error(out, 503, "the process is exiting or probing is detaching; %s",
+                                not_done);
+        int fits = p->results_in_flight + reserve <= p->results_budget;
+        if (fits && !slot) return 0;
+        if (fits && p->queries_running < p->query_threads) {
+            for (int i = 0; i < ACTIVE_MAX; i++)
+                if (!p->active[i]) {
+                    *slot = i;
+                    return 0;
+                }
         }
         if (pthread_cond_timedwait(&p->changed, &p->lock, &until) == ETIMEDOUT) {
             if (p->results_in_flight + reserve > p->results_budget)
-                status = pb_api_error(
-                    out, 503,
-                    "busy: %zu MB of results in flight (the limit is %zu MB, "
-                    "PROBING_RESULTS_MB); try again in a moment or ask for less (LIMIT)",
-                    (p->results_in_flight + (1u << 20) - 1) >> 20, p->results_budget >> 20);
-            else
-                status = pb_api_error(
-                    out, 503,
-                    "busy: %d queries are running (the limit is %d, PROBING_QUERY_THREADS) and "
-                    "this one waited %d s for its turn; try again in a moment",
-                    p->queries_running, p->query_threads, QUEUE_WAIT_S);
-            goto done;
+                return pb_api_error(out, 503,
+                                    "busy: %zu MB of results in flight (the limit is %zu MB, "
+                                    "PROBING_RESULTS_MB); %s",
+                                    (p->results_in_flight + (1u << 20) - 1) >> 20,
+                                    p->results_budget >> 20, hint);
+            return pb_api_error(
+                out, 503,
+                "busy: %d queries are running (the limit is %d, PROBING_QUERY_THREADS) and "
+                "this one waited %d s for its turn; try again in a moment",
+                p->queries_running, p->query_threads, QUEUE_WAIT_S);
         }
     }
-    p->active[slot] = db;
-    p->queries_running++;
-    p->results_in_flight += reserve;
-    *reserved += reserve;
-    *cap = want;
-done:
+}
+
+int pb__pool_query_begin(pb__pool *p, pb_db *db, size_t want, size_t *cap, size_t *reserved,
+                         pb_buf *out)
+{
+    int slot = -1;
+    if (want > p->results_budget) want = p->results_budget;
+    size_t reserve = want + (1u << 20); /* JSON head and tail, last row */
+    if (reserve > p->results_budget) reserve = p->results_budget;
+    pthread_mutex_lock(&p->lock);
+    int status = admit_locked(p, reserve, &slot, "the query was not run",
+                              "try again in a moment or ask for less (LIMIT)", out);
+    if (status == 0) {
+        p->active[slot] = db;
+        p->queries_running++;
+        p->results_in_flight += reserve;
+        *reserved += reserve;
+        *cap = want;
+    }
     pthread_mutex_unlock(&p->lock);
     return status;
+}
+
+int pb__pool_reserve(pb__pool *p, size_t want, size_t *reserved, const char *not_done,
+                     const char *hint, pb_buf *out)
+{
+    if (want > p->results_budget) want = p->results_budget;
+    pthread_mutex_lock(&p->lock);
+    int status = admit_locked(p, want, NULL, not_done, hint, out);
+    if (status == 0) {
+        p->results_in_flight += want;
+        *reserved += want;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return status;
+}
+
+void pb__pool_results_kept(pb__pool *p, size_t kept, size_t *reserved)
+{
+    pthread_mutex_lock(&p->lock);
+    /* The bytes exist already: a larger answer is counted in full, even past the budget, so
+     * that later requests wait for it to be sent. */
+    p->results_in_flight = p->results_in_flight - *reserved + kept;
+    if (kept < *reserved) pthread_cond_broadcast(&p->changed);
+    *reserved = kept;
+    pthread_mutex_unlock(&p->lock);
 }
 
 void pb__pool_query_end(pb__pool *p, pb_db *db, size_t kept, size_t *reserved)

@@ -6,8 +6,9 @@
  * most 8) and lent to one query at a time. The job comes first (docs/security.md, "Round two"): at most
  * PROBING_QUERY_THREADS queries run at once, and all results in flight share one budget,
  * PROBING_RESULTS_MB. A query reserves its result cap while it runs and the size of its answer
- * until the answer has been sent; one that does not fit waits a few seconds, then gets 503
- * "busy: ...". A stop interrupts the running queries and turns the waiting ones away.
+ * until the answer has been sent; an eval reserves its answer's usual ceiling before its code
+ * runs and the table list a megabyte, then each keeps its answer's size until it is sent. One
+ * that does not fit waits a few seconds, then gets 503 "busy: ...". A stop interrupts the running queries and turns the waiting ones away.
  *
  * The routes (routes.c) borrow connections and begin and end queries; the transport (server.c)
  * creates the pool, gives back what an answer held once it has been sent, and stops it. The
@@ -53,6 +54,18 @@ void pb__pool_release(pb__pool *p, pb_db *db);
  * exiting ...") into out and returns 503. [server thread] */
 int pb__pool_query_begin(pb__pool *p, pb_db *db, size_t want, size_t *cap, size_t *reserved,
                          pb_buf *out);
+
+/* For an answer that is not a query's (an eval's, the table list): waits (at most 5 s) for
+ * want bytes of the result budget (want is first cut to the budget), with no query slot, and
+ * adds them to *reserved. Returns 0, or writes the 503 answer into out and returns 503: "busy:
+ * N MB of results in flight (the limit is M MB, PROBING_RESULTS_MB); <hint>", or "the process
+ * is exiting or probing is detaching; <not_done>". [server thread] */
+int pb__pool_reserve(pb__pool *p, size_t want, size_t *reserved, const char *not_done,
+                     const char *hint, pb_buf *out);
+
+/* The answer has been built: its hold becomes exactly kept bytes (its size), smaller or larger
+ * than what was reserved, until pb__pool_results_sent. [server thread] */
+void pb__pool_results_kept(pb__pool *p, size_t kept, size_t *reserved);
 
 /* After a begun query: frees its slot and keeps `kept` bytes (the answer's) of *reserved until
  * pb__pool_results_sent. [server thread] */

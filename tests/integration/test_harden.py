@@ -462,6 +462,46 @@ def test_harden_results_in_flight_have_one_budget(small):
     assert peak_growth_mb < 64 + 64, f"agent RSS grew by {peak_growth_mb:.0f} MB"
 
 
+def get(path, route):
+    return unix_http(path, f"GET {route} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+
+
+def test_harden_eval_and_tables_answers_share_the_budget(cli, small):
+    """Eval answers and the table list are counted in the same result budget: while a query
+    holds all of a 1 MB budget, an eval is refused with the busy message and its code does not
+    run, and the table list is refused too; once the query is gone both are served, and an eval
+    whose answer is larger than the budget gets all of its output (counted, never dropped)."""
+    p = small(PROBING_RESULTS_MB="1", PROBING_QUERY_TIMEOUT="120")
+    baseline = p.cpu_s()
+    client = subprocess.Popen([cli.binary, str(p.pid), "query", LONG_QUERY], env=cli.env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_busy(p, baseline)  # the query runs, holding the whole budget (its cap is cut to 1 MB)
+        ran = p.workdir / "eval-ran"
+        status, body = post(p.socket_path, "/api/eval",
+                            {"code": f"open({str(ran)!r}, 'w').close()"})
+        assert (status, body) == (503, {"error": (
+            "busy: 1 MB of results in flight (the limit is 1 MB, PROBING_RESULTS_MB); try again "
+            "in a moment (the code was not run)")})
+        status, body = get(p.socket_path, "/api/tables")
+        assert (status, body) == (503, {"error": (
+            "busy: 1 MB of results in flight (the limit is 1 MB, PROBING_RESULTS_MB); try again "
+            "in a moment")})
+    finally:
+        client.kill()
+        client.wait()
+    poll("the query's connection to end", lambda: connection_threads(p.pid) == 0, 60)
+    assert not ran.exists(), "the refused eval ran its code"
+    status, body = post(p.socket_path, "/api/eval",
+                         {"code": f"open({str(ran)!r}, 'w').close()\nprint('x' * (3 << 20))"})
+    assert status == 200 and body["ok"] is True, (status, str(body)[:300])
+    assert body["stdout"] == "x" * (3 << 20) + "\n" and ran.exists()
+    status, body = get(p.socket_path, "/api/tables")
+    assert status == 200 and body, (status, str(body)[:300])
+    # Everything was given back: a query gets its answer again.
+    assert cli(p.pid, "query", "SELECT 6 * 7 AS n").returncode == 0
+
+
 # ------------------------------------------------------------ a client that leaves (kill -9)
 
 

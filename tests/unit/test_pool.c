@@ -4,8 +4,9 @@
  * Drives the pool directly, as the routes do: borrow a connection, begin a query, end it, give
  * the answer's bytes back once "sent". Checks what a client of the API would see: the exact 503
  * bodies of a full query slot, of a spent result budget and of a stopping agent, and that a
- * slot or budget given back lets the next query in. The two "busy" checks each wait out the
- * pool's queue time (5 s); nothing here depends on timing otherwise.
+ * slot or budget given back lets the next query in; eval and table answers (pb__pool_reserve)
+ * counted in the same budget. The three "busy" checks each wait out the pool's queue time
+ * (5 s); nothing here depends on timing otherwise.
  */
 #include "check.h"
 #include "config.h"
@@ -113,6 +114,40 @@ int main(void)
     pb__pool_results_sent(pool, &reserved_c);
     pb_buf_free(&rows);
 
+    /* Answers that are not a query's (an eval's, the table list) share the budget, with no
+     * query slot: reserved before they are built, then held at their real size until sent. */
+    size_t reserved_e = 0, reserved_t = 0;
+    pb_buf_reset(&out);
+    status = pb__pool_reserve(pool, 33u << 20, &reserved_e, "the code was not run",
+                              "try again in a moment (the code was not run)", &out);
+    CHECK(status == 0 && reserved_e == 4u << 20,
+          "an eval's reservation is cut to the budget (%zu)", reserved_e);
+    pb__pool_results_kept(pool, 5u << 20, &reserved_e);
+    CHECK(reserved_e == 5u << 20, "an answer built larger than its reservation counts in full (%zu)",
+          reserved_e);
+    status = pb__pool_reserve(pool, 1u << 20, &reserved_t, "the table list was not sent",
+                              "try again in a moment", &out);
+    CHECK(status == 503 && reserved_t == 0, "the table list does not fit while it is in flight -> 503");
+    CHECK_STR(error_of(&out),
+              "busy: 5 MB of results in flight (the limit is 4 MB, PROBING_RESULTS_MB); try "
+              "again in a moment",
+              "its message is the query's busy message with its own advice");
+    pb__pool_results_kept(pool, 100, &reserved_e);
+    CHECK(reserved_e == 100, "an answer smaller than its reservation gives the rest back (%zu)",
+          reserved_e);
+    status = pb__pool_reserve(pool, 1u << 20, &reserved_t, "the table list was not sent",
+                              "try again in a moment", &out);
+    CHECK(status == 0 && reserved_t == 1u << 20, "then the table list fits (%zu)", reserved_t);
+    status = pb__pool_query_begin(pool, c, 1u << 20, &cap, &reserved_c, &out);
+    CHECK(status == 0 && cap == 1u << 20 && reserved_c == 2u << 20,
+          "a query fits in what the eval and table answers left of the budget (status %d)",
+          status);
+    pb__pool_query_end(pool, c, 0, &reserved_c);
+    pb__pool_results_sent(pool, &reserved_c);
+    pb__pool_results_sent(pool, &reserved_e);
+    pb__pool_results_sent(pool, &reserved_t);
+    CHECK(reserved_e == 0 && reserved_t == 0, "sent answers give their bytes back");
+
     /* A stop turns waiting and later queries away. The waiter may begin before or after the
      * stop: either way it must get the stop's 503 (the slot is taken, so it cannot run). */
     status = pb__pool_query_begin(pool, a, 1000, &cap, &reserved_a, &out);
@@ -130,6 +165,12 @@ int main(void)
     pb_buf_reset(&out);
     status = pb__pool_query_begin(pool, a, 1000, &cap, &reserved_a, &out);
     CHECK(status == 503 && reserved_a == 0, "after a stop every query gets 503 at once");
+    pb_buf_reset(&out);
+    status = pb__pool_reserve(pool, 1000, &reserved_e, "the code was not run",
+                              "try again in a moment (the code was not run)", &out);
+    CHECK(status == 503 && reserved_e == 0, "after a stop an eval gets 503 at once");
+    CHECK_STR(error_of(&out), "the process is exiting or probing is detaching; the code was not run",
+              "its message says the code was not run");
 
     pb__pool_release(pool, a);
     pb__pool_release(pool, c);
