@@ -19,6 +19,7 @@
 #include "command.h"
 #include "client.h"
 #include "fanout.h"
+#include "hang.h"
 #include "paths.h"
 #include "report.h"
 
@@ -90,6 +91,7 @@ typedef struct peers {
     size_t count;
     char note[PATH_MAX + 200];
     pb_rank_ep *roster; /* job_peers: the roster the hosts point into */
+    int nroster;        /* its length (the job's world size) */
 } peers;
 
 /* The other ranks from the job's roster in its c10d store, on every node (docs/cluster.md).
@@ -109,6 +111,7 @@ static int job_peers(const pb_cli_args *a, long long my_rank, peers *p)
     int n = 0;
     if (!registered || pb_fanout_roster(&a->resolved, PB_FANOUT_DEADLINE_MS, &p->roster, &n))
         return 0;
+    p->nroster = n;
     p->targets = calloc((size_t)n, sizeof *p->targets);
     p->list = calloc((size_t)n, sizeof *p->list);
     p->names = calloc((size_t)n, sizeof *p->names);
@@ -254,6 +257,34 @@ static void peers_free(peers *p)
     free(p->roster);
 }
 
+/* The "Hang" section: when the target is a rank of a job with a roster (job_peers) and the
+ * hang analysis (hang.c) finds a rank waiting in a collective, doc gets "hang": the analysis's
+ * summary plus "text", the lines `probing <target> hang` prints. A job that is not stalled (or a
+ * failed analysis) leaves doc as it was, so its report does not change. [main thread] */
+static void add_hang(const peers *p, json_t *doc)
+{
+    char *text = NULL;
+    size_t len = 0;
+    json_t *summary = NULL;
+    if (!p->roster || p->nroster < 2) return;
+    FILE *mem = open_memstream(&text, &len);
+    if (!mem) return;
+    int rc = pb_hang_analyse(p->roster, p->nroster, PB_FANOUT_DEADLINE_MS, mem, &summary);
+    if (fclose(mem) != 0 || rc == PB_EXIT_ERROR || !json_is_true(json_object_get(summary, "stalled")))
+        goto out;
+    json_t *lines = json_array();
+    for (char *line = text, *nl; lines && line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (nl) *nl = '\0';
+        json_array_append_new(lines, json_string(line));
+    }
+    json_object_set_new(summary, "text", lines ? lines : json_array());
+    json_object_set(doc, "hang", summary);
+out:
+    json_decref(summary);
+    free(text);
+}
+
 int cmd_report(const pb_cli_args *a)
 {
     json_t *info = NULL, *cond = NULL, *doc = NULL;
@@ -292,6 +323,7 @@ int cmd_report(const pb_cli_args *a)
         pb_cli_error("cannot build the report: %s", error ? error : "unknown error");
         goto done;
     }
+    add_hang(&others, doc);
     if (a->json) {
         char *text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
         if (!text) {

@@ -240,6 +240,18 @@ static void print_memory(FILE *out, json_t *doc)
     print_findings(out, json_object_get(doc, "findings"), "memory");
 }
 
+/* The "Hang" section (docs/report.md, "Hang"): present only when the job was stalled when the
+ * report was taken; its lines are those `probing <target> hang` printed. */
+static void print_hang(FILE *out, json_t *hang)
+{
+    size_t i;
+    json_t *line;
+    if (!json_is_object(hang)) return;
+    fputs("\nHang: the job is stalled (as `probing <target> hang` shows it)\n", out);
+    json_array_foreach(json_object_get(hang, "text"), i, line)
+        fprintf(out, "  %s\n", json_string_value(line) ? json_string_value(line) : "");
+}
+
 int pb_report_render(FILE *out, json_t *doc)
 {
     json_t *target = json_object_get(doc, "target");
@@ -289,6 +301,7 @@ int pb_report_render(FILE *out, json_t *doc)
         fprintf(out, "also (%s): %s\n", sev, json_string_value(json_object_get(f, "claim")));
         also++;
     }
+    print_hang(out, json_object_get(doc, "hang"));
     print_baseline(out, doc);
 
     json_t *bn = json_object_get(doc, "bottleneck");

@@ -1,0 +1,346 @@
+/*
+ * hang.c - the hang analysis: which rank a job is waiting for, and where it is.
+ *
+ * Shared by `probing <target> hang` (cmd_hang.c) and the "Hang" section of `probing <target>
+ * report` (cmd_report.c); both call pb_hang_analyse, neither calls the other.
+ *
+ * Every agent keeps, per process group, the sequence number of the last collective it entered
+ * and whether it completed (src/agent/collect/job.h). The analysis asks every rank for that (GET
+ * /api/rank) at once, and for each group compares: the ranks inside collective #N (entered, not
+ * completed) wait for the ranks that have not entered #N yet. It writes one screen:
+ *   all ranks but 3 are in all_reduce #482 on group WORLD, waiting 94 s; rank 3 has not entered it
+ *   rank 3 (node-b, pid 4242) is in train.py:88 load_batch
+ *       train.py:88 load_batch
+ *       train.py:120 main
+ *   waiting ranks 0-2: train.py:61 step  (one line per distinct stack)
+ * Stacks are read from outside the interpreter (pystack.h), so a rank holding the GIL in a C
+ * call still shows where it is: by this CLI for ranks on this host (through their pid), by the
+ * rank's own agent (GET /api/stack, the same reader on its own pid) for ranks on other hosts.
+ * Ranks at the same sequence number with a different operation or size are named as a mismatch
+ * ("mismatch at #N on group G: rank 0 all_reduce 64 bytes; rank 1 broadcast 64 bytes;").
+ */
+#include "hang.h"
+
+#include "cli.h"
+#include "pystack.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_GROUPS 32
+
+/* Appends "0-2,5" for the ranks with flag set. */
+static void rank_list(const unsigned char *flag, int n, char *out, size_t outlen)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (int r = 0; r < n; r++) {
+        if (!flag[r]) continue;
+        int e = r;
+        while (e + 1 < n && flag[e + 1]) e++;
+        int w = e > r ? snprintf(out + len, outlen - len, "%s%d-%d", len ? "," : "", r, e)
+                      : snprintf(out + len, outlen - len, "%s%d", len ? "," : "", r);
+        if (w < 0 || (size_t)w >= outlen - len) break;
+        len += (size_t)w;
+        r = e;
+    }
+}
+
+static int count(const unsigned char *flag, int n)
+{
+    int c = 0;
+    for (int r = 0; r < n; r++) c += flag[r] != 0;
+    return c;
+}
+
+/* The collective record of group in a rank's answer, or NULL. */
+static json_t *group_of(json_t *answer, const char *group)
+{
+    json_t *colls = json_object_get(answer, "collectives"), *c;
+    size_t i;
+    json_array_foreach(colls, i, c) {
+        const char *g = json_string_value(json_object_get(c, "group"));
+        if (g && strcmp(g, group) == 0) return c;
+    }
+    return NULL;
+}
+
+/* The main thread's stack as text lines ("file:line function"), innermost first, into a
+ * malloc'ed string; *top receives the innermost frame. NULL when unknown (why in err). */
+typedef struct stack_text {
+    char top[512];
+    char *text;
+} stack_text;
+
+static void short_file(const char *file, char *out, size_t outlen)
+{
+    const char *slash = strrchr(file, '/');
+    snprintf(out, outlen, "%s", slash ? slash + 1 : file);
+}
+
+static int stack_from_local(int pid, stack_text *st, char *err, size_t errlen)
+{
+    pb_pystack *s = NULL;
+    char why[512] = "";
+    int rc = pb_pystack_read(pid, &s, why, sizeof why);
+    if (rc) {
+        snprintf(err, errlen, "%s", why[0] ? why : "cannot read its Python stack");
+        return -1;
+    }
+    pb_pythread *main_thread = NULL;
+    for (int t = 0; t < s->thread_count; t++)
+        if ((int)s->threads[t].native_id == pid) main_thread = &s->threads[t];
+    if (!main_thread && s->thread_count) main_thread = &s->threads[0];
+    size_t cap = 4096, len = 0;
+    st->text = calloc(1, cap);
+    for (int f = 0; main_thread && st->text && f < main_thread->frame_count && f < 8; f++) {
+        char file[256];
+        short_file(main_thread->frames[f].file ? main_thread->frames[f].file : "?", file, sizeof file);
+        int w = snprintf(st->text + len, cap - len, "      %s:%d %s\n", file, main_thread->frames[f].line,
+                         main_thread->frames[f].function ? main_thread->frames[f].function : "?");
+        if (f == 0)
+            snprintf(st->top, sizeof st->top, "%s:%d %s", file, main_thread->frames[f].line,
+                     main_thread->frames[f].function ? main_thread->frames[f].function : "?");
+        if (w < 0 || (size_t)w >= cap - len) break;
+        len += (size_t)w;
+    }
+    pb_pystack_free(s);
+    return 0;
+}
+
+static int stack_from_answer(json_t *ans, stack_text *st, char *err, size_t errlen)
+{
+    const char *e = json_string_value(json_object_get(ans, "error"));
+    json_t *threads = json_object_get(ans, "threads"), *t, *main_thread = NULL;
+    size_t i;
+    if (e) {
+        snprintf(err, errlen, "%s", e);
+        return -1;
+    }
+    json_array_foreach(threads, i, t) {
+        if (json_is_true(json_object_get(t, "main"))) main_thread = t;
+    }
+    if (!main_thread) main_thread = json_array_get(threads, 0);
+    if (!main_thread) {
+        snprintf(err, errlen, "its agent sent no stack");
+        return -1;
+    }
+    size_t cap = 4096, len = 0;
+    st->text = calloc(1, cap);
+    json_t *frames = json_object_get(main_thread, "frames"), *f;
+    json_array_foreach(frames, i, f) {
+        if (i >= 8 || !st->text) break;
+        char file[256];
+        short_file(json_string_value(json_object_get(f, "file")) ?: "?", file, sizeof file);
+        const char *fn = json_string_value(json_object_get(f, "function")) ?: "?";
+        int line = (int)json_integer_value(json_object_get(f, "line"));
+        int w = snprintf(st->text + len, cap - len, "      %s:%d %s\n", file, line, fn);
+        if (i == 0) snprintf(st->top, sizeof st->top, "%s:%d %s", file, line, fn);
+        if (w < 0 || (size_t)w >= cap - len) break;
+        len += (size_t)w;
+    }
+    return 0;
+}
+
+int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json_t **summary)
+{
+    int rc = PB_EXIT_OK;
+    json_t *sum = summary ? json_pack("{s:b,s:[],s:[]}", "stalled", 0, "groups", "not_answered") : NULL;
+    if (summary) *summary = NULL;
+    pb_fanout_req *reqs = calloc((size_t)n, sizeof *reqs);
+    pb_fanout_req *sreqs = calloc((size_t)n, sizeof *sreqs);
+    stack_text *stacks = calloc((size_t)n, sizeof *stacks);
+    unsigned char *answered = calloc((size_t)n, 1), *waiting = calloc((size_t)n, 1),
+                  *behind = calloc((size_t)n, 1), *need_stack = calloc((size_t)n, 1),
+                  *done = calloc((size_t)n, 1);
+    char (*stack_err)[512] = calloc((size_t)n, sizeof *stack_err);
+    if (!reqs || !sreqs || !stacks || !answered || !waiting || !behind || !need_stack || !done ||
+        !stack_err || (summary && !sum)) {
+        pb_cli_error("out of memory");
+        rc = PB_EXIT_ERROR;
+        goto finish;
+    }
+    for (int r = 0; r < n; r++) {
+        pb_fanout_prepare(&reqs[r], &eps[r]);
+    }
+    pb_fanout_run(reqs, n, "GET", "/api/rank", NULL, deadline);
+    for (int r = 0; r < n; r++) answered[r] = reqs[r].root && reqs[r].status == 200;
+
+    /* The groups any rank knows. */
+    const char *groups[MAX_GROUPS];
+    int ngroups = 0;
+    for (int r = 0; r < n; r++) {
+        if (!answered[r]) continue;
+        json_t *c;
+        size_t i;
+        json_array_foreach(json_object_get(reqs[r].root, "collectives"), i, c) {
+            const char *g = json_string_value(json_object_get(c, "group"));
+            int known = 0;
+            for (int k = 0; g && k < ngroups; k++) known |= strcmp(groups[k], g) == 0;
+            if (g && !known && ngroups < MAX_GROUPS) groups[ngroups++] = g;
+        }
+    }
+
+    int any_hang = 0;
+    for (int k = 0; k < ngroups; k++) {
+        long long max_seq = 0;
+        for (int r = 0; r < n; r++) {
+            json_t *c = answered[r] ? group_of(reqs[r].root, groups[k]) : NULL;
+            long long s = c ? json_integer_value(json_object_get(c, "seq")) : 0;
+            if (s > max_seq) max_seq = s;
+        }
+        memset(waiting, 0, (size_t)(unsigned)n);
+        memset(behind, 0, (size_t)(unsigned)n);
+        memset(done, 0, (size_t)(unsigned)n);
+        const char *op = NULL;
+        long long bytes = -1;
+        double longest = 0;
+        int mismatch = 0;
+        for (int r = 0; r < n; r++) {
+            if (!answered[r]) continue;
+            json_t *c = group_of(reqs[r].root, groups[k]);
+            long long s = c ? json_integer_value(json_object_get(c, "seq")) : 0;
+            const char *state = c ? json_string_value(json_object_get(c, "state")) : NULL;
+            if (s < max_seq) {
+                behind[r] = 1;
+                continue;
+            }
+            const char *o = json_string_value(json_object_get(c, "op"));
+            long long b = json_integer_value(json_object_get(c, "bytes"));
+            if (!op) {
+                op = o;
+                bytes = b;
+            } else if ((o && strcmp(o, op) != 0) || b != bytes) {
+                mismatch = 1;
+            }
+            if (state && strcmp(state, "entered") == 0) {
+                waiting[r] = 1;
+                double f = json_number_value(json_object_get(c, "for_s"));
+                if (f > longest) longest = f;
+            } else {
+                done[r] = 1;
+            }
+        }
+        if (!count(waiting, n)) continue;
+        any_hang = 1;
+        char wl[4096], bl[4096];
+        rank_list(waiting, n, wl, sizeof wl);
+        rank_list(behind, n, bl, sizeof bl);
+        if (sum) {
+            json_object_set_new(sum, "stalled", json_true());
+            json_array_append_new(json_object_get(sum, "groups"),
+                                  json_pack("{s:s,s:s,s:I,s:f,s:s,s:s,s:b}", "group", groups[k],
+                                            "op", op ? op : "?", "seq", (json_int_t)max_seq,
+                                            "waiting_s", longest, "waiting_ranks", wl,
+                                            "not_entered_ranks", bl, "mismatch", mismatch));
+        }
+        int nb = count(behind, n);
+        int nmissing = 0;
+        for (int r = 0; r < n; r++) nmissing += !answered[r];
+        if (nb && count(waiting, n) + nb + count(done, n) == n)
+            fprintf(out, "all ranks but %s are in %s #%lld on group %s, waiting %.0f s; rank%s %s %s not "
+                   "entered it\n", bl, op ? op : "?", max_seq, groups[k], longest, nb > 1 ? "s" : "",
+                   bl, nb > 1 ? "have" : "has");
+        else
+            fprintf(out, "ranks %s are in %s #%lld on group %s, waiting %.0f s%s%s%s\n", wl, op ? op : "?",
+                   max_seq, groups[k], longest, nb ? "; not entered: " : "", nb ? bl : "",
+                   nmissing ? "; some ranks did not answer (below)" : "");
+        for (int r = 0; r < n; r++) {
+            if (!behind[r]) continue;
+            json_t *c = group_of(reqs[r].root, groups[k]);
+            need_stack[r] = 1;
+            if (c)
+                fprintf(out, "  rank %d: its last on %s is %s #%lld (%s)\n", r, groups[k],
+                       json_string_value(json_object_get(c, "op")) ?: "?",
+                       (long long)json_integer_value(json_object_get(c, "seq")),
+                       json_string_value(json_object_get(c, "state")) ?: "?");
+            else
+                fprintf(out, "  rank %d: has made no collective call on %s yet\n", r, groups[k]);
+        }
+        if (mismatch) {
+            fprintf(out, "mismatch at #%lld on group %s:", max_seq, groups[k]);
+            for (int r = 0; r < n; r++) {
+                if (!waiting[r] && !done[r]) continue;
+                json_t *c = group_of(reqs[r].root, groups[k]);
+                fprintf(out, " rank %d %s %lld bytes;", r, json_string_value(json_object_get(c, "op")) ?: "?",
+                       (long long)json_integer_value(json_object_get(c, "bytes")));
+            }
+            fprintf(out, "\n");
+        }
+        for (int r = 0; r < n; r++) need_stack[r] |= waiting[r];
+    }
+    if (!any_hang) {
+        int na = count(answered, n);
+        fprintf(out, "no rank is waiting in a collective (%d of %d ranks answered)\n", na, n);
+    }
+
+    /* Stacks: local ranks read here, the others by their agent. */
+    for (int r = 0; r < n; r++) {
+        if (!need_stack[r]) continue;
+        if (strcmp(eps[r].via, "unix") == 0 && eps[r].pid) {
+            if (stack_from_local(eps[r].pid, &stacks[r], stack_err[r], sizeof stack_err[r]) == 0) continue;
+        }
+        sreqs[r].target = eps[r].target;
+        sreqs[r].usable = 1;
+    }
+    pb_fanout_run(sreqs, n, "GET", "/api/stack", NULL, deadline);
+    for (int r = 0; r < n; r++) {
+        if (!sreqs[r].usable) continue;
+        if (sreqs[r].root && sreqs[r].status == 200)
+            stack_from_answer(sreqs[r].root, &stacks[r], stack_err[r], sizeof stack_err[r]);
+        else if (!stack_err[r][0])
+            snprintf(stack_err[r], sizeof stack_err[r], "%s", sreqs[r].err);
+    }
+    /* The odd ranks, each with its stack. */
+    for (int r = 0; r < n; r++) {
+        if (!need_stack[r] || waiting[r]) continue;
+        if (stacks[r].text)
+            fprintf(out, "rank %d (%s, pid %d) is in %s\n%s", r, eps[r].host, eps[r].pid, stacks[r].top, stacks[r].text);
+        else
+            fprintf(out, "rank %d (%s, pid %d): no stack: %s\n", r, eps[r].host, eps[r].pid, stack_err[r]);
+    }
+    /* The waiting ranks, grouped by where they wait. */
+    for (int r = 0; r < n; r++) {
+        if (!waiting[r] || !stacks[r].text) continue;
+        unsigned char *same = calloc((size_t)n, 1);
+        if (!same) break;
+        for (int q = r; q < n; q++)
+            if (waiting[q] && stacks[q].text && strcmp(stacks[q].text, stacks[r].text) == 0) {
+                same[q] = 1;
+                if (q != r) waiting[q] = 0;
+            }
+        char list[4096];
+        rank_list(same, n, list, sizeof list);
+        fprintf(out, "waiting rank%s %s %s in %s\n%s", count(same, n) > 1 ? "s" : "", list,
+               count(same, n) > 1 ? "are" : "is", stacks[r].top, stacks[r].text);
+        free(same);
+    }
+    for (int r = 0; r < n; r++) {
+        if (answered[r]) continue;
+        const char *why = reqs[r].root ? json_string_value(json_object_get(reqs[r].root, "error")) : NULL;
+        fprintf(out, "rank %d (%s) did not answer: %s\n", r, eps[r].host[0] ? eps[r].host : "host unknown",
+               why ? why : reqs[r].err);
+        if (sum) json_array_append_new(json_object_get(sum, "not_answered"), json_integer(r));
+        rc = PB_EXIT_PARTIAL;
+    }
+    if (summary) {
+        *summary = sum;
+        sum = NULL;
+    }
+finish:
+    json_decref(sum);
+    if (reqs) pb_fanout_free(reqs, n);
+    if (sreqs) pb_fanout_free(sreqs, n);
+    for (int r = 0; stacks && r < n; r++) free(stacks[r].text);
+    free(stacks);
+    free(reqs);
+    free(sreqs);
+    free(answered);
+    free(waiting);
+    free(behind);
+    free(need_stack);
+    free(done);
+    free(stack_err);
+    return rc;
+}

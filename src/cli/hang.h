@@ -1,0 +1,24 @@
+/*
+ * hang.h - the hang analysis of a job (hang.c): one call that asks every rank of a roster where
+ * it is in its collectives, writes the screen `probing <target> hang` shows, and says whether
+ * the job is stalled (some rank waits inside a collective) for the "Hang" section of `report`.
+ */
+#ifndef PB_CLI_HANG_H
+#define PB_CLI_HANG_H
+
+#include "fanout.h"
+
+#include <jansson.h>
+#include <stdio.h>
+
+/* Asks the n ranks of eps (a roster from pb_fanout_roster, borrowed) for their collectives and,
+ * for the ranks that are behind or waiting, their Python stacks, within deadline_ms for each of
+ * the two rounds; writes the analysis as text to out. When summary is not NULL, *summary
+ * receives (caller owns) {"stalled": bool, "groups": [{"group", "op", "seq", "waiting_s",
+ * "waiting_ranks", "not_entered_ranks", "mismatch"}], "not_answered": [rank, ...]}, a group
+ * entry for each group in which some rank waits. Returns PB_EXIT_OK, PB_EXIT_PARTIAL when some
+ * ranks did not answer (named in the text), or PB_EXIT_ERROR after printing "out of memory".
+ * [main thread] */
+int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline_ms, FILE *out, json_t **summary);
+
+#endif

@@ -1,0 +1,120 @@
+"""The hang analysis on one machine, with real 2-rank gloo jobs (no namespaces needed):
+
+  - a job whose rank 1 sleeps in load_batch (tests/workloads/cluster_job.py) while rank 0 waits
+    in all_reduce: `report` on rank 0 gains a "Hang" section (text, and the "hang" key of
+    --json) saying what `hang` says; once rank 1 wakes up and the job trains again, the report
+    has no Hang section;
+  - a job whose ranks issue different collectives at the same sequence number (rank 0
+    all_reduce of 32 bytes, rank 1 broadcast of 16 bytes: tests/workloads/mismatch_job.py):
+    `hang` names the mismatch with each rank's op and bytes, and report's "hang" key says so.
+
+Every wait polls a condition with a generous timeout; the processes are killed in teardown.
+"""
+import json
+import re
+import time
+
+import pytest
+
+from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, Launcher, free_port
+
+
+def _start_ranks(cli, env, work, script, *args):
+    launcher = Launcher(cli, env, work, env["PROBING_DIR"])
+    port = free_port()
+    ranks = []
+    for rank in (0, 1):
+        e = dict(env, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        ranks.append(launcher.command([cli.binary, "run", "--", PYTHON, "-u", WORKLOADS / script,
+                                       *args], env=e, name=f"hangrank{rank}"))
+    return launcher, ranks
+
+
+def _poll_cli(cli, target, args, predicate, what, ranks, timeout=STEP_TIMEOUT_S):
+    deadline, r = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        for t in ranks:
+            assert t.alive(), f"a rank exited: {t.describe()}"
+        r = cli(target, *args, check=False)
+        if predicate(r):
+            return r
+        time.sleep(0.5)
+    pytest.fail(f"{what}: not seen within {timeout} s; last output:\n"
+                f"{r.stdout if r else ''}{r.stderr if r else ''}")
+
+
+@pytest.fixture
+def sleeping_job(cli, env, session_dir):
+    work = session_dir / f"hang-report-{time.monotonic_ns()}"
+    work.mkdir()
+    control = work / "control"
+    launcher, ranks = _start_ranks(cli, env, work, "cluster_job.py", control)
+    try:
+        for r, t in enumerate(ranks):
+            t._poll(f"READY {r}", lambda t=t, r=r: f"READY {r}" in t.stdout(), STEP_TIMEOUT_S)
+        yield ranks, control
+    finally:
+        launcher.cleanup()
+
+
+def test_report_of_a_stalled_job_has_the_hang_section(cli, sleeping_job):
+    (rank0, rank1), control = sleeping_job
+    sleep = control.parent / f"{control.name}.sleep.1"
+    sleep.touch()
+    hang = _poll_cli(cli, rank0.pid, ["hang"],
+                     lambda r: "rank 1 has not entered it" in r.stdout, "rank 1 named by hang",
+                     (rank0, rank1))
+    first = hang.stdout.splitlines()[0]
+    assert first.startswith("all ranks but 1 are in all_reduce #") and first.endswith(
+        "on group WORLD, waiting " + first.split("waiting ")[1]), hang.stdout
+    assert "load_batch" in hang.stdout, hang.stdout
+
+    r = cli(rank0.pid, "report")
+    text = r.stdout
+    assert "\nHang: the job is stalled (as `probing <target> hang` shows it)\n" in text, text
+    section = text.split("\nHang: the job is stalled")[1].split("\n\n")[0].splitlines()[1:]
+    assert section[0].startswith("  all ranks but 1 are in all_reduce #"), section
+    assert "rank 1 has not entered it" in section[0], section
+    assert any(l.startswith("  rank 1 (") and "load_batch" in l for l in section), section
+    # the Hang section comes before the method's sections
+    assert text.index("\nHang:") < text.index("\n2. Bottleneck type\n"), text
+
+    doc = json.loads(cli(rank0.pid, "report", "--json").stdout)
+    hang_doc = doc["hang"]
+    assert hang_doc["stalled"] is True and hang_doc["not_answered"] == []
+    (group,) = hang_doc["groups"]
+    assert group["group"] == "WORLD" and group["op"] == "all_reduce", group
+    assert group["waiting_ranks"] == "0" and group["not_entered_ranks"] == "1", group
+    assert group["mismatch"] is False and group["seq"] >= 3, group
+    assert hang_doc["text"][0].startswith("all ranks but 1 are in all_reduce #"), hang_doc
+
+    # The job trains again: no Hang section.
+    sleep.unlink()
+    r = _poll_cli(cli, rank0.pid, ["report", "--json"],
+                  lambda r: r.returncode == 0 and "hang" not in json.loads(r.stdout),
+                  "the report without a hang once the job runs again", (rank0, rank1))
+    assert "\nHang:" not in cli(rank0.pid, "report").stdout
+
+
+def test_hang_names_mismatched_collectives(cli, env, session_dir):
+    work = session_dir / f"hang-mismatch-{time.monotonic_ns()}"
+    work.mkdir()
+    launcher, (rank0, rank1) = _start_ranks(cli, env, work, "mismatch_job.py")
+    try:
+        for r, t in enumerate((rank0, rank1)):
+            t._poll(f"READY {r}", lambda t=t, r=r: f"READY {r}" in t.stdout(), STEP_TIMEOUT_S)
+        r = _poll_cli(cli, rank0.pid, ["hang"], lambda r: "mismatch at #" in r.stdout,
+                      "the mismatch named by hang", (rank0, rank1))
+        m = re.search(r"^mismatch at #(\d+) on group WORLD: (.*)$", r.stdout, re.M)
+        assert m and m.group(2) == "rank 0 all_reduce 32 bytes; rank 1 broadcast 16 bytes;", r.stdout
+        seq = int(m.group(1))
+        assert seq >= 4, r.stdout  # after the three matching all_reduces
+        assert r.stdout.startswith(f"ranks 0-1 are in all_reduce #{seq} on group WORLD, waiting "), \
+            r.stdout
+        doc = json.loads(cli(rank0.pid, "report", "--json").stdout)
+        (group,) = doc["hang"]["groups"]
+        assert group["mismatch"] is True and group["seq"] == seq, group
+        assert group["waiting_ranks"] == "0-1" and group["not_entered_ranks"] == "", group
+    finally:
+        launcher.cleanup()
