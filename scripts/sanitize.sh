@@ -24,9 +24,9 @@ setup() { # dir, sanitizers
 
 echo "== ASan+UBSan: unit tests"
 setup build-asan address,undefined
-"$NINJA" -C build-asan tests/unit/test_ring tests/unit/test_intern tests/unit/test_sql tests/unit/test_http \
-    tests/unit/test_report tests/unit/test_capture
-"$MESON" test -C build-asan --no-rebuild --suite unit --print-errorlogs ring intern sql http report capture
+UNIT=(ring intern sql http pool report capture detail sampler recpath pystack exposition)
+"$NINJA" -C build-asan "${UNIT[@]/#/tests/unit/test_}"
+"$MESON" test -C build-asan --no-rebuild --suite unit --print-errorlogs "${UNIT[@]}"
 
 if [ "${SANITIZE_INTEGRATION:-1}" != 0 ]; then
     echo "== ASan+UBSan: integration suite (agent, CLI, report)"
