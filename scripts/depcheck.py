@@ -169,6 +169,18 @@ def sccs(nodes, edges):
     return out
 
 
+def print_cycles(kind, cycles, edges, why):
+    """Each cycle, then the edges inside it with up to four of the reasons for each."""
+    for c in cycles:
+        members = set(c)
+        print(f"\ncycle among {len(c)} {kind}: {', '.join(c)}")
+        for a in c:
+            for b in sorted(edges[a] & members):
+                reasons = sorted(why[(a, b)])
+                more = f" (+{len(reasons) - 4} more)" if len(reasons) > 4 else ""
+                print(f"  {a} -> {b}: {', '.join(reasons[:4])}{more}")
+
+
 def main(argv):
     build = "build"
     flags = set()
@@ -209,22 +221,8 @@ def main(argv):
     fcycles = [c for c in sccs(fnodes, fedges) if len(c) > 1]
     print(f"depcheck: {len(nodes)} files, {len(why)} file-level dependencies, "
           f"{len(cycles)} cycle(s) among files, {len(fcycles)} among folders")
-    for c in fcycles:
-        members = set(c)
-        print(f"\ncycle among {len(c)} folders: {', '.join(c)}")
-        for a in c:
-            for b in sorted(fedges[a] & members):
-                pairs = sorted(fwhy[(a, b)])
-                more = f" (+{len(pairs) - 4} more)" if len(pairs) > 4 else ""
-                print(f"  {a} -> {b}: {', '.join(pairs[:4])}{more}")
-    for c in cycles:
-        members = set(c)
-        print(f"\ncycle among {len(c)} files: {', '.join(c)}")
-        for a in c:
-            for b in sorted(edges[a] & members):
-                reasons = sorted(why[(a, b)])
-                more = f" (+{len(reasons) - 4} more)" if len(reasons) > 4 else ""
-                print(f"  {a} -> {b}: {', '.join(reasons[:4])}{more}")
+    print_cycles("folders", fcycles, fedges, fwhy)
+    print_cycles("files", cycles, edges, why)
     return 1 if cycles or fcycles else 0
 
 

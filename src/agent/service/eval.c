@@ -226,29 +226,30 @@ out:
     PyErr_Clear();
 }
 
-/* Pending call: runs in the main thread with the GIL; interrupts a timed-out eval. */
-static int interrupt_eval(void *arg)
+/* Raises exc in the eval thread if the eval of generation gen is still running. [main thread,
+ * GIL held: a pending call] */
+static int raise_in_eval(void *arg, PyObject *exc)
 {
     unsigned long gen = (unsigned long)(uintptr_t)arg;
     pthread_mutex_lock(&lock);
     int still = running_generation == gen && capturing;
     unsigned long ident = capture_ident;
     pthread_mutex_unlock(&lock);
-    if (still) PyThreadState_SetAsyncExc(ident, PyExc_TimeoutError);
+    if (still) PyThreadState_SetAsyncExc(ident, exc);
     return 0;
+}
+
+/* Pending call: interrupts a timed-out eval. */
+static int interrupt_eval(void *arg)
+{
+    return raise_in_eval(arg, PyExc_TimeoutError);
 }
 
 /* Pending call: the client of a running eval left; KeyboardInterrupt, which `except Exception`
  * in the eval's code does not catch. */
 static int cancel_eval(void *arg)
 {
-    unsigned long gen = (unsigned long)(uintptr_t)arg;
-    pthread_mutex_lock(&lock);
-    int still = running_generation == gen && capturing;
-    unsigned long ident = capture_ident;
-    pthread_mutex_unlock(&lock);
-    if (still) PyThreadState_SetAsyncExc(ident, PyExc_KeyboardInterrupt);
-    return 0;
+    return raise_in_eval(arg, PyExc_KeyboardInterrupt);
 }
 
 static void *eval_main(void *unused)
