@@ -52,6 +52,10 @@ typedef struct pb_table {
     const char *empty_reason; /* why the table may be empty (no GPU, ...), or NULL */
 } pb_table;
 
+/* One pb_column of a row struct's field: PB_COL("step", PB_COL_I64, my_row, step, "doc").
+ * Needs <stddef.h> (included above). */
+#define PB_COL(name, kind, type, field, doc) {name, kind, offsetof(type, field), NULL, doc}
+
 #define PB_REGISTRY_MAX 64
 
 /* Adds a table (borrowed: must outlive the registry). Returns 0, -EEXIST or -ENOSPC.

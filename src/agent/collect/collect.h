@@ -11,6 +11,9 @@
  * autocast state) and python.layers (one row per nn.Linear / convolution module, at its first
  * forward: the GEMM dimensions, dtypes and device the tensor-core check needs).
  *
+ * The two memory tables are defined and filled by memtables.c; this file registers them
+ * with the others and tells memtables.c of the phases, optimizer steps and step ends it sees.
+ *
  * How they see the training loop, without a change to user code:
  *   - C wrappers (pb_wrap_attr in wrap.h) of DataLoader's iterator __next__,
  *     torch.amp.GradScaler.step, torch.optim.Optimizer.zero_grad and torch.cuda.synchronize;
@@ -26,20 +29,9 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "memtables.h"
 #include "registry.h"
 #include "step.h"
-
-/* python.memory phases, in the order a training step passes them. */
-enum {
-    PB_PHASE_STEP = 0,
-    PB_PHASE_AFTER_DATA,
-    PB_PHASE_AFTER_FORWARD,
-    PB_PHASE_AFTER_LOSS,
-    PB_PHASE_AFTER_BACKWARD,
-    PB_PHASE_AFTER_OPTIMIZER,
-    PB_PHASE_AFTER_ZERO_GRAD,
-    PB_PHASE_BEFORE_FORWARD, /* added last so the stored values of the others stay */
-};
 
 typedef struct pb_dataloader_row {
     int64_t step;
@@ -65,15 +57,6 @@ typedef struct pb_steps_row {
     uint8_t detail; /* the step's module executions are in torch_trace */
 } pb_steps_row;
 
-typedef struct pb_memory_row {
-    int64_t step;
-    double allocated_mb, max_allocated_mb, reserved_mb, rss_mb; /* NaN reads as NULL */
-    double limit_mb; /* memory the process may use: GPU total on CUDA, cgroup/RAM on CPU */
-    uint32_t device; /* intern id: "cpu", "cuda:0", ... */
-    uint16_t rank;
-    uint8_t phase;   /* PB_PHASE_* */
-} pb_memory_row;
-
 typedef struct pb_amp_row {
     int64_t step;
     double scale;             /* NaN (NULL) without an enabled GradScaler */
@@ -84,17 +67,6 @@ typedef struct pb_amp_row {
     uint16_t rank;
     uint8_t found_inf, skipped, autocast_enabled;
 } pb_amp_row;
-
-typedef struct pb_breakdown_row {
-    int64_t step;
-    int64_t param_bytes, grad_bytes, state_bytes; /* distinct storages, each counted once */
-    double device_total_mb;   /* total memory of the parameters' GPU; NaN (NULL) on CPU */
-    uint32_t optimizer;       /* intern id: class name */
-    uint32_t device;          /* intern id: device of the first parameter, or "mixed" */
-    uint32_t params;          /* parameter tensors in param_groups */
-    uint32_t state_tensors;   /* tensors in optimizer.state */
-    uint16_t rank;
-} pb_breakdown_row;
 
 typedef struct pb_layer_row {
     int64_t step;
@@ -108,8 +80,7 @@ typedef struct pb_layer_row {
 } pb_layer_row;
 
 extern pb_table pb_table_gil;
-extern pb_table pb_table_dataloader_trace, pb_table_steps, pb_table_memory, pb_table_amp_trace,
-    pb_table_memory_breakdown, pb_table_layers;
+extern pb_table pb_table_dataloader_trace, pb_table_steps, pb_table_amp_trace, pb_table_layers;
 
 /* Creates the rings and registers the tables. Returns 0 or a negative errno (then nothing
  * is registered and the collectors record nothing). [start-up, GIL held] */

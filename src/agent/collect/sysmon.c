@@ -58,7 +58,7 @@ static char gpu_empty_reason[320];
 
 /* ---------------------------------------------------------------- tables */
 
-#define COL(name, kind, type, field, doc) {name, kind, offsetof(type, field), NULL, doc}
+#define COL PB_COL
 
 static const pb_column process_cols[] = {
     COL("time", PB_COL_F64, pb_process_row, time, "unix seconds of the sample"),

@@ -8,7 +8,7 @@
 
 static const char *const stage_names[] = {"forward", "backward", "step", NULL};
 
-#define COL(name, kind, type, field, doc) {name, kind, offsetof(type, field), NULL, doc}
+#define COL PB_COL
 
 static const pb_column torch_cols[] = {
     COL("step", PB_COL_I64, pb_torch_row, step, "training step (ends at optimizer.step(); without one, as in inference or an evaluation loop under no_grad, one root forward)"),
