@@ -14,6 +14,7 @@
 #include "capture_ranks.h"
 
 #include "client.h"
+#include "clock.h"
 #include "fanout.h"
 
 #include <errno.h>
@@ -26,8 +27,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CAPTURE_DEFAULT_STEPS 3
-#define CAPTURE_DEFAULT_TIMEOUT_S 120.0
 
 static volatile sig_atomic_t interrupted;
 
@@ -35,13 +34,6 @@ static void on_sigint(int sig)
 {
     (void)sig;
     interrupted = 1;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static long long int_field(json_t *o, const char *key, long long deflt)
@@ -149,8 +141,8 @@ static void cancel_unfinished(pb_fanout_req *reqs, rank_capture *caps, int n, lo
 
 int pb_capture_ranks(const pb_cli_args *a)
 {
-    int steps = a->steps ? a->steps : CAPTURE_DEFAULT_STEPS;
-    double timeout_s = a->timeout_s > 0 ? a->timeout_s : CAPTURE_DEFAULT_TIMEOUT_S;
+    int steps = a->steps ? a->steps : PB_CAPTURE_DEFAULT_STEPS;
+    double timeout_s = a->timeout_s > 0 ? a->timeout_s : PB_CAPTURE_DEFAULT_TIMEOUT_S;
     long deadline = pb_fanout_deadline_ms(a->deadline_s);
     pb_rank_ep *eps = NULL;
     pb_fanout_req *reqs = NULL;
@@ -223,14 +215,14 @@ int pb_capture_ranks(const pb_cli_args *a)
     handler = sigaction(SIGINT, &sa, &old_sa) == 0;
 
     /* Wait: one status round for all unfinished ranks at a time. */
-    double start = now_s(), pause = 0.05;
+    double start = pb_mono_s(), pause = 0.05;
     int unfinished = started;
     while (unfinished > 0) {
         if (interrupted) {
             cancel_unfinished(reqs, caps, n, deadline, "interrupted (Ctrl-C)");
             break;
         }
-        if (now_s() - start >= timeout_s) {
+        if (pb_mono_s() - start >= timeout_s) {
             char why[96];
             snprintf(why, sizeof why, "no result within %g s (--timeout)", timeout_s);
             cancel_unfinished(reqs, caps, n, deadline, why);

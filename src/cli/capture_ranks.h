@@ -7,6 +7,10 @@
 
 #include "command.h"
 
+/* What `capture` takes when --steps and --timeout are not given (one capture or many). */
+#define PB_CAPTURE_DEFAULT_STEPS 3
+#define PB_CAPTURE_DEFAULT_TIMEOUT_S 120.0
+
 /* Runs the capture a describes (a->ranks set) on ranks a->ranks of a->resolved's job; with
  * a->output writes a->output/rank<R>.json per rank. Prints per-rank results on stdout and the
  * ranks without a capture, with why, on stderr. Returns PB_EXIT_OK, PB_EXIT_PARTIAL (some

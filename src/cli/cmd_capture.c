@@ -11,6 +11,7 @@
  * With --ranks the same capture runs on many ranks of a job at once (capture_ranks.c).
  */
 #include "capture_ranks.h"
+#include "clock.h"
 #include "command.h"
 #include "client.h"
 #include "format.h"
@@ -24,8 +25,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CAPTURE_DEFAULT_STEPS 3
-#define CAPTURE_DEFAULT_TIMEOUT_S 120.0
 #define TOP_OPS 10
 
 static volatile sig_atomic_t interrupted;
@@ -34,13 +33,6 @@ static void on_sigint(int sig)
 {
     (void)sig;
     interrupted = 1;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static void sleep_s(double s)
@@ -214,8 +206,8 @@ done:
 
 int cmd_capture(const pb_cli_args *a)
 {
-    int steps = a->steps ? a->steps : CAPTURE_DEFAULT_STEPS;
-    double timeout_s = a->timeout_s > 0 ? a->timeout_s : CAPTURE_DEFAULT_TIMEOUT_S;
+    int steps = a->steps ? a->steps : PB_CAPTURE_DEFAULT_STEPS;
+    double timeout_s = a->timeout_s > 0 ? a->timeout_s : PB_CAPTURE_DEFAULT_TIMEOUT_S;
     int to_stdout = a->output && strcmp(a->output, "-") == 0;
     FILE *trace = NULL, *note = to_stdout ? stderr : stdout;
     json_t *req = NULL, *root = NULL;
@@ -265,10 +257,10 @@ int cmd_capture(const pb_cli_args *a)
     sigemptyset(&sa.sa_mask);
     handler = sigaction(SIGINT, &sa, &old_sa) == 0;
 
-    double start = now_s(), pause = 0.02;
+    double start = pb_mono_s(), pause = 0.02;
     for (;;) {
         if (interrupted) {
-            rc = give_up(a, id, now_s() - start, 1);
+            rc = give_up(a, id, pb_mono_s() - start, 1);
             goto done;
         }
         if (!(root = get_status(&a->resolved))) goto done;
@@ -283,7 +275,7 @@ int cmd_capture(const pb_cli_args *a)
             break;
         json_decref(root);
         root = NULL;
-        if (now_s() - start >= timeout_s) {
+        if (pb_mono_s() - start >= timeout_s) {
             rc = give_up(a, id, timeout_s, 0);
             goto done;
         }

@@ -29,6 +29,7 @@
  * device also carries the GPU as NVIDIA's DCGM exporter labels it (`gpu`, `UUID`, `Hostname`),
  * and probing_gpu_info maps each rank to its GPU for PromQL joins with DCGM's series.
  */
+#include "clock.h"
 #include "command.h"
 #include "client.h"
 #include "exposition.h"
@@ -102,16 +103,9 @@ static struct {
     char host[256];
 } exporter = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static long remaining_ms(const agent_job *j)
 {
-    double left = j->deadline - mono_s();
+    double left = j->deadline - pb_mono_s();
     return left <= 0.001 ? 0 : (long)(left * 1000.0);
 }
 
@@ -459,7 +453,7 @@ static void gauges(agent_job *j)
 static void findings(agent_job *j, json_t *info, int rebuild)
 {
     agent_state *s = j->state;
-    double now = mono_s();
+    double now = pb_mono_s();
     if (rebuild && (!s->findings || now - s->findings_at >= FINDINGS_EVERY_S)) {
         pb_report_source src;
         json_t *report = NULL;
@@ -500,7 +494,7 @@ static void findings(agent_job *j, json_t *info, int rebuild)
 static void *scrape_agent(void *arg)
 {
     agent_job *j = arg;
-    double t0 = mono_s();
+    double t0 = pb_mono_s();
     json_t *info = call(j, "GET", "/api/info", NULL);
     render_labels(j, info);
     if (info) {
@@ -552,7 +546,7 @@ static void *scrape_agent(void *arg)
         memset(&j->out, 0, sizeof j->out);
     }
     pb_exposition_add(&j->out, PB_METRIC_UP, NULL, j->labels, NULL, j->up ? 1 : 0);
-    pb_exposition_add(&j->out, PB_METRIC_SCRAPE_SECONDS, NULL, j->labels, NULL, mono_s() - t0);
+    pb_exposition_add(&j->out, PB_METRIC_SCRAPE_SECONDS, NULL, j->labels, NULL, pb_mono_s() - t0);
     json_decref(info);
     return NULL;
 }
@@ -595,7 +589,7 @@ static int scrape(double timeout_s, pb_buf *out)
         goto fail;
     }
     for (int i = 0; i < MAX_AGENTS; i++) exporter.states[i].seen = 0;
-    double deadline = mono_s() + timeout_s;
+    double deadline = pb_mono_s() + timeout_s;
     int started = 0;
     for (int i = 0; i < count; i++) {
         agent_job *j = &jobs[i];

@@ -2,7 +2,7 @@
  * clock.h - monotonic and wall clocks in nanoseconds.
  *
  * pb_now_ns() is CLOCK_MONOTONIC through the vDSO (about 20 ns); every duration probing records
- * comes from it. [any thread] [async-signal-safe]
+ * comes from it. pb_wall_ns() is CLOCK_REALTIME. [any thread] [async-signal-safe]
  */
 #ifndef PB_COMMON_CLOCK_H
 #define PB_COMMON_CLOCK_H
@@ -23,5 +23,9 @@ static inline int64_t pb_wall_ns(void)
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
+
+/* The same two clocks in seconds, for deadlines and timestamps the CLI prints. */
+static inline double pb_mono_s(void) { return (double)pb_now_ns() / 1e9; }
+static inline double pb_wall_s(void) { return (double)pb_wall_ns() / 1e9; }
 
 #endif
