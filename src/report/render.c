@@ -54,6 +54,21 @@ static void print_value(FILE *out, json_t *v)
         fputs("-", out);
 }
 
+/* One line: label, then "key<sep>value" for each member of obj, comma-separated. */
+static void print_pairs(FILE *out, const char *label, json_t *obj, const char *sep)
+{
+    const char *key;
+    json_t *v;
+    int first = 1;
+    fputs(label, out);
+    json_object_foreach(obj, key, v) {
+        fprintf(out, "%s%s%s", first ? "" : ", ", key, sep);
+        print_value(out, v);
+        first = 0;
+    }
+    fputc('\n', out);
+}
+
 static void print_finding(FILE *out, json_t *f)
 {
     const char *sev = json_string_value(json_object_get(f, "severity"));
@@ -64,18 +79,7 @@ static void print_finding(FILE *out, json_t *f)
     tag[i] = '\0';
     fprintf(out, "  [%s] %s\n", tag, json_string_value(json_object_get(f, "claim")));
     json_t *nums = json_object_get(f, "numbers");
-    if (json_object_size(nums)) {
-        const char *key;
-        json_t *v;
-        int first = 1;
-        fputs("      numbers: ", out);
-        json_object_foreach(nums, key, v) {
-            fprintf(out, "%s%s=", first ? "" : ", ", key);
-            print_value(out, v);
-            first = 0;
-        }
-        fputc('\n', out);
-    }
+    if (json_object_size(nums)) print_pairs(out, "      numbers: ", nums, "=");
     json_t *sql;
     json_array_foreach(json_object_get(f, "sql"), i, sql) print_sql(out, json_string_value(sql));
     const char *rec = json_string_value(json_object_get(f, "recommendation"));
@@ -141,20 +145,10 @@ static void print_baseline(FILE *out, json_t *doc)
         fprintf(out, "  throughput: unknown (%s)\n",
                 json_string_value(json_object_get(b, "throughput_note")));
     json_t *c = json_object_get(b, "conditions");
-    if (json_is_object(c)) {
-        const char *key;
-        json_t *v;
-        int first = 1;
-        fputs("  conditions: ", out);
-        json_object_foreach(c, key, v) {
-            fprintf(out, "%s%s ", first ? "" : ", ", key);
-            print_value(out, v);
-            first = 0;
-        }
-        fputc('\n', out);
-    } else if (json_is_string(json_object_get(b, "conditions_note"))) {
+    if (json_is_object(c))
+        print_pairs(out, "  conditions: ", c, " ");
+    else if (json_is_string(json_object_get(b, "conditions_note")))
         fprintf(out, "  conditions: %s\n", json_string_value(json_object_get(b, "conditions_note")));
-    }
     print_sql(out, json_string_value(json_object_get(b, "sql")));
     print_findings(out, json_object_get(doc, "findings"), "baseline");
 }

@@ -90,6 +90,22 @@ static int attach_schema(pb_db *db, const char *schema)
     return rc;
 }
 
+/* Opens db->conn, an in-memory database that can neither load extensions nor run triggers,
+ * in defensive mode (no writes to its own schema) and trusting no schema: what both the live
+ * tables and a recording are queried through. Returns an SQLite result code. */
+static int open_memory(pb_db *db)
+{
+    int rc = sqlite3_open_v2(":memory:", &db->conn,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) return rc;
+    sqlite3_extended_result_codes(db->conn, 1);
+    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, (int *)NULL);
+    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_DEFENSIVE, 1, (int *)NULL);
+    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)NULL);
+    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, (int *)NULL);
+    return SQLITE_OK;
+}
+
 int pb_db_open(pb_db **out)
 {
     int rc = SQLITE_OK;
@@ -98,14 +114,7 @@ int pb_db_open(pb_db **out)
     pb_db *db = calloc(1, sizeof *db);
     if (!db) return -ENOMEM;
 
-    rc = sqlite3_open_v2(":memory:", &db->conn,
-                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
-    if (rc != SQLITE_OK) goto fail;
-    sqlite3_extended_result_codes(db->conn, 1);
-    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, (int *)NULL);
-    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_DEFENSIVE, 1, (int *)NULL);
-    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)NULL);
-    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, (int *)NULL);
+    if ((rc = open_memory(db)) != SQLITE_OK) goto fail;
 
     int ntables = pb_registry_count();
     for (int i = 0; i < ntables; i++) {
@@ -154,15 +163,8 @@ int pb_db_open_file(const char *path, pb_db **out, char *why, size_t whylen)
     *out = NULL;
     pb_db *db = calloc(1, sizeof *db);
     if (!db) return -ENOMEM;
-    rc = sqlite3_open_v2(":memory:", &db->conn,
-                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
-    if (rc != SQLITE_OK) goto fail;
-    sqlite3_extended_result_codes(db->conn, 1);
+    if ((rc = open_memory(db)) != SQLITE_OK) goto fail;
     sqlite3_busy_timeout(db->conn, 10000); /* the recorder may be writing a flush */
-    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, (int *)NULL);
-    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_DEFENSIVE, 1, (int *)NULL);
-    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0, (int *)NULL);
-    sqlite3_db_config(db->conn, SQLITE_DBCONFIG_ENABLE_TRIGGER, 0, (int *)NULL);
     for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
         char *sql = sqlite3_mprintf("ATTACH %Q AS \"%w\"", path, schemas[i]);
         if (!sql) {
