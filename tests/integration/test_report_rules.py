@@ -110,7 +110,7 @@ def skip_if_noisy(cli, t, doc, f, every_n):
     strays = [r["step"] for r in rows if r["step"] % every_n != phase]
     if strays:
         pytest.skip(f"a loaded machine: {len(strays)} step(s) off the {every_n}-step period "
-                    f"over 1.8x the median (steps {strays[:10]}); the period is asserted on a "
+                    f"took over 1.8x the median (steps {strays[:10]}); the period is asserted on a "
                     f"clean recording only")
 
 
