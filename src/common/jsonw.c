@@ -169,3 +169,24 @@ int pb_json_escape(pb_buf *b, const char *s, size_t len)
     if (!rc) rc = pb_buf_putc(b, '"');
     return rc;
 }
+
+size_t pb_json_escaped_len(const char *s, size_t len, size_t stop)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = 0, i = 0;
+    while (i < len && n <= stop) {
+        unsigned char c = p[i];
+        if (c >= 0x20 && c < 0x80) {
+            n += (c == '"' || c == '\\') ? 2 : 1;
+            i++;
+        } else if (c < 0x20) {
+            n += (c == '\n' || c == '\r' || c == '\t') ? 2 : 6;
+            i++;
+        } else {
+            size_t k = utf8_len(p + i, len - i);
+            n += k ? k : 3; /* an invalid byte becomes U+FFFD, three bytes */
+            i += k ? k : 1;
+        }
+    }
+    return n;
+}

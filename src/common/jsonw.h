@@ -36,4 +36,9 @@ int pb_jsonw_null(pb_jsonw *w);
 /* Appends s as an escaped JSON string (with quotes) to b, no comma logic. */
 int pb_json_escape(pb_buf *b, const char *s, size_t len);
 
+/* How many bytes pb_json_escape writes for s between its quotes, or a value above stop as soon
+ * as the count passes stop (so a huge s is not scanned to its end). Escaping a concatenation
+ * never takes more than the sum of its parts. [any thread] */
+size_t pb_json_escaped_len(const char *s, size_t len, size_t stop);
+
 #endif

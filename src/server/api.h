@@ -28,6 +28,19 @@
 typedef int (*pb_eval_fn)(void *ctx, const char *code, double timeout_s, pb_db_cancel_fn cancelled,
                           void *cancel_ctx, pb_buf *out_json, int *http_status);
 
+/* What one eval may hold in memory, so that probing's memory has a stated ceiling
+ * (docs/security.md). The eval thread (src/agent/service/eval.c) captures each of stdout and
+ * stderr up to PB_EVAL_CAPTURE_MAX bytes and the traceback up to PB_EVAL_ERROR_MAX, counted as
+ * they will be in the JSON answer (escaped: a control character counts six bytes, \u00XX);
+ * the raw captured bytes are never more than their escaped size. So an answer is at most
+ * PB_EVAL_ANSWER_MAX, and while it is built the captures and the answer exist together: the
+ * route (routes.c) reserves PB_EVAL_RESERVE of the result budget when the eval starts, for the
+ * one eval that runs at a time. */
+#define PB_EVAL_CAPTURE_MAX ((size_t)16 << 20)
+#define PB_EVAL_ERROR_MAX ((size_t)1 << 20)
+#define PB_EVAL_ANSWER_MAX (2 * PB_EVAL_CAPTURE_MAX + PB_EVAL_ERROR_MAX + ((size_t)64 << 10))
+#define PB_EVAL_RESERVE (2 * PB_EVAL_ANSWER_MAX)
+
 /* Fills the /api/info response body. Returns 0 or an error (-> 500). [server thread] */
 typedef int (*pb_info_fn)(void *ctx, pb_buf *out_json);
 

@@ -19,6 +19,7 @@
 #define POOL_MAX 8      /* idle SQL connections kept */
 #define ACTIVE_MAX 128  /* queries running at once that a stop can interrupt */
 #define QUEUE_WAIT_S 5  /* how long a query waits for a slot or result budget */
+#define EVAL_CHECK_MS 100 /* how often a waiting eval checks that its client is still there */
 
 struct pb__pool {
     pthread_mutex_t lock; /* guards everything below but stopping */
@@ -30,6 +31,7 @@ struct pb__pool {
     int query_threads;         /* PROBING_QUERY_THREADS */
     size_t results_in_flight;  /* bytes reserved by queries running or answers not yet sent */
     size_t results_budget;     /* PROBING_RESULTS_MB */
+    int eval_running;          /* an eval holds the eval slot (one at a time) */
     _Atomic int stopping;
 };
 
@@ -94,13 +96,39 @@ void pb__pool_release(pb__pool *p, pb_db *db)
     pb_db_close(db); /* pool full */
 }
 
-/* Deadline QUEUE_WAIT_S from now, on the condition's clock. */
-static struct timespec queue_deadline(void)
+/* Now plus s seconds, on the condition's clock. */
+static struct timespec after_s(double s)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
-    t.tv_sec += QUEUE_WAIT_S;
+    double ns = (double)t.tv_nsec + (s - (double)(time_t)s) * 1e9;
+    t.tv_sec += (time_t)s + (time_t)(ns / 1e9);
+    t.tv_nsec = (long)ns % 1000000000L;
     return t;
+}
+
+static struct timespec queue_deadline(void) { return after_s(QUEUE_WAIT_S); }
+
+static int before(struct timespec a, struct timespec b)
+{
+    return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
+}
+
+static double seconds_since(struct timespec t)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double)(now.tv_sec - t.tv_sec) + (double)(now.tv_nsec - t.tv_nsec) / 1e9;
+}
+
+/* The busy answer for a spent result budget. [p->lock held] */
+static int budget_busy(pb__pool *p, const char *hint, pb_buf *out)
+{
+    return pb_api_error(out, 503,
+                        "busy: %zu MB of results in flight (the limit is %zu MB, "
+                        "PROBING_RESULTS_MB); %s",
+                        (p->results_in_flight + (1u << 20) - 1) >> 20, p->results_budget >> 20,
+                        hint);
 }
 
 /* With p->lock held: waits (until QUEUE_WAIT_S from now) until reserve bytes of the result
@@ -126,11 +154,7 @@ static int admit_locked(pb__pool *p, size_t reserve, int *slot, const char *not_
         }
         if (pthread_cond_timedwait(&p->changed, &p->lock, &until) == ETIMEDOUT) {
             if (p->results_in_flight + reserve > p->results_budget)
-                return pb_api_error(out, 503,
-                                    "busy: %zu MB of results in flight (the limit is %zu MB, "
-                                    "PROBING_RESULTS_MB); %s",
-                                    (p->results_in_flight + (1u << 20) - 1) >> 20,
-                                    p->results_budget >> 20, hint);
+                return budget_busy(p, hint, out);
             return pb_api_error(
                 out, 503,
                 "busy: %d queries are running (the limit is %d, PROBING_QUERY_THREADS) and "
@@ -173,6 +197,85 @@ int pb__pool_reserve(pb__pool *p, size_t want, size_t *reserved, const char *not
     }
     pthread_mutex_unlock(&p->lock);
     return status;
+}
+
+int pb__pool_eval_begin(pb__pool *p, size_t want, double *wait_s, pb_db_cancel_fn cancelled,
+                        void *cancel_ctx, size_t *reserved, pb_buf *out)
+{
+    static const char not_run[] = "try again in a moment (the code was not run)";
+    if (want > p->results_budget) want = p->results_budget;
+    struct timespec start;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    struct timespec slot_until = after_s(*wait_s), budget_until = {0, 0};
+    int status = 0;
+    pthread_mutex_lock(&p->lock);
+    for (;;) {
+        if (atomic_load(&p->stopping)) {
+            status = pb_api_error(out, 503, "the process is exiting or probing is detaching; "
+                                            "the code was not run");
+            break;
+        }
+        int fits = p->results_in_flight + want <= p->results_budget;
+        if (!p->eval_running && fits) {
+            p->eval_running = 1;
+            p->results_in_flight += want;
+            *reserved += want;
+            break;
+        }
+        /* The slot is waited for as long as the eval's own timeout; the budget, once the
+         * slot is free, as long as any other request waits for it. */
+        if (!p->eval_running && budget_until.tv_sec == 0) budget_until = queue_deadline();
+        struct timespec slice = after_s(EVAL_CHECK_MS / 1000.0);
+        if (budget_until.tv_sec && !before(slice, budget_until)) slice = budget_until;
+        if (!before(slice, slot_until)) slice = slot_until;
+        pthread_cond_timedwait(&p->changed, &p->lock, &slice);
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (atomic_load(&p->stopping)) continue;
+        if (!p->eval_running && p->results_in_flight + want <= p->results_budget) continue;
+        if (budget_until.tv_sec && !p->eval_running && !before(now, budget_until)) {
+            status = budget_busy(p, not_run, out);
+            break;
+        }
+        if (!before(now, slot_until)) {
+            if (p->eval_running)
+                status = pb_api_error(out, 503,
+                                      "busy: another eval is running (evals run one at a time) "
+                                      "and this one waited its whole timeout, %.3g s; the code "
+                                      "was not run. Try again when it ends, or give a longer "
+                                      "--timeout",
+                                      *wait_s);
+            else
+                status = budget_busy(p, not_run, out);
+            break;
+        }
+        if (cancelled) {
+            pthread_mutex_unlock(&p->lock);
+            int why = cancelled(cancel_ctx);
+            pthread_mutex_lock(&p->lock);
+            if (why) {
+                status = pb_api_error(out, 503, "eval was cancelled: %s; the code was not run",
+                                      why == PB_DB_CANCEL_CLIENT_GONE
+                                          ? "the client closed its connection"
+                                          : "the process is exiting");
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (status == 0) {
+        *wait_s -= seconds_since(start);
+        if (*wait_s < 0.001) *wait_s = 0.001;
+    }
+    return status;
+}
+
+void pb__pool_eval_end(pb__pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->eval_running = 0;
+    pthread_cond_broadcast(&p->changed);
+    pthread_mutex_unlock(&p->lock);
 }
 
 void pb__pool_results_kept(pb__pool *p, size_t kept, size_t *reserved)

@@ -6,8 +6,9 @@
  * most 8) and lent to one query at a time. The job comes first (docs/security.md, "Round two"): at most
  * PROBING_QUERY_THREADS queries run at once, and all results in flight share one budget,
  * PROBING_RESULTS_MB. A query reserves its result cap while it runs and the size of its answer
- * until the answer has been sent; an eval reserves its answer's usual ceiling before its code
- * runs and the table list a megabyte, then each keeps its answer's size until it is sent. One
+ * until the answer has been sent; an eval reserves its ceiling (PB_EVAL_RESERVE, api.h) when it
+ * starts and the table list a megabyte, then each keeps its answer's size until it is sent. Evals
+ * run one at a time (an eval slot): one that waits for the slot holds nothing of the budget. One
  * that does not fit waits a few seconds, then gets 503 "busy: ...". A stop interrupts the running queries and turns the waiting ones away.
  *
  * The routes (routes.c) borrow connections and begin and end queries; the transport (server.c)
@@ -62,6 +63,22 @@ int pb__pool_query_begin(pb__pool *p, pb_db *db, size_t want, size_t *cap, size_
  * is exiting or probing is detaching; <not_done>". [server thread] */
 int pb__pool_reserve(pb__pool *p, size_t want, size_t *reserved, const char *not_done,
                      const char *hint, pb_buf *out);
+
+/* For an eval: waits until no other eval holds the eval slot (at most *wait_s, its timeout)
+ * and want bytes of the result budget are free (at most 5 s once the slot is free), checking
+ * cancelled(cancel_ctx) every 100 ms; then takes the slot, adds want (first cut to the budget)
+ * to *reserved and takes the time it waited off *wait_s (leaving at least 1 ms). Evals that
+ * wait hold nothing of the budget. Returns 0, or writes the 503 answer into out and returns
+ * 503: "busy: another eval is running (evals run one at a time) and this one waited its whole
+ * timeout, T s; ...", "busy: N MB of results in flight (the limit is M MB, PROBING_RESULTS_MB);
+ * try again in a moment (the code was not run)", "eval was cancelled: ...", "the process is
+ * exiting ...". Release the slot with pb__pool_eval_end. [server thread] */
+int pb__pool_eval_begin(pb__pool *p, size_t want, double *wait_s, pb_db_cancel_fn cancelled,
+                        void *cancel_ctx, size_t *reserved, pb_buf *out);
+
+/* The eval that holds the slot is over (its capture buffers are gone): the next one may run.
+ * What it reserved stays on its *reserved (pb__pool_results_kept, _sent). [server thread] */
+void pb__pool_eval_end(pb__pool *p);
 
 /* The answer has been built: its hold becomes exactly kept bytes (its size), smaller or larger
  * than what was reserved, until pb__pool_results_sent. [server thread] */

@@ -116,11 +116,9 @@ static int route_info(const pb__routes_env *env, const request *req, pb_buf *out
     return 200;
 }
 
-/* What an answer that is not a query's reserves of the result budget before it is built (pool.h);
- * once built it keeps its real size until sent. An eval's answer is usually at most its stdout
- * and stderr, each captured up to 16 MB (src/agent/service/eval.c), and a megabyte of JSON and
- * traceback; the table list is a few kilobytes. */
-#define EVAL_ANSWER_RESERVE ((size_t)33 << 20)
+/* What the table list reserves of the result budget before it is built (pool.h): it is a few
+ * kilobytes; once built it keeps its real size until sent. An eval reserves PB_EVAL_RESERVE
+ * (api.h: its captures and its answer) when it starts to run. */
 #define TABLES_ANSWER_RESERVE ((size_t)1 << 20)
 
 static int route_tables(const pb__routes_env *env, const request *req, pb_buf *out)
@@ -191,14 +189,16 @@ static int route_eval(const pb__routes_env *env, const request *req, pb_buf *out
         }
         timeout_s = json_number_value(timeout);
     }
-    /* Admitted to the result budget before the code runs: a refusal runs nothing, and an
-     * answer that was produced is always sent (counted at its real size). */
-    if ((status = pb__pool_reserve(env->pool, EVAL_ANSWER_RESERVE, req->results_reserved,
-                                   "the code was not run",
-                                   "try again in a moment (the code was not run)", out)))
+    /* Admitted to the eval slot and the result budget before the code runs (evals run one at
+     * a time; one waiting for its turn holds nothing): a refusal runs nothing, and an answer
+     * that was produced is always sent (counted at its real size). The time spent waiting
+     * comes off the eval's timeout. */
+    if ((status = pb__pool_eval_begin(env->pool, PB_EVAL_RESERVE, &timeout_s, req->cancelled,
+                                      req->cancel_ctx, req->results_reserved, out)))
         goto done;
     status = 200;
     int rc = env->eval(env->ctx, code, timeout_s, req->cancelled, req->cancel_ctx, out, &status);
+    pb__pool_eval_end(env->pool); /* the eval holds no capture any more, even if its code runs on */
     if (rc && out->len == 0) status = pb_api_error(out, 500, "eval failed: %s", pb_strerror(rc));
     else if (status < 100 || status > 599) status = rc ? 500 : 200;
     pb__pool_results_kept(env->pool, out->len, req->results_reserved);

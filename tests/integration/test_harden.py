@@ -502,6 +502,70 @@ def test_harden_eval_and_tables_answers_share_the_budget(cli, small):
     assert cli(p.pid, "query", "SELECT 6 * 7 AS n").returncode == 0
 
 
+def test_harden_waiting_evals_hold_no_budget(small):
+    """Evals run one at a time, and those waiting for the running one hold nothing of the result
+    budget: with a 99 MB budget, a running eval and four waiting ones, a query and the table
+    list are still served (when each eval reserved its ceiling as it arrived, three evals spent
+    the whole budget and the query got 503 busy); then each waiting eval runs in turn."""
+    p = small(PROBING_RESULTS_MB="99", PROBING_MAX_RESULT_MB="1")
+    marker, release = p.workdir / "eval-running", p.workdir / "eval-release"
+    first = (f"import os, time\nopen({str(marker)!r}, 'w').close()\n"
+             f"while not os.path.exists({str(release)!r}):\n    time.sleep(0.01)\nprint('first')")
+    answers = {}
+
+    def ask(key, code):
+        try:
+            answers[key] = post(p.socket_path, "/api/eval", {"code": code, "timeout_s": 300})
+        except Exception as e:  # noqa: BLE001 - reported below
+            answers[key] = (0, {"error": repr(e)})
+
+    threads = [threading.Thread(target=ask, args=("first", first))]
+    threads[0].start()
+    try:
+        poll("the first eval to run", marker.exists)
+        for i in range(4):
+            threads.append(threading.Thread(target=ask, args=(i, f"print({i} * 11)")))
+            threads[-1].start()
+        poll("five eval connections", lambda: connection_threads(p.pid) == 5)
+        status, body = post(p.socket_path, "/api/query", {"sql": "SELECT 6 * 7 AS n"})
+        assert status == 200 and body["rows"] == [[42]], (status, body)
+        status, body = get(p.socket_path, "/api/tables")
+        assert status == 200 and body, (status, str(body)[:300])
+    finally:
+        release.touch()
+        for t in threads:
+            t.join(timeout=600)
+    assert answers.pop("first") == (200, {"ok": True, "stdout": "first\n", "stderr": ""})
+    assert answers == {i: (200, {"ok": True, "stdout": f"{i * 11}\n", "stderr": ""})
+                       for i in range(4)}, answers
+
+
+def test_harden_eval_answer_is_bounded_as_escaped_json(small):
+    """An eval's stdout is kept up to 16 MB as it is escaped in the answer (a control
+    character counts six bytes), so output of control characters cannot make the answer
+    larger than its reservation (it kept 16 MB raw, a 96 MB answer); a traceback keeps its
+    last megabyte, an expression's repr is cut like any output."""
+    p = small()
+    status, body = post(p.socket_path, "/api/eval", {"code": (
+        "import sys\nfor _ in range(16):\n    sys.stdout.write('\\x01' * (1 << 20))")})
+    assert status == 200 and body["ok"] is True, (status, str(body)[:300])
+    # each 1 MB write escapes to 6 MB: two fit under 16 MB, the third and later are dropped
+    assert body["stdout"] == "\x01" * (2 << 20), len(body["stdout"])
+    assert body["message"] == ("output was cut: stdout and stderr are each kept up to 16 MB as "
+                               "escaped in this answer (a control character counts 6 bytes)")
+    status, body = post(p.socket_path, "/api/eval", {"code": "raise ValueError('y' * (5 << 20))"})
+    assert status == 200 and body["ok"] is False, (status, str(body)[:300])
+    err = body["error"]
+    assert err.startswith("[the traceback was longer than 1 MB; its end:]\n") and \
+        err.endswith("y\n") and len(err) < 1 << 20, (len(err), err[:200])
+    status, body = post(p.socket_path, "/api/eval", {"code": "'z' * (20 << 20)"})
+    assert status == 200 and body["ok"] is True and body["stdout"] == "", (status, str(body)[:300])
+    assert body["message"].startswith("output was cut: "), body
+    # the agent still answers in full below the limit
+    status, body = post(p.socket_path, "/api/eval", {"code": "'z' * 5"})
+    assert (status, body) == (200, {"ok": True, "stdout": "'zzzzz'\n", "stderr": ""})
+
+
 # ------------------------------------------------------------ a client that leaves (kill -9)
 
 

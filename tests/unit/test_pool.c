@@ -4,10 +4,12 @@
  * Drives the pool directly, as the routes do: borrow a connection, begin a query, end it, give
  * the answer's bytes back once "sent". Checks what a client of the API would see: the exact 503
  * bodies of a full query slot, of a spent result budget and of a stopping agent, and that a
- * slot or budget given back lets the next query in; eval and table answers (pb__pool_reserve)
- * counted in the same budget. The three "busy" checks each wait out the pool's queue time
+ * slot or budget given back lets the next query in; eval and table answers (pb__pool_eval_begin,
+ * pb__pool_reserve) counted in the same budget; evals one at a time, a waiting one holding
+ * nothing. The three "busy" checks each wait out the pool's queue time
  * (5 s); nothing here depends on timing otherwise.
  */
+#include "api.h"
 #include "check.h"
 #include "config.h"
 #include "db.h"
@@ -46,6 +48,12 @@ static void *begin_in_thread(void *arg)
     if (w->status == 0) pb__pool_query_end(w->pool, w->db, 0, &reserved);
     pb__pool_results_sent(w->pool, &reserved);
     return NULL;
+}
+
+static int client_gone(void *ctx)
+{
+    (void)ctx;
+    return PB_DB_CANCEL_CLIENT_GONE;
 }
 
 int main(void)
@@ -118,10 +126,11 @@ int main(void)
      * query slot: reserved before they are built, then held at their real size until sent. */
     size_t reserved_e = 0, reserved_t = 0;
     pb_buf_reset(&out);
-    status = pb__pool_reserve(pool, 33u << 20, &reserved_e, "the code was not run",
-                              "try again in a moment (the code was not run)", &out);
-    CHECK(status == 0 && reserved_e == 4u << 20,
+    double wait_e = 30;
+    status = pb__pool_eval_begin(pool, PB_EVAL_RESERVE, &wait_e, NULL, NULL, &reserved_e, &out);
+    CHECK(status == 0 && reserved_e == 4u << 20 && wait_e > 0 && wait_e <= 30,
           "an eval's reservation is cut to the budget (%zu)", reserved_e);
+    pb__pool_eval_end(pool);
     pb__pool_results_kept(pool, 5u << 20, &reserved_e);
     CHECK(reserved_e == 5u << 20, "an answer built larger than its reservation counts in full (%zu)",
           reserved_e);
@@ -148,6 +157,41 @@ int main(void)
     pb__pool_results_sent(pool, &reserved_t);
     CHECK(reserved_e == 0 && reserved_t == 0, "sent answers give their bytes back");
 
+    /* Evals run one at a time. One that waits for the running one holds nothing of the budget
+     * (a query still fits beside the running eval) and gives up after its own timeout; one
+     * whose client leaves stops waiting; once the slot is free the next one runs. */
+    size_t reserved_e1 = 0, reserved_e2 = 0;
+    double wait1 = 30, wait2 = 0.3;
+    status = pb__pool_eval_begin(pool, 1u << 20, &wait1, NULL, NULL, &reserved_e1, &out);
+    CHECK(status == 0 && reserved_e1 == 1u << 20, "an eval takes the slot (status %d)", status);
+    pb_buf_reset(&out);
+    status = pb__pool_eval_begin(pool, 1u << 20, &wait2, NULL, NULL, &reserved_e2, &out);
+    CHECK(status == 503 && reserved_e2 == 0,
+          "a second eval waits its timeout for the slot, holding nothing, then -> 503");
+    CHECK_STR(error_of(&out),
+              "busy: another eval is running (evals run one at a time) and this one waited its "
+              "whole timeout, 0.3 s; the code was not run. Try again when it ends, or give a "
+              "longer --timeout",
+              "its message says why the code did not run and what to do");
+    status = pb__pool_query_begin(pool, c, 1u << 20, &cap, &reserved_c, &out);
+    CHECK(status == 0, "a query fits beside the running eval (status %d)", status);
+    pb__pool_query_end(pool, c, 0, &reserved_c);
+    pb__pool_results_sent(pool, &reserved_c);
+    wait2 = 30;
+    pb_buf_reset(&out);
+    status = pb__pool_eval_begin(pool, 1u << 20, &wait2, client_gone, NULL, &reserved_e2, &out);
+    CHECK(status == 503 && reserved_e2 == 0, "a waiting eval whose client left stops waiting");
+    CHECK_STR(error_of(&out),
+              "eval was cancelled: the client closed its connection; the code was not run",
+              "its message says so");
+    pb__pool_eval_end(pool);
+    pb__pool_results_sent(pool, &reserved_e1);
+    status = pb__pool_eval_begin(pool, 1u << 20, &wait2, NULL, NULL, &reserved_e2, &out);
+    CHECK(status == 0 && reserved_e2 == 1u << 20 && wait2 <= 30,
+          "once the slot is free the next eval runs (status %d)", status);
+    pb__pool_eval_end(pool);
+    pb__pool_results_sent(pool, &reserved_e2);
+
     /* A stop turns waiting and later queries away. The waiter may begin before or after the
      * stop: either way it must get the stop's 503 (the slot is taken, so it cannot run). */
     status = pb__pool_query_begin(pool, a, 1000, &cap, &reserved_a, &out);
@@ -166,8 +210,8 @@ int main(void)
     status = pb__pool_query_begin(pool, a, 1000, &cap, &reserved_a, &out);
     CHECK(status == 503 && reserved_a == 0, "after a stop every query gets 503 at once");
     pb_buf_reset(&out);
-    status = pb__pool_reserve(pool, 1000, &reserved_e, "the code was not run",
-                              "try again in a moment (the code was not run)", &out);
+    wait_e = 30;
+    status = pb__pool_eval_begin(pool, 1000, &wait_e, NULL, NULL, &reserved_e, &out);
     CHECK(status == 503 && reserved_e == 0, "after a stop an eval gets 503 at once");
     CHECK_STR(error_of(&out), "the process is exiting or probing is detaching; the code was not run",
               "its message says the code was not run");

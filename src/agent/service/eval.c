@@ -1,7 +1,15 @@
-/* eval.c - the eval thread and output capture; see eval.h. */
+/* eval.c - the eval thread and output capture; see eval.h.
+ *
+ * What an eval holds is bounded by the contract in api.h: its stdout and stderr are kept up to
+ * PB_EVAL_CAPTURE_MAX each and its traceback up to PB_EVAL_ERROR_MAX, measured as escaped JSON,
+ * so the answer built from them is at most PB_EVAL_ANSWER_MAX. Captures are appended under
+ * `lock`; once a request is abandoned (timed out, its client left) its buffers are freed and
+ * later output of its code is dropped, so an abandoned eval holds no capture memory. */
 #include <Python.h>
 
 #include "eval.h"
+
+#include "api.h"
 
 #include "clock.h"
 #include "config.h"
@@ -12,11 +20,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define MAX_CAPTURE (16u << 20)
 #define SHUTDOWN_WAIT_MS 500 /* how long an exit waits for a running eval to take its interrupt */
 #define CANCEL_CHECK_MS 100  /* how often a waiting request checks its client is still there */
 
@@ -30,8 +38,9 @@ typedef struct eval_req {
     int refs;            /* the waiting server thread and the eval thread */
     int ok;
     unsigned long generation;
-    pb_buf out, err, error;
-    int out_cut, err_cut;
+    pb_buf out, err, error;           /* guarded by lock once queued (capture_append) */
+    size_t out_esc, err_esc;          /* their size as escaped JSON */
+    int out_cut, err_cut, error_cut;
 } eval_req;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -57,6 +66,34 @@ static void req_release(eval_req *r) /* lock held */
     free(r);
 }
 
+/* Appends s to r's stdout (which 1), stderr (2) or traceback (3) if its escaped size still fits
+ * under the ceiling (api.h); otherwise marks that capture cut and drops s whole. Nothing is kept
+ * for an abandoned request: its buffers were freed when it was abandoned. [eval thread] */
+static void capture_append(eval_req *r, int which, const char *s, size_t len)
+{
+    pb_buf *b = which == 1 ? &r->out : which == 2 ? &r->err : &r->error;
+    int *cut = which == 1 ? &r->out_cut : which == 2 ? &r->err_cut : &r->error_cut;
+    size_t ceiling = which == 3 ? PB_EVAL_ERROR_MAX : PB_EVAL_CAPTURE_MAX;
+    size_t esc_other = 0, *esc = which == 1 ? &r->out_esc : which == 2 ? &r->err_esc : &esc_other;
+    pthread_mutex_lock(&lock);
+    if (!r->abandoned) {
+        size_t used = which == 3 ? pb_json_escaped_len(b->data, b->len, ceiling) : *esc;
+        size_t n = used <= ceiling ? pb_json_escaped_len(s, len, ceiling - used) : 1;
+        if (used + n <= ceiling && pb_buf_append(b, s, len) == 0) *esc = used + n;
+        else *cut = 1;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* Frees what r captured; later captures are dropped (r->abandoned). [lock held] */
+static void capture_drop(eval_req *r)
+{
+    pb_buf_free(&r->out);
+    pb_buf_free(&r->err);
+    pb_buf_free(&r->error);
+    r->out_esc = r->err_esc = 0;
+}
+
 /* ---- stdout/stderr proxy: captures the eval thread's writes, passes others through ---- */
 
 typedef struct proxy {
@@ -77,10 +114,7 @@ static PyObject *proxy_write(proxy *self, PyObject *arg)
         Py_ssize_t len;
         const char *s = PyUnicode_AsUTF8AndSize(arg, &len);
         if (!s) return NULL;
-        pb_buf *b = self->which == 1 ? &capturing->out : &capturing->err;
-        int *cut = self->which == 1 ? &capturing->out_cut : &capturing->err_cut;
-        if (b->len + (size_t)len <= MAX_CAPTURE) pb_buf_append(b, s, (size_t)len);
-        else *cut = 1;
+        capture_append(capturing, self->which, s, (size_t)len);
         return PyLong_FromSsize_t(PyUnicode_GET_LENGTH(arg));
     }
     if (self->orig == Py_None) return PyLong_FromSsize_t(0);
@@ -163,9 +197,22 @@ static void take_traceback(eval_req *r)
                                          tb ? tb : Py_None);
     if (lines) empty = PyUnicode_FromString("");
     if (empty) joined = PyUnicode_Join(empty, lines);
-    const char *s = joined ? PyUnicode_AsUTF8(joined) : NULL;
-    if (s) pb_buf_puts(&r->error, s);
-    else pb_buf_puts(&r->error, "an exception was raised, and formatting its traceback failed too\n");
+    Py_ssize_t len = 0;
+    const char *s = joined ? PyUnicode_AsUTF8AndSize(joined, &len) : NULL;
+    if (!s) {
+        s = "an exception was raised, and formatting its traceback failed too\n";
+        len = (Py_ssize_t)strlen(s);
+    }
+    /* A traceback over the ceiling keeps its end, where the exception is: a sixth of the
+     * ceiling in raw bytes fits however it escapes. */
+    size_t tail = (PB_EVAL_ERROR_MAX - 256) / 6;
+    if (pb_json_escaped_len(s, (size_t)len, PB_EVAL_ERROR_MAX) > PB_EVAL_ERROR_MAX) {
+        static const char head[] = "[the traceback was longer than 1 MB; its end:]\n";
+        capture_append(r, 3, head, sizeof head - 1);
+        s += (size_t)len - tail;
+        len = (Py_ssize_t)tail;
+    }
+    capture_append(r, 3, s, (size_t)len);
     PyErr_Clear();
     Py_XDECREF(joined);
     Py_XDECREF(empty);
@@ -205,10 +252,12 @@ static void run_code(eval_req *r) /* [GIL held, eval thread] */
         r->ok = 1;
         if (is_expr && res != Py_None) {
             PyObject *rep = PyObject_Repr(res);
-            const char *s = rep ? PyUnicode_AsUTF8(rep) : NULL;
+            Py_ssize_t len = 0;
+            const char *s = rep ? PyUnicode_AsUTF8AndSize(rep, &len) : NULL;
             if (s) {
-                pb_buf_puts(&r->out, s);
-                pb_buf_putc(&r->out, '\n');
+                int cut = r->out_cut; /* written by this thread only */
+                capture_append(r, 1, s, (size_t)len);
+                if (r->out_cut == cut) capture_append(r, 1, "\n", 1);
             }
             Py_XDECREF(rep);
             PyErr_Clear();
@@ -451,6 +500,7 @@ int pb_eval_run(void *ctx, const char *code, double timeout_s, pb_db_cancel_fn c
     int result = 0;
     if (why) {
         r->abandoned = 1;
+        capture_drop(r);
         if (r->state == REQ_RUNNING && why == PB_DB_CANCEL_CLIENT_GONE)
             Py_AddPendingCall(cancel_eval, (void *)(uintptr_t)r->generation);
         *http_status = 503;
@@ -462,6 +512,9 @@ int pb_eval_run(void *ctx, const char *code, double timeout_s, pb_db_cancel_fn c
     } else if (r->state == REQ_DONE && !r->abandoned) {
         pb_jsonw w;
         pb_buf_reset(out);
+        /* Sized once, not grown copy by copy; what is written stays within PB_EVAL_ANSWER_MAX. */
+        pb_buf_reserve(out, r->out_esc + r->err_esc +
+                                pb_json_escaped_len(r->error.data, r->error.len, SIZE_MAX) + 512);
         pb_jsonw_init(&w, out);
         pb_jsonw_obj_begin(&w);
         pb_jsonw_key(&w, "ok");
@@ -476,7 +529,8 @@ int pb_eval_run(void *ctx, const char *code, double timeout_s, pb_db_cancel_fn c
         }
         if (r->out_cut || r->err_cut) {
             pb_jsonw_key(&w, "message");
-            pb_jsonw_str(&w, "output was cut at 16 MB");
+            pb_jsonw_str(&w, "output was cut: stdout and stderr are each kept up to 16 MB as "
+                             "escaped in this answer (a control character counts 6 bytes)");
         }
         pb_jsonw_obj_end(&w);
         *http_status = 200;
@@ -487,6 +541,7 @@ int pb_eval_run(void *ctx, const char *code, double timeout_s, pb_db_cancel_fn c
     } else {
         char msg[512];
         r->abandoned = 1;
+        capture_drop(r);
         if (r->state == REQ_RUNNING) {
             snprintf(msg, sizeof msg,
                      "eval timed out: the code was still running after %.3g s; a TimeoutError is being raised "

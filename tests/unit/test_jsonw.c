@@ -1,0 +1,79 @@
+/*
+ * test_jsonw.c - the size of escaped JSON strings (src/common/jsonw.c, pb_json_escaped_len).
+ *
+ * An eval's output is kept up to a ceiling measured as it will be escaped in the answer
+ * (src/server/api.h), so the count must be exactly what pb_json_escape writes, on every kind of
+ * byte: plain ASCII, quotes and backslashes, control characters (six bytes each), valid UTF-8
+ * of every length and the invalid bytes that become U+FFFD. Pieces written one at a time must
+ * never escape to more together than the sum of their counts (the ceiling adds pieces up).
+ */
+#include "buf.h"
+#include "check.h"
+#include "jsonw.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* What pb_json_escape writes between its quotes. */
+static size_t escaped(const char *s, size_t len)
+{
+    pb_buf b = PB_BUF_INIT;
+    size_t n = pb_json_escape(&b, s, len) == 0 ? b.len - 2 : SIZE_MAX;
+    pb_buf_free(&b);
+    return n;
+}
+
+int main(void)
+{
+    static const struct {
+        const char *s;
+        size_t len;
+        size_t want;
+        const char *what;
+    } cases[] = {
+        {"hello", 5, 5, "plain ASCII counts one byte each"},
+        {"a\"b\\c", 5, 7, "a quote and a backslash count two"},
+        {"\n\r\t", 3, 6, "newline, return and tab count two"},
+        {"\x01\x1f", 2, 12, "other control characters count six (\\u00XX)"},
+        {"\xc3\xa9", 2, 2, "a valid two-byte character is copied"},
+        {"\xe2\x82\xac\xf0\x9f\x98\x80", 7, 7, "valid three- and four-byte characters are copied"},
+        {"\xff", 1, 3, "an invalid byte becomes U+FFFD, three bytes"},
+        {"\xe2\x82", 2, 6, "a cut sequence is two invalid bytes"},
+        {"\xc0\xaf", 2, 6, "an overlong encoding is invalid"},
+        {"\xed\xa0\x80", 3, 9, "an encoded surrogate is invalid"},
+        {"", 0, 0, "nothing counts nothing"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = pb_json_escaped_len(cases[i].s, cases[i].len, SIZE_MAX);
+        CHECK(n == cases[i].want && n == escaped(cases[i].s, cases[i].len), "%s (%zu, want %zu)",
+              cases[i].what, n, cases[i].want);
+    }
+    CHECK(pb_json_escaped_len("\x01\x01\x01\x01", 4, 10) > 10,
+          "the count stops once it passes the limit, above it");
+
+    /* Random bytes, biased to the interesting ones: the count is exact, and two pieces escape
+     * to no more together than apart. */
+    uint32_t seed = 12345;
+    int exact = 1, additive = 1;
+    char s[64];
+    for (int round = 0; round < 20000 && exact && additive; round++) {
+        size_t len = 0;
+        seed = seed * 1103515245u + 12345u;
+        len = (seed >> 16) % sizeof s;
+        for (size_t i = 0; i < len; i++) {
+            seed = seed * 1103515245u + 12345u;
+            static const unsigned char pick[] = {'a', '"', '\\', '\n', 0x01, 0x7f, 0x80, 0xbf,
+                                                 0xc3, 0xa9, 0xe2, 0x82, 0xac, 0xf0, 0x9f, 0xff};
+            s[i] = (char)pick[(seed >> 16) % sizeof pick];
+        }
+        size_t whole = pb_json_escaped_len(s, len, SIZE_MAX);
+        exact = whole == escaped(s, len);
+        seed = seed * 1103515245u + 12345u;
+        size_t cut = len ? (seed >> 16) % (len + 1) : 0;
+        additive = whole <= pb_json_escaped_len(s, cut, SIZE_MAX) +
+                                 pb_json_escaped_len(s + cut, len - cut, SIZE_MAX);
+    }
+    CHECK(exact, "the count is what pb_json_escape writes, on 20000 random strings");
+    CHECK(additive, "a string never escapes to more than its two pieces counted apart");
+    return check_summary();
+}
