@@ -3,7 +3,8 @@
  *
  * POST /api/eval {"code", "timeout_s"}; the code runs in the target's __main__. Its captured
  * stdout and stderr are written out verbatim; an exception's traceback goes to stderr (exit 1),
- * a timeout exits 2. The HTTP timeout is the eval timeout plus a margin so that the server's own
+ * a timeout exits 2. A note of the agent's (the output was cut to its bound) follows them on
+ * stderr as "probing: <note>"; the exit status stays the code's. The HTTP timeout is the eval timeout plus a margin so that the server's own
  * 504 answer, which says which phase timed out, arrives before the client gives up.
  */
 #include "command.h"
@@ -71,6 +72,8 @@ int cmd_eval(const pb_cli_args *a)
     }
     write_field(root, "stdout", stdout);
     write_field(root, "stderr", stderr);
+    json_t *message = json_object_get(root, "message"); /* e.g. the output was cut */
+    if (json_is_string(message)) pb_cli_error("%s", json_string_value(message));
     if (json_is_true(ok)) {
         rc = PB_EXIT_OK;
         goto done;

@@ -540,7 +540,7 @@ def test_harden_waiting_evals_hold_no_budget(small):
                        for i in range(4)}, answers
 
 
-def test_harden_eval_answer_is_bounded_as_escaped_json(small):
+def test_harden_eval_answer_is_bounded_as_escaped_json(cli, small):
     """An eval's stdout is kept up to 16 MB as it is escaped in the answer (a control
     character counts six bytes), so output of control characters cannot make the answer
     larger than its reservation (it kept 16 MB raw, a 96 MB answer); a traceback keeps its
@@ -561,6 +561,12 @@ def test_harden_eval_answer_is_bounded_as_escaped_json(small):
     status, body = post(p.socket_path, "/api/eval", {"code": "'z' * (20 << 20)"})
     assert status == 200 and body["ok"] is True and body["stdout"] == "", (status, str(body)[:300])
     assert body["message"].startswith("output was cut: "), body
+    # the CLI says so after the output, and the exit status stays the code's
+    r = cli(p.pid, "eval", "print('kept'); print('\\x01' * (17 << 20))", check=False)
+    # print() writes the string and its newline apart: the string is dropped whole, not the newline
+    assert r.returncode == 0 and r.stdout == "kept\n\n", (r.returncode, r.stdout[:200])
+    assert r.stderr == ("probing: output was cut: stdout and stderr are each kept up to 16 MB as "
+                        "escaped in this answer (a control character counts 6 bytes)\n"), r.stderr
     # the agent still answers in full below the limit
     status, body = post(p.socket_path, "/api/eval", {"code": "'z' * 5"})
     assert (status, body) == (200, {"ok": True, "stdout": "'zzzzz'\n", "stderr": ""})

@@ -95,13 +95,16 @@ def test_slow_leak_is_projected(cli, traced):
     assert limit == pytest.approx(n["limit_mb"], rel=1e-5)
 
 
-def skip_if_noisy(cli, t, doc, f, every_n):
+def skip_if_noisy(cli, t, doc, f, every_n, periodic_ok):
     """The periodic cases plant one slow step every every_n steps in a loop whose steps take
     a few milliseconds, so on a loaded machine a preemption makes an ordinary step "slow" too
-    (over 1.8x the median). The period is asserted only when the recording is clean: every step
-    the report counted as slow (its own SQL, in its steady window, detail steps apart as it
-    keeps them) lies on one phase of the planted period. Otherwise
-    the test is skipped, naming the stray steps: the noise was measured, not assumed."""
+    (over 1.8x the median). When the report's periodic answer is right (periodic_ok) nothing is
+    skipped, noise or not. When it is not, the recording is checked: if some step the report
+    counted as slow (its own SQL, in its steady window, detail steps apart as it keeps them)
+    lies off the planted period's phase, the test is skipped naming those steps (the noise was
+    measured, not assumed); on a clean recording the caller's assertions run and fail."""
+    if periodic_ok:
+        return
     b = doc["baseline"]
     rows = [r for r in cli.query(t.target(), f"SELECT step, detail FROM ({f['sql'][0]})")
             if r["step"] >= b["first_step"] + b["warmup_steps"]  # the steady window
@@ -110,8 +113,8 @@ def skip_if_noisy(cli, t, doc, f, every_n):
     strays = [r["step"] for r in rows if r["step"] % every_n != phase]
     if strays:
         pytest.skip(f"a loaded machine: {len(strays)} step(s) off the {every_n}-step period "
-                    f"took over 1.8x the median (steps {strays[:10]}); the period is asserted on a "
-                    f"clean recording only")
+                    f"took over 1.8x the median (steps {strays[:10]}) and the report's period "
+                    f"was not found; the period is asserted on a clean recording")
 
 
 def test_eval_pass_every_n_steps_is_the_headline(cli, traced):
@@ -119,7 +122,9 @@ def test_eval_pass_every_n_steps_is_the_headline(cli, traced):
     f = every(doc)["outlier_steps"]
     # the planted steps are about 10x the median: found whatever the noise
     assert f["severity"] in PROBLEMS and f["numbers"]["slow_steps"] >= 3, dump(doc)
-    skip_if_noisy(cli, t, doc, f, 10)
+    skip_if_noisy(cli, t, doc, f, 10,
+                  doc["primary"] == "outlier_steps" and f["numbers"].get("period_steps") == 10
+                  and f["numbers"].get("grew") == "forward" and "an evaluation pass" in f["claim"])
     assert doc["primary"] == "outlier_steps", dump(doc)
     assert f["numbers"]["period_steps"] == 10, f
     assert f["numbers"]["grew"] == "forward", f
@@ -132,7 +137,9 @@ def test_checkpoint_every_n_steps_has_a_period(cli, traced):
     t, doc = run_report(cli, traced, "checkpoint", 100, "--every", 10, "--hidden", 1024)
     f = every(doc)["outlier_steps"]
     assert f["numbers"]["slow_steps"] >= 3, dump(doc)
-    skip_if_noisy(cli, t, doc, f, 10)
+    skip_if_noisy(cli, t, doc, f, 10,
+                  f["numbers"].get("period_steps") == 10 and f["numbers"].get("grew") == "other"
+                  and "torch.save" in f["claim"])
     assert f["numbers"]["period_steps"] == 10, dump(doc)
     assert f["numbers"]["grew"] == "other", f
     assert "torch.save" in f["claim"]
