@@ -18,6 +18,16 @@
  * rank's own agent (GET /api/stack, the same reader on its own pid) for ranks on other hosts.
  * Ranks at the same sequence number with a different operation or size are named as a mismatch
  * ("mismatch at #N on group G: rank 0 all_reduce 64 bytes; rank 1 broadcast 64 bytes;").
+ *
+ * When no rank is inside a collective, the job may still be stalled: every rank in its data
+ * pipeline, a deadlock in user code. That is judged from step progress (each rank's current step
+ * against its median step, stall_check), never from wall time alone; then every rank's stack is
+ * read, identical ones are grouped, and the ranks outside the largest group are named as the odd
+ * ones (stall_stacks):
+ *   the job is stalled outside collectives: no step finished on any rank for 41 s while the
+ *   median step is 0.054 s; no rank is in a collective (3 of 3 ranks answered)
+ *   ranks 0-1 are in train.py:27 load_batch      (the stack follows)
+ *   rank 2 (node-a, pid 4242) is the odd one: it is in train.py:33 wait_for_lock
  */
 #include "hang.h"
 
@@ -141,6 +151,136 @@ static int stack_from_answer(json_t *ans, stack_text *st, char *err, size_t errl
         len += (size_t)w;
     }
     return 0;
+}
+
+/* A stall with no rank inside a collective: judged from step progress, never from wall time
+ * alone. The job is stalled when every rank that answered has finished at least one step and its
+ * current step has run for more than STALL_FACTOR times its median step (the last 31 steps) and
+ * more than STALL_MIN_S: a job that still finishes steps on any rank, or whose steps are merely
+ * slow and steady, is never called stalled. A rank that has not finished a step yet (no median)
+ * leaves the job unjudged. */
+#define STALL_FACTOR 10.0
+#define STALL_MIN_S 5.0
+
+typedef struct stall {
+    double no_step_for_s; /* the shortest time since a step finished, over the ranks */
+    double median_s;      /* the median over the ranks of their median step */
+} stall;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int stall_check(pb_fanout_req *reqs, const unsigned char *answered, int n, stall *st)
+{
+    double *medians = calloc((size_t)n, sizeof *medians);
+    int m = 0, stalled = medians != NULL;
+    st->no_step_for_s = -1;
+    st->median_s = 0;
+    for (int r = 0; stalled && r < n; r++) {
+        if (!answered[r]) continue;
+        json_t *f = json_object_get(reqs[r].root, "step_for_s"), *md = json_object_get(reqs[r].root, "step_median_s");
+        if (!json_is_number(f) || !json_is_number(md)) {
+            stalled = 0;
+            break;
+        }
+        double for_s = json_number_value(f), median = json_number_value(md);
+        double limit = STALL_FACTOR * median > STALL_MIN_S ? STALL_FACTOR * median : STALL_MIN_S;
+        if (for_s <= limit) stalled = 0;
+        if (st->no_step_for_s < 0 || for_s < st->no_step_for_s) st->no_step_for_s = for_s;
+        medians[m++] = median;
+    }
+    if (stalled && m) {
+        qsort(medians, (size_t)m, sizeof *medians, cmp_double);
+        st->median_s = m % 2 ? medians[m / 2] : (medians[m / 2 - 1] + medians[m / 2]) / 2;
+    }
+    free(medians);
+    return stalled && m > 0;
+}
+
+/* The stacks of a job stalled outside collectives: ranks with identical stacks are one entry
+ * with their rank list, the largest group first; when one group holds more ranks than any other,
+ * the ranks outside it are the odd ones and are named so (in summary's "odd_ranks" too). */
+static void stall_stacks(const pb_rank_ep *eps, pb_fanout_req *reqs, stack_text *stacks,
+                         char (*stack_err)[512], const unsigned char *need_stack, int n, FILE *out,
+                         json_t *sum)
+{
+    int *group = malloc((size_t)n * sizeof *group), *size = calloc((size_t)n, sizeof *size);
+    unsigned char *flag = calloc((size_t)n, 1), *odd = calloc((size_t)n, 1);
+    if (!group || !size || !flag || !odd) goto out;
+    int ngroups = 0;
+    for (int r = 0; r < n; r++) {
+        group[r] = -1;
+        if (!need_stack[r] || !stacks[r].text) continue;
+        for (int q = 0; q < r && group[r] < 0; q++)
+            if (group[q] >= 0 && strcmp(stacks[q].text, stacks[r].text) == 0) group[r] = group[q];
+        if (group[r] < 0) group[r] = ngroups++;
+        size[group[r]]++;
+    }
+    int big = -1, tie = 0;
+    for (int g = 0; g < ngroups; g++) {
+        if (big < 0 || size[g] > size[big]) {
+            big = g;
+            tie = 0;
+        } else if (size[g] == size[big]) {
+            tie = 1;
+        }
+    }
+    int majority = big >= 0 && !tie && ngroups > 1;
+    long long step0 = -1;
+    int same_step = 1;
+    for (int r = 0; r < n; r++) {
+        if (!need_stack[r]) continue;
+        long long s = (long long)json_integer_value(json_object_get(reqs[r].root, "step"));
+        if (step0 < 0) step0 = s;
+        else same_step &= s == step0;
+    }
+    /* Largest group first, then the others in the order of their first rank. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int g = 0; g < ngroups; g++) {
+            if ((pass == 0) != (g == big)) continue;
+            int first = -1;
+            memset(flag, 0, (size_t)n);
+            for (int r = 0; r < n; r++)
+                if (group[r] == g) {
+                    flag[r] = 1;
+                    if (first < 0) first = r;
+                    if (majority && g != big) odd[r] = 1;
+                }
+            char list[4096], steps[64] = "";
+            rank_list(flag, n, list, sizeof list);
+            int many = size[g] > 1;
+            if (!same_step)
+                snprintf(steps, sizeof steps, " (step %lld)",
+                         (long long)json_integer_value(json_object_get(reqs[first].root, "step")));
+            if (ngroups == 1 && many)
+                fprintf(out, "all ranks%s are in %s\n%s", steps, stacks[first].top, stacks[first].text);
+            else if (majority && g != big && !many)
+                fprintf(out, "rank %d (%s, pid %d)%s is the odd one: it is in %s\n%s", first, eps[first].host,
+                        eps[first].pid, steps, stacks[first].top, stacks[first].text);
+            else if (majority && g != big)
+                fprintf(out, "ranks %s%s are odd ones: they are in %s\n%s", list, steps, stacks[first].top,
+                        stacks[first].text);
+            else
+                fprintf(out, "rank%s %s%s %s in %s\n%s", many ? "s" : "", list, steps, many ? "are" : "is",
+                        stacks[first].top, stacks[first].text);
+        }
+    }
+    for (int r = 0; r < n; r++)
+        if (need_stack[r] && !stacks[r].text)
+            fprintf(out, "rank %d (%s, pid %d): no stack: %s\n", r, eps[r].host, eps[r].pid, stack_err[r]);
+    if (sum) {
+        char list[4096];
+        rank_list(odd, n, list, sizeof list);
+        json_object_set_new(sum, "odd_ranks", json_string(list));
+    }
+out:
+    free(group);
+    free(size);
+    free(flag);
+    free(odd);
 }
 
 int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json_t **summary)
@@ -270,9 +410,24 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json
         }
         for (int r = 0; r < n; r++) need_stack[r] |= waiting[r];
     }
+    int stalled_outside = 0;
     if (!any_hang) {
         int na = count(answered, n);
-        fprintf(out, "no rank is waiting in a collective (%d of %d ranks answered)\n", na, n);
+        stall st;
+        if (stall_check(reqs, answered, n, &st)) {
+            stalled_outside = 1;
+            fprintf(out, "the job is stalled outside collectives: no step finished on any rank for %.0f s "
+                         "while the median step is %.3g s; no rank is in a collective (%d of %d ranks "
+                         "answered)\n", st.no_step_for_s, st.median_s, na, n);
+            for (int r = 0; r < n; r++) need_stack[r] = answered[r];
+            if (sum) {
+                json_object_set_new(sum, "stalled", json_true());
+                json_object_set_new(sum, "no_step_for_s", json_real(st.no_step_for_s));
+                json_object_set_new(sum, "median_step_s", json_real(st.median_s));
+            }
+        } else {
+            fprintf(out, "no rank is waiting in a collective (%d of %d ranks answered)\n", na, n);
+        }
     }
 
     /* Stacks: local ranks read here, the others by their agent. */
@@ -292,9 +447,10 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json
         else if (!stack_err[r][0])
             snprintf(stack_err[r], sizeof stack_err[r], "%s", sreqs[r].err);
     }
+    if (stalled_outside) stall_stacks(eps, reqs, stacks, stack_err, need_stack, n, out, sum);
     /* The odd ranks, each with its stack. */
     for (int r = 0; r < n; r++) {
-        if (!need_stack[r] || waiting[r]) continue;
+        if (stalled_outside || !need_stack[r] || waiting[r]) continue;
         if (stacks[r].text)
             fprintf(out, "rank %d (%s, pid %d) is in %s\n%s", r, eps[r].host, eps[r].pid, stacks[r].top, stacks[r].text);
         else

@@ -1,7 +1,7 @@
 /*
  * hang.h - the hang analysis of a job (hang.c): one call that asks every rank of a roster where
  * it is in its collectives, writes the screen `probing <target> hang` shows, and says whether
- * the job is stalled (some rank waits inside a collective) for the "Hang" section of `report`.
+ * the job is stalled (some rank waits inside a collective, or no rank finishes steps) for the "Hang" section of `report`.
  */
 #ifndef PB_CLI_HANG_H
 #define PB_CLI_HANG_H
@@ -16,7 +16,9 @@
  * the two rounds; writes the analysis as text to out. When summary is not NULL, *summary
  * receives (caller owns) {"stalled": bool, "groups": [{"group", "op", "seq", "waiting_s",
  * "waiting_ranks", "not_entered_ranks", "mismatch"}], "not_answered": [rank, ...]}, a group
- * entry for each group in which some rank waits. Returns PB_EXIT_OK, PB_EXIT_PARTIAL when some
+ * entry for each group in which some rank waits. When no rank waits in a collective but no step
+ * finished on any rank for 10 times the median step (and 5 s), the job is stalled too: "groups"
+ * is empty and the summary adds "no_step_for_s", "median_step_s" and "odd_ranks". Returns PB_EXIT_OK, PB_EXIT_PARTIAL when some
  * ranks did not answer (named in the text), or PB_EXIT_ERROR after printing "out of memory".
  * [main thread] */
 int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline_ms, FILE *out, json_t **summary);

@@ -25,6 +25,7 @@
 #include "jsonw.h"
 #include "log.h"
 #include "pystack.h"
+#include "registry.h"
 #include "step.h"
 
 #include <arpa/inet.h>
@@ -575,6 +576,36 @@ static const char *state_name(int s)
     }
 }
 
+/* The median wall time of the last (at most 31) rows of python.steps, in seconds; -1 when no
+ * step has finished yet (or the table is not there). The rows are read from the table's ring
+ * like a query would (a row overwritten during the read is skipped), found through the
+ * registry, so this file needs nothing of the collector that writes them. [any thread] */
+static double step_median_s(void)
+{
+    pb_table *t = pb_registry_find("python", "steps");
+    int wall = -1;
+    for (int c = 0; t && c < t->ncolumns; c++)
+        if (strcmp(t->columns[c].name, "wall") == 0) wall = c;
+    if (!t || !t->ring || wall < 0 || t->row_size > 512) return -1;
+    unsigned char row[512];
+    int64_t v[31];
+    int n = 0;
+    uint64_t head = pb_ring_head(t->ring), first = pb_ring_first(t->ring);
+    for (uint64_t i = head; i > first && n < 31; i--) {
+        if (!pb_ring_read(t->ring, i - 1, row)) continue;
+        int64_t ns;
+        memcpy(&ns, row + t->columns[wall].offset, sizeof ns);
+        int k = n++;
+        while (k > 0 && v[k - 1] > ns) { /* insertion sort: at most 31 values */
+            v[k] = v[k - 1];
+            k--;
+        }
+        v[k] = ns;
+    }
+    if (!n) return -1;
+    return (n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2) / 1e9;
+}
+
 int pb_job_rank_json(void *ctx, pb_buf *out)
 {
     (void)ctx;
@@ -590,6 +621,15 @@ int pb_job_rank_json(void *ctx, pb_buf *out)
     int64_t start = pb_step_start();
     pb_jsonw_key(&w, "step_started");
     if (start > 0) pb_jsonw_double(&w, (double)(wall - (now - start)) / 1e9);
+    else pb_jsonw_null(&w);
+    /* How long the current step has run, on this host's monotonic clock (no clock offset
+     * between hosts matters), and the median of the recent steps: hang.c's stall check. */
+    pb_jsonw_key(&w, "step_for_s");
+    if (start > 0) pb_jsonw_double(&w, (double)(now - start) / 1e9);
+    else pb_jsonw_null(&w);
+    double median = step_median_s();
+    pb_jsonw_key(&w, "step_median_s");
+    if (median >= 0) pb_jsonw_double(&w, median);
     else pb_jsonw_null(&w);
     pb_jsonw_key(&w, "collectives");
     pb_jsonw_arr_begin(&w);

@@ -59,7 +59,8 @@ void pb_job_coll_exit(int slot, int ok);
  * "missing": [...], "roster_age_s", "reason"}. [server thread] */
 int pb_job_json(void *ctx, pb_buf *out);
 
-/* GET /api/rank: this rank's state: rank, host, pid, step, step times, collectives.
+/* GET /api/rank: this rank's state: rank, host, pid, step, step times (the current step's age
+ * and the median of the last 31 steps, for hang.c's stall check), collectives.
  * [server thread] */
 int pb_job_rank_json(void *ctx, pb_buf *out);
 
