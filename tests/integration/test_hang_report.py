@@ -118,3 +118,39 @@ def test_hang_names_mismatched_collectives(cli, env, session_dir):
         assert group["waiting_ranks"] == "0-1" and group["not_entered_ranks"] == "", group
     finally:
         launcher.cleanup()
+
+
+def test_hang_sees_a_rank_blocked_in_an_async_collective(cli, env, session_dir):
+    """Rank 0 issues all_reduce(async_op=True) and blocks in work.wait(); rank 1 has not
+    entered the all_reduce (tests/workloads/async_job.py). The async call stays "entered" until
+    its Work completes, so `hang` names rank 1 as the one rank 0 waits for; once rank 1 enters
+    it and the Work completes, no rank is waiting."""
+    work = session_dir / f"hang-async-{time.monotonic_ns()}"
+    work.mkdir()
+    control = work / "control"
+    hold = work / "control.hold"
+    hold.touch()
+    launcher, (rank0, rank1) = _start_ranks(cli, env, work, "async_job.py", control)
+    try:
+        for r, t in enumerate((rank0, rank1)):
+            t._poll(f"READY {r}", lambda t=t, r=r: f"READY {r}" in t.stdout(), STEP_TIMEOUT_S)
+        r = _poll_cli(cli, rank0.pid, ["hang"], lambda r: "rank 1 has not entered it" in r.stdout,
+                      "rank 1 named by hang", (rank0, rank1))
+        lines = r.stdout.splitlines()
+        assert re.fullmatch(r"all ranks but 1 are in all_reduce #4 on group WORLD, waiting \d+ s; "
+                            r"rank 1 has not entered it", lines[0]), r.stdout
+        assert "  rank 1: its last on WORLD is all_reduce #3 (completed)" in lines, r.stdout
+        assert any(re.fullmatch(r"rank 1 \(.*\) is in async_job\.py:\d+ hold_back", l)
+                   for l in lines), r.stdout
+        assert any(re.fullmatch(r"waiting rank 0 is in async_job\.py:\d+ main", l)
+                   for l in lines), r.stdout
+        assert "COMPLETED 0" not in rank0.stdout()
+
+        hold.unlink()
+        for r, t in enumerate((rank0, rank1)):
+            t._poll(f"COMPLETED {r}", lambda t=t, r=r: f"COMPLETED {r}" in t.stdout(),
+                    STEP_TIMEOUT_S)
+        r = cli(rank0.pid, "hang")
+        assert r.stdout == "no rank is waiting in a collective (2 of 2 ranks answered)\n", r.stdout
+    finally:
+        launcher.cleanup()

@@ -127,6 +127,19 @@ int pb_job_coll_enter(PyObject *group, uint32_t op_id, int64_t bytes)
     return i;
 }
 
+uint64_t pb_job_coll_seq(int slot)
+{
+    if (slot < 0 || slot >= MAX_GROUPS) return 0;
+    return atomic_load_explicit(&slots[slot].seq, memory_order_relaxed);
+}
+
+void pb_job_coll_exit_at(int slot, uint64_t seq, int ok)
+{
+    if (slot < 0 || slot >= MAX_GROUPS) return;
+    if (atomic_load_explicit(&slots[slot].seq, memory_order_relaxed) != seq) return;
+    pb_job_coll_exit(slot, ok);
+}
+
 void pb_job_coll_exit(int slot, int ok)
 {
     if (slot < 0 || slot >= MAX_GROUPS) return;
