@@ -153,6 +153,79 @@ static int stack_from_answer(json_t *ans, stack_text *st, char *err, size_t errl
     return 0;
 }
 
+/* Bytes of one element of a flight recorder dtype name ("Float", "BFloat16", ...); 0 unknown. */
+static long long dtype_bytes(const char *t)
+{
+    static const struct { const char *name; int size; } sizes[] = {
+        {"Float", 4}, {"Double", 8}, {"Half", 2}, {"BFloat16", 2}, {"Int", 4}, {"Long", 8}, {"Short", 2},
+        {"Char", 1}, {"Byte", 1}, {"Bool", 1}, {"ComplexFloat", 8}, {"ComplexDouble", 16},
+        {"Float8_e4m3fn", 1}, {"Float8_e5m2", 1}, {"UInt16", 2}, {"UInt32", 4}, {"UInt64", 8},
+    };
+    for (size_t i = 0; t && i < sizeof sizes / sizeof sizes[0]; i++)
+        if (strcmp(t, sizes[i].name) == 0) return sizes[i].size;
+    return 0;
+}
+
+/* One group of a rank's flight recorder reading (job.c) as the collective record of our own
+ * counters ({"group", "seq", "op", "bytes", "state", "for_s"}), or NULL to leave out. */
+static json_t *fr_record(json_t *g)
+{
+    long long seq = (long long)json_integer_value(json_object_get(g, "last_enqueued"));
+    long long done = (long long)json_integer_value(json_object_get(g, "last_completed"));
+    if (seq <= 0) return NULL;
+    const char *name = json_string_value(json_object_get(g, "group"));
+    char group[128];
+    if (name && strcmp(name, "default_pg") == 0) snprintf(group, sizeof group, "WORLD");
+    else if (name) snprintf(group, sizeof group, "%s", name);
+    else snprintf(group, sizeof group, "pg %s", json_string_value(json_object_get(g, "pg")) ?: "?");
+    const char *op = json_string_value(json_object_get(g, "op"));
+    const char *colon = op ? strchr(op, ':') : NULL;
+    long long bytes = 0;
+    json_t *sizes = json_object_get(g, "input_sizes"), *dtypes = json_object_get(g, "input_dtypes"), *shape, *d;
+    size_t i, k;
+    json_array_foreach(sizes, i, shape) {
+        long long elems = 1, each = dtype_bytes(json_string_value(json_array_get(dtypes, i)));
+        json_array_foreach(shape, k, d) elems *= (long long)json_integer_value(d);
+        if (!each) {
+            bytes = -1;
+            break;
+        }
+        bytes += elems * each;
+    }
+    if (!json_is_array(sizes)) bytes = -1;
+    return json_pack("{s:s,s:I,s:s,s:I,s:s,s:f}", "group", group, "seq", (json_int_t)seq, "op",
+                     colon ? colon + 1 : (op ? op : "?"), "bytes", (json_int_t)bytes, "state",
+                     done >= seq ? "completed" : "entered", "for_s",
+                     json_number_value(json_object_get(g, "for_s")));
+}
+
+/* When every rank that answered sent a fresh flight recorder reading, replaces each answer's
+ * "collectives" by the records made from it and returns 1: the analysis then runs on PyTorch's
+ * own sequence numbers (which count every collective of the process group, DDP's too).
+ * Else leaves the answers alone and returns 0. */
+static int use_flight_recorder(pb_fanout_req *reqs, const unsigned char *answered, int n)
+{
+    int any = 0;
+    for (int r = 0; r < n; r++) {
+        if (!answered[r]) continue;
+        json_t *fr = json_object_get(reqs[r].root, "flight_recorder");
+        if (!json_is_true(json_object_get(fr, "fresh")) || !json_array_size(json_object_get(fr, "groups")))
+            return 0;
+        any = 1;
+    }
+    for (int r = 0; any && r < n; r++) {
+        if (!answered[r]) continue;
+        json_t *list = json_array(), *g;
+        size_t i;
+        json_array_foreach(json_object_get(json_object_get(reqs[r].root, "flight_recorder"), "groups"), i, g) {
+            json_t *c = fr_record(g);
+            if (c) json_array_append_new(list, c);
+        }
+        json_object_set_new(reqs[r].root, "collectives", list ? list : json_array());
+    }
+    return any;
+}
+
 /* A stall with no rank inside a collective: judged from step progress, never from wall time
  * alone. The job is stalled when every rank that answered has finished at least one step and its
  * current step has run for more than STALL_FACTOR times its median step (the last 31 steps) and
@@ -306,6 +379,8 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json
     }
     pb_fanout_run(reqs, n, "GET", "/api/rank", NULL, deadline);
     for (int r = 0; r < n; r++) answered[r] = reqs[r].root && reqs[r].status == 200;
+    int from_fr = use_flight_recorder(reqs, answered, n);
+    if (sum) json_object_set_new(sum, "source", json_string(from_fr ? "flight_recorder" : "probing"));
 
     /* The groups any rank knows. */
     const char *groups[MAX_GROUPS];
@@ -480,6 +555,9 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json
         if (sum) json_array_append_new(json_object_get(sum, "not_answered"), json_integer(r));
         rc = PB_EXIT_PARTIAL;
     }
+    if (from_fr)
+        fprintf(out, "source: PyTorch's flight recorder (TORCH_FR_BUFFER_SIZE): each process group's "
+                     "last enqueued and last completed collective\n");
     if (summary) {
         *summary = sum;
         sum = NULL;

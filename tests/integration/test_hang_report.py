@@ -154,3 +154,37 @@ def test_hang_sees_a_rank_blocked_in_an_async_collective(cli, env, session_dir):
         assert r.stdout == "no rank is waiting in a collective (2 of 2 ranks answered)\n", r.stdout
     finally:
         launcher.cleanup()
+
+
+def test_hang_uses_the_flight_recorder_when_the_job_has_it(cli, env, session_dir):
+    """The job of the first test with PyTorch's flight recorder on (TORCH_FR_BUFFER_SIZE): gloo
+    records into it on CPU, so `hang` takes the collective state from it (each process group's
+    last enqueued and last completed collective, the op and sizes of its entry), says so, and
+    names rank 1 as the one rank 0 waits for."""
+    work = session_dir / f"hang-fr-{time.monotonic_ns()}"
+    work.mkdir()
+    control = work / "control"
+    launcher, (rank0, rank1) = _start_ranks(cli, dict(env, TORCH_FR_BUFFER_SIZE="2000"), work,
+                                            "cluster_job.py", control)
+    try:
+        for r, t in enumerate((rank0, rank1)):
+            t._poll(f"READY {r}", lambda t=t, r=r: f"READY {r}" in t.stdout(), STEP_TIMEOUT_S)
+        (work / "control.sleep.1").touch()
+        r = _poll_cli(cli, rank0.pid, ["hang"], lambda r: "rank 1 has not entered it" in r.stdout,
+                      "rank 1 named by hang", (rank0, rank1))
+        lines = r.stdout.splitlines()
+        m = re.fullmatch(r"all ranks but 1 are in all_reduce #(\d+) on group WORLD, waiting \d+ s; "
+                         r"rank 1 has not entered it", lines[0])
+        assert m, r.stdout
+        seq = int(m.group(1))
+        assert f"  rank 1: its last on WORLD is all_reduce #{seq - 1} (completed)" in lines, r.stdout
+        assert any(re.fullmatch(r"rank 1 \(.*\) is in cluster_job\.py:\d+ load_batch", l)
+                   for l in lines), r.stdout
+        assert lines[-1] == ("source: PyTorch's flight recorder (TORCH_FR_BUFFER_SIZE): each "
+                             "process group's last enqueued and last completed collective"), r.stdout
+        doc = json.loads(cli(rank0.pid, "report", "--json").stdout)
+        assert doc["hang"]["source"] == "flight_recorder", doc["hang"]
+        (group,) = doc["hang"]["groups"]
+        assert group["op"] == "all_reduce" and group["not_entered_ranks"] == "1", group
+    finally:
+        launcher.cleanup()
