@@ -28,6 +28,11 @@
  *   median step is 0.054 s; no rank is in a collective (3 of 3 ranks answered)
  *   ranks 0-1 are in train.py:27 load_batch      (the stack follows)
  *   rank 2 (node-a, pid 4242) is the odd one: it is in train.py:33 wait_for_lock
+ *
+ * When the job has PyTorch's flight recorder on (TORCH_FR_BUFFER_SIZE) and every rank that
+ * answered sent a fresh reading of it in /api/rank (job.c), the comparison runs on the
+ * recorder's per-group last enqueued / last completed numbers instead (use_flight_recorder),
+ * and the screen ends with a "source:" line saying so.
  */
 #include "hang.h"
 

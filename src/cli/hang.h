@@ -18,7 +18,9 @@
  * "waiting_ranks", "not_entered_ranks", "mismatch"}], "not_answered": [rank, ...]}, a group
  * entry for each group in which some rank waits. When no rank waits in a collective but no step
  * finished on any rank for 10 times the median step (and 5 s), the job is stalled too: "groups"
- * is empty and the summary adds "no_step_for_s", "median_step_s" and "odd_ranks". Returns PB_EXIT_OK, PB_EXIT_PARTIAL when some
+ * is empty and the summary adds "no_step_for_s", "median_step_s" and "odd_ranks". "source" says
+ * whose sequence numbers were compared: "flight_recorder" (PyTorch's, when every rank that
+ * answered sent a fresh reading) or "probing" (the agent's own counters). Returns PB_EXIT_OK, PB_EXIT_PARTIAL when some
  * ranks did not answer (named in the text), or PB_EXIT_ERROR after printing "out of memory".
  * [main thread] */
 int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline_ms, FILE *out, json_t **summary);
