@@ -361,12 +361,30 @@ out:
     free(odd);
 }
 
-int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json_t **summary)
+pb_fanout_req *pb_hang_ask(const pb_rank_ep *eps, int n, long deadline_ms)
+{
+    pb_fanout_req *reqs = calloc((size_t)(n > 0 ? n : 1), sizeof *reqs);
+    if (!reqs) {
+        pb_cli_error("out of memory");
+        return NULL;
+    }
+    for (int r = 0; r < n; r++) pb_fanout_prepare(&reqs[r], &eps[r]);
+    pb_fanout_run(reqs, n, "GET", "/api/rank", NULL, deadline_ms);
+    return reqs;
+}
+
+int pb_hang_answered(const pb_fanout_req *asked, int r)
+{
+    return asked[r].root && asked[r].status == 200;
+}
+
+int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long deadline, FILE *out,
+                    json_t **summary)
 {
     int rc = PB_EXIT_OK;
     json_t *sum = summary ? json_pack("{s:b,s:[],s:[]}", "stalled", 0, "groups", "not_answered") : NULL;
     if (summary) *summary = NULL;
-    pb_fanout_req *reqs = calloc((size_t)n, sizeof *reqs);
+    pb_fanout_req *reqs = asked ? asked : pb_hang_ask(eps, n, deadline);
     pb_fanout_req *sreqs = calloc((size_t)n, sizeof *sreqs);
     stack_text *stacks = calloc((size_t)n, sizeof *stacks);
     unsigned char *answered = calloc((size_t)n, 1), *waiting = calloc((size_t)n, 1),
@@ -379,11 +397,7 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json
         rc = PB_EXIT_ERROR;
         goto finish;
     }
-    for (int r = 0; r < n; r++) {
-        pb_fanout_prepare(&reqs[r], &eps[r]);
-    }
-    pb_fanout_run(reqs, n, "GET", "/api/rank", NULL, deadline);
-    for (int r = 0; r < n; r++) answered[r] = reqs[r].root && reqs[r].status == 200;
+    for (int r = 0; r < n; r++) answered[r] = pb_hang_answered(reqs, r);
     int from_fr = use_flight_recorder(reqs, answered, n);
     if (sum) json_object_set_new(sum, "source", json_string(from_fr ? "flight_recorder" : "probing"));
 
@@ -463,7 +477,8 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json
                    "entered it\n", bl, op ? op : "?", max_seq, groups[k], longest, nb > 1 ? "s" : "",
                    bl, nb > 1 ? "have" : "has");
         else
-            fprintf(out, "ranks %s are in %s #%lld on group %s, waiting %.0f s%s%s%s\n", wl, op ? op : "?",
+            fprintf(out, "rank%s %s %s in %s #%lld on group %s, waiting %.0f s%s%s%s\n",
+                   count(waiting, n) > 1 ? "s" : "", wl, count(waiting, n) > 1 ? "are" : "is", op ? op : "?",
                    max_seq, groups[k], longest, nb ? "; not entered: " : "", nb ? bl : "",
                    nmissing ? "; some ranks did not answer (below)" : "");
         for (int r = 0; r < n; r++) {
@@ -569,11 +584,13 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json
     }
 finish:
     json_decref(sum);
-    if (reqs) pb_fanout_free(reqs, n);
+    if (reqs && !asked) {
+        pb_fanout_free(reqs, n);
+        free(reqs);
+    }
     if (sreqs) pb_fanout_free(sreqs, n);
     for (int r = 0; stacks && r < n; r++) free(stacks[r].text);
     free(stacks);
-    free(reqs);
     free(sreqs);
     free(answered);
     free(waiting);

@@ -11,7 +11,9 @@
 Every wait polls a condition with a generous timeout; the processes are killed in teardown.
 """
 import json
+import os
 import re
+import signal
 import time
 
 import pytest
@@ -188,3 +190,25 @@ def test_hang_uses_the_flight_recorder_when_the_job_has_it(cli, env, session_dir
         assert group["op"] == "all_reduce" and group["not_entered_ranks"] == "1", group
     finally:
         launcher.cleanup()
+
+
+def test_report_leaves_out_a_rank_that_does_not_answer(cli, sleeping_job):
+    """Rank 1 is stopped (SIGSTOP): its agent cannot answer. `report` on rank 0 asks every rank
+    once (GET /api/rank, 5 s deadline), leaves rank 1 out of its queries instead of waiting for
+    each of them, says so, and its Hang section (from the same round) names rank 1 as not
+    answering while rank 0 waits in all_reduce."""
+    (rank0, rank1), control = sleeping_job
+    os.kill(rank1.pid, signal.SIGSTOP)
+    try:
+        r = _poll_cli(cli, rank0.pid, ["report"],
+                      lambda r: r.returncode == 0 and "\nHang:" in r.stdout, "the Hang section",
+                      (rank0, rank1))
+        text = r.stdout
+        assert ("0 of the 1 other ranks reached through the job's roster (its c10d store); left "
+                "out, not answering within 5 s: rank 1 (see probing <target> ranks)") in text, text
+        section = text.split("\nHang: the job is stalled")[1].split("\n\n")[0].splitlines()[1:]
+        assert re.fullmatch(r"  rank 0 is in all_reduce #\d+ on group WORLD, waiting \d+ s; some "
+                            r"ranks did not answer \(below\)", section[0]), section
+        assert any(l.startswith("  rank 1 (") and "did not answer" in l for l in section), section
+    finally:
+        os.kill(rank1.pid, signal.SIGCONT)
