@@ -251,6 +251,25 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* How long a wait in a collective (or a step) may last before the job is called stalled: 10 times
+ * the median over the ranks of their median step, at least 5 s (5 s when no rank has finished
+ * a step yet). */
+static double stall_limit(pb_fanout_req *reqs, const unsigned char *answered, int n)
+{
+    double *medians = calloc((size_t)(n > 0 ? n : 1), sizeof *medians), m_s = 0;
+    int m = 0;
+    for (int r = 0; medians && r < n; r++) {
+        json_t *md = answered[r] ? json_object_get(reqs[r].root, "step_median_s") : NULL;
+        if (json_is_number(md)) medians[m++] = json_number_value(md);
+    }
+    if (m) {
+        qsort(medians, (size_t)m, sizeof *medians, cmp_double);
+        m_s = m % 2 ? medians[m / 2] : (medians[m / 2 - 1] + medians[m / 2]) / 2;
+    }
+    free(medians);
+    return STALL_FACTOR * m_s > STALL_MIN_S ? STALL_FACTOR * m_s : STALL_MIN_S;
+}
+
 static int stall_check(pb_fanout_req *reqs, const unsigned char *answered, int n, stall *st)
 {
     double *medians = calloc((size_t)n, sizeof *medians);
@@ -417,6 +436,7 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long dea
     }
 
     int any_hang = 0;
+    double wait_limit = stall_limit(reqs, answered, n);
     for (int k = 0; k < ngroups; k++) {
         long long max_seq = 0;
         for (int r = 0; r < n; r++) {
@@ -462,7 +482,8 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long dea
         rank_list(waiting, n, wl, sizeof wl);
         rank_list(behind, n, bl, sizeof bl);
         if (sum) {
-            json_object_set_new(sum, "stalled", json_true());
+            /* Stalled for report: a wait longer than a healthy step explains (stall_limit). */
+            if (longest > wait_limit) json_object_set_new(sum, "stalled", json_true());
             json_array_append_new(json_object_get(sum, "groups"),
                                   json_pack("{s:s,s:s,s:I,s:f,s:s,s:s,s:b}", "group", groups[k],
                                             "op", op ? op : "?", "seq", (json_int_t)max_seq,

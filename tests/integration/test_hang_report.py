@@ -6,7 +6,13 @@
     has no Hang section;
   - a job whose ranks issue different collectives at the same sequence number (rank 0
     all_reduce of 32 bytes, rank 1 broadcast of 16 bytes: tests/workloads/mismatch_job.py):
-    `hang` names the mismatch with each rank's op and bytes, and report's "hang" key says so.
+    `hang` names the mismatch with each rank's op and bytes, and report's "hang" key says so;
+  - a rank blocked in work.wait() of an all_reduce(async_op=True) the other rank has not
+    entered (tests/workloads/async_job.py) is seen as waiting in it;
+  - with PyTorch's flight recorder on (TORCH_FR_BUFFER_SIZE), `hang` compares its sequence
+    numbers and says so;
+  - a stopped rank (SIGSTOP) is left out of `report`'s queries after one /api/rank round and
+    named, and the Hang section comes from that round.
 
 Every wait polls a condition with a generous timeout; the processes are killed in teardown.
 """
@@ -72,7 +78,9 @@ def test_report_of_a_stalled_job_has_the_hang_section(cli, sleeping_job):
         "on group WORLD, waiting " + first.split("waiting ")[1]), hang.stdout
     assert "load_batch" in hang.stdout, hang.stdout
 
-    r = cli(rank0.pid, "report")
+    # report calls it stalled once the wait is longer than 10 healthy steps and 5 s
+    r = _poll_cli(cli, rank0.pid, ["report"], lambda r: "\nHang:" in r.stdout, "the Hang section",
+                  (rank0, rank1))
     text = r.stdout
     assert "\nHang: the job is stalled (as `probing <target> hang` shows it)\n" in text, text
     section = text.split("\nHang: the job is stalled")[1].split("\n\n")[0].splitlines()[1:]
@@ -114,7 +122,9 @@ def test_hang_names_mismatched_collectives(cli, env, session_dir):
         assert seq >= 4, r.stdout  # after the three matching all_reduces
         assert r.stdout.startswith(f"ranks 0-1 are in all_reduce #{seq} on group WORLD, waiting "), \
             r.stdout
-        doc = json.loads(cli(rank0.pid, "report", "--json").stdout)
+        r = _poll_cli(cli, rank0.pid, ["report", "--json"], lambda r: "hang" in json.loads(r.stdout),
+                      "the hang key of report", (rank0, rank1))
+        doc = json.loads(r.stdout)
         (group,) = doc["hang"]["groups"]
         assert group["mismatch"] is True and group["seq"] == seq, group
         assert group["waiting_ranks"] == "0-1" and group["not_entered_ranks"] == "", group
@@ -184,7 +194,9 @@ def test_hang_uses_the_flight_recorder_when_the_job_has_it(cli, env, session_dir
                    for l in lines), r.stdout
         assert lines[-1] == ("source: PyTorch's flight recorder (TORCH_FR_BUFFER_SIZE): each "
                              "process group's last enqueued and last completed collective"), r.stdout
-        doc = json.loads(cli(rank0.pid, "report", "--json").stdout)
+        r = _poll_cli(cli, rank0.pid, ["report", "--json"], lambda r: "hang" in json.loads(r.stdout),
+                      "the hang key of report", (rank0, rank1))
+        doc = json.loads(r.stdout)
         assert doc["hang"]["source"] == "flight_recorder", doc["hang"]
         (group,) = doc["hang"]["groups"]
         assert group["op"] == "all_reduce" and group["not_entered_ranks"] == "1", group
