@@ -178,11 +178,12 @@ static json_t *fr_record(json_t *g)
     long long seq = (long long)json_integer_value(json_object_get(g, "last_enqueued"));
     long long done = (long long)json_integer_value(json_object_get(g, "last_completed"));
     if (seq <= 0) return NULL;
-    const char *name = json_string_value(json_object_get(g, "group"));
+    /* Named by the recorder's pg_id, which every rank has (the name is in the entries only):
+     * pg 0 is the default group, WORLD as in probing's own counters. */
+    const char *pg = json_string_value(json_object_get(g, "pg"));
     char group[128];
-    if (name && strcmp(name, "default_pg") == 0) snprintf(group, sizeof group, "WORLD");
-    else if (name) snprintf(group, sizeof group, "%s", name);
-    else snprintf(group, sizeof group, "pg %s", json_string_value(json_object_get(g, "pg")) ?: "?");
+    if (pg && strcmp(pg, "0") == 0) snprintf(group, sizeof group, "WORLD");
+    else snprintf(group, sizeof group, "pg %s", pg ? pg : "?");
     const char *op = json_string_value(json_object_get(g, "op"));
     const char *colon = op ? strchr(op, ':') : NULL;
     long long bytes = 0;
@@ -462,10 +463,11 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long dea
             }
             const char *o = json_string_value(json_object_get(c, "op"));
             long long b = json_integer_value(json_object_get(c, "bytes"));
-            if (!op) {
+            int known = !o || strcmp(o, "?") != 0; /* "?": a flight recorder without the entry */
+            if (known && !op) {
                 op = o;
                 bytes = b;
-            } else if ((o && strcmp(o, op) != 0) || b != bytes) {
+            } else if (known && ((o && strcmp(o, op) != 0) || b != bytes)) {
                 mismatch = 1;
             }
             if (state && strcmp(state, "entered") == 0) {
@@ -506,9 +508,10 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long dea
             if (!behind[r]) continue;
             json_t *c = group_of(reqs[r].root, groups[k]);
             need_stack[r] = 1;
+            const char *lop = c ? json_string_value(json_object_get(c, "op")) : NULL;
             if (c)
-                fprintf(out, "  rank %d: its last on %s is %s #%lld (%s)\n", r, groups[k],
-                       json_string_value(json_object_get(c, "op")) ?: "?",
+                fprintf(out, "  rank %d: its last on %s is %s%s#%lld (%s)\n", r, groups[k],
+                       lop && strcmp(lop, "?") != 0 ? lop : "", lop && strcmp(lop, "?") != 0 ? " " : "",
                        (long long)json_integer_value(json_object_get(c, "seq")),
                        json_string_value(json_object_get(c, "state")) ?: "?");
             else
