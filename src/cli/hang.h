@@ -24,15 +24,17 @@ int pb_hang_answered(const pb_fanout_req *asked, int r);
 /* Asks the n ranks of eps (a roster from pb_fanout_roster, borrowed) for their collectives and,
  * for the ranks that are behind or waiting, their Python stacks, within deadline_ms for each of
  * the two rounds (asked: the first round's answers from pb_hang_ask, borrowed and possibly
- * changed, or NULL to make that round here); writes the analysis as text to out. When summary
- * is not NULL, *summary receives (caller owns) {"stalled": bool, "groups": [{"group", "op", "seq", "waiting_s",
- * "waiting_ranks", "not_entered_ranks", "mismatch"}], "not_answered": [rank, ...]}, a group
- * entry for each group in which some rank waits. When no rank waits in a collective but no step
- * finished on any rank for 10 times the median step (and 5 s), the job is stalled too: "groups"
- * is empty and the summary adds "no_step_for_s", "median_step_s" and "odd_ranks". "source" says
- * whose sequence numbers were compared: "flight_recorder" (PyTorch's, when every rank that
- * answered sent a fresh reading) or "probing" (the agent's own counters). Returns PB_EXIT_OK,
- * PB_EXIT_PARTIAL when some ranks did not answer (named in the text), or PB_EXIT_ERROR after printing "out of memory".
+ * changed, or NULL to make that round here); writes the analysis as text to out.
+ * When summary is not NULL, *summary receives (caller owns) {"stalled": bool, "groups":
+ * [{"group", "op", "seq", "waiting_s", "waiting_ranks", "not_entered_ranks", "mismatch"}],
+ * "not_answered": [rank, ...], "source"}, a group entry for each group in which some rank
+ * waits. "stalled" is true when some rank has waited in a collective for longer than 10 times
+ * the median step and 5 s, or when no rank waits in a collective but no step finished on any
+ * rank for as long: then "groups" is empty and the summary adds "no_step_for_s",
+ * "median_step_s" and "odd_ranks". "source" says whose sequence numbers were compared:
+ * "flight_recorder" (PyTorch's, when every rank that answered sent a fresh reading) or
+ * "probing" (the agent's own counters). Returns PB_EXIT_OK, PB_EXIT_PARTIAL when some ranks did
+ * not answer (named in the text), or PB_EXIT_ERROR after printing "out of memory".
  * [main thread] */
 int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long deadline_ms, FILE *out,
                     json_t **summary);
