@@ -381,6 +381,7 @@ static void read_roster(pb_buf *items, pb_buf *miss)
  *    ["Float"], "for_s": 94.2}
  * ("op".. "for_s" are those of the last enqueued entry, when the ring still holds it). */
 
+/* Whether the job has the recorder on (read once). [server thread] */
 static int fr_enabled(void)
 {
     if (fr_on < 0) {
@@ -390,6 +391,7 @@ static int fr_enabled(void)
     return fr_on;
 }
 
+/* d[key] as an integer (the recorder writes some as strings), -1 when absent. [GIL held] */
 static long long dict_ll(PyObject *d, const char *key)
 {
     PyObject *v = d && PyDict_Check(d) ? PyDict_GetItemString(d, key) : NULL; /* borrowed */
@@ -400,7 +402,7 @@ static long long dict_ll(PyObject *d, const char *key)
     return r;
 }
 
-/* json.dumps(v) into out as raw JSON (null when v is NULL or fails). */
+/* json.dumps(v) into out as raw JSON (null when v is NULL or fails). [GIL held] */
 static void put_json(pb_buf *out, PyObject *dumps, PyObject *v)
 {
     PyObject *s = v && dumps ? PyObject_CallOneArg(dumps, v) : NULL;
@@ -411,7 +413,8 @@ static void put_json(pb_buf *out, PyObject *dumps, PyObject *v)
 }
 
 /* Reads the flight recorder into items (the "groups" array's items). [GIL held, job thread] */
-/* json.loads(_dump_fr_trace_json(includeCollectives=with_entries, onlyActive=True)), or NULL. */
+/* json.loads(_dump_fr_trace_json(includeCollectives=with_entries, onlyActive=True)), a dict or
+ * NULL. [GIL held] */
 static PyObject *fr_dump(PyObject *dump, PyObject *json, int with_entries)
 {
     PyObject *kw = Py_BuildValue("{s:O,s:O}", "includeCollectives", with_entries ? Py_True : Py_False,
