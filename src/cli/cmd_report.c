@@ -92,6 +92,7 @@ typedef struct peers {
     char note[PATH_MAX + 200];
     pb_rank_ep *roster; /* job_peers: the roster the hosts point into */
     int nroster;        /* its length (the job's world size) */
+    pb_fanout_req *asked; /* job_peers: every rank's GET /api/rank (hang.h), nroster of them */
 } peers;
 
 /* The other ranks from the job's roster in its c10d store, on every node (docs/cluster.md).
@@ -112,15 +113,25 @@ static int job_peers(const pb_cli_args *a, long long my_rank, peers *p)
     if (!registered || pb_fanout_roster(&a->resolved, PB_FANOUT_DEADLINE_MS, &p->roster, &n))
         return 0;
     p->nroster = n;
+    /* One round to every rank: who answers (a rank that does not is left out of the report's
+     * queries, which would each wait for it), and the hang check's answers (add_hang). */
+    p->asked = pb_hang_ask(p->roster, n, PB_FANOUT_DEADLINE_MS);
     p->targets = calloc((size_t)n, sizeof *p->targets);
     p->list = calloc((size_t)n, sizeof *p->list);
     p->names = calloc((size_t)n, sizeof *p->names);
     int unreachable = 0;
+    char silent[256] = "";
+    size_t silent_len = 0;
     for (int r = 0; r < n && p->targets && p->list && p->names; r++) {
         pb_rank_ep *e = &p->roster[r];
         if (r == my_rank) continue;
         if (!pb_fanout_reachable(e)) {
             unreachable++;
+            continue;
+        }
+        if (p->asked && !pb_hang_answered(p->asked, r)) {
+            int w = snprintf(silent + silent_len, sizeof silent - silent_len, "%s%d", silent_len ? "," : "", r);
+            if (w > 0 && (size_t)w < sizeof silent - silent_len) silent_len += (size_t)w;
             continue;
         }
         p->targets[p->count] = e->target;
@@ -136,8 +147,10 @@ static int job_peers(const pb_cli_args *a, long long my_rank, peers *p)
         p->count++;
     }
     snprintf(p->note, sizeof p->note, "%zu of the %d other ranks reached through the job's roster "
-             "(its c10d store)%s", p->count, n - 1,
-             unreachable ? "; the others have no reachable endpoint (see probing <target> ranks)" : "");
+             "(its c10d store)%s%s%s%s", p->count, n - 1,
+             unreachable ? "; the others have no reachable endpoint (see probing <target> ranks)" : "",
+             silent_len ? "; left out, not answering within 5 s: rank " : "", silent,
+             silent_len ? " (see probing <target> ranks)" : "");
     return 1;
 }
 
@@ -254,6 +267,10 @@ static void peers_free(peers *p)
     free(p->targets);
     free(p->list);
     free(p->names);
+    if (p->asked) {
+        pb_fanout_free(p->asked, p->nroster);
+        free(p->asked);
+    }
     free(p->roster);
 }
 
@@ -269,7 +286,7 @@ static void add_hang(const peers *p, json_t *doc)
     if (!p->roster || p->nroster < 2) return;
     FILE *mem = open_memstream(&text, &len);
     if (!mem) return;
-    int rc = pb_hang_analyse(p->roster, p->nroster, PB_FANOUT_DEADLINE_MS, mem, &summary);
+    int rc = pb_hang_analyse(p->roster, p->nroster, p->asked, PB_FANOUT_DEADLINE_MS, mem, &summary);
     if (fclose(mem) != 0 || rc == PB_EXIT_ERROR || !json_is_true(json_object_get(summary, "stalled")))
         goto out;
     json_t *lines = json_array();

@@ -18,6 +18,21 @@
  * rank's own agent (GET /api/stack, the same reader on its own pid) for ranks on other hosts.
  * Ranks at the same sequence number with a different operation or size are named as a mismatch
  * ("mismatch at #N on group G: rank 0 all_reduce 64 bytes; rank 1 broadcast 64 bytes;").
+ *
+ * When no rank is inside a collective, the job may still be stalled: every rank in its data
+ * pipeline, a deadlock in user code. That is judged from step progress (each rank's current step
+ * against its median step, stall_check), never from wall time alone; then every rank's stack is
+ * read, identical ones are grouped, and the ranks outside the largest group are named as the odd
+ * ones (stall_stacks):
+ *   the job is stalled outside collectives: no step finished on any rank for 41 s while the
+ *   median step is 0.054 s; no rank is in a collective (3 of 3 ranks answered)
+ *   ranks 0-1 are in train.py:27 load_batch      (the stack follows)
+ *   rank 2 (node-a, pid 4242) is the odd one: it is in train.py:33 wait_for_lock
+ *
+ * When the job has PyTorch's flight recorder on (TORCH_FR_BUFFER_SIZE) and every rank that
+ * answered sent a fresh reading of it in /api/rank (job.c), the comparison runs on the
+ * recorder's per-group last enqueued / last completed numbers instead (use_flight_recorder),
+ * and the screen ends with a "source:" line saying so.
  */
 #include "hang.h"
 
@@ -143,12 +158,253 @@ static int stack_from_answer(json_t *ans, stack_text *st, char *err, size_t errl
     return 0;
 }
 
-int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json_t **summary)
+/* Bytes of one element of a flight recorder dtype name ("Float", "BFloat16", ...); 0 unknown. */
+static long long dtype_bytes(const char *t)
+{
+    static const struct { const char *name; int size; } sizes[] = {
+        {"Float", 4}, {"Double", 8}, {"Half", 2}, {"BFloat16", 2}, {"Int", 4}, {"Long", 8}, {"Short", 2},
+        {"Char", 1}, {"Byte", 1}, {"Bool", 1}, {"ComplexFloat", 8}, {"ComplexDouble", 16},
+        {"Float8_e4m3fn", 1}, {"Float8_e5m2", 1}, {"UInt16", 2}, {"UInt32", 4}, {"UInt64", 8},
+    };
+    for (size_t i = 0; t && i < sizeof sizes / sizeof sizes[0]; i++)
+        if (strcmp(t, sizes[i].name) == 0) return sizes[i].size;
+    return 0;
+}
+
+/* One group of a rank's flight recorder reading (job.c) as the collective record of our own
+ * counters ({"group", "seq", "op", "bytes", "state", "for_s"}), or NULL to leave out. */
+static json_t *fr_record(json_t *g)
+{
+    long long seq = (long long)json_integer_value(json_object_get(g, "last_enqueued"));
+    long long done = (long long)json_integer_value(json_object_get(g, "last_completed"));
+    if (seq <= 0) return NULL;
+    /* Named by the recorder's pg_id, which every rank has (the name is in the entries only):
+     * pg 0 is the default group, WORLD as in probing's own counters. */
+    const char *pg = json_string_value(json_object_get(g, "pg"));
+    char group[128];
+    if (pg && strcmp(pg, "0") == 0) snprintf(group, sizeof group, "WORLD");
+    else snprintf(group, sizeof group, "pg %s", pg ? pg : "?");
+    const char *op = json_string_value(json_object_get(g, "op"));
+    const char *colon = op ? strchr(op, ':') : NULL;
+    long long bytes = 0;
+    json_t *sizes = json_object_get(g, "input_sizes"), *dtypes = json_object_get(g, "input_dtypes"), *shape, *d;
+    size_t i, k;
+    json_array_foreach(sizes, i, shape) {
+        long long elems = 1, each = dtype_bytes(json_string_value(json_array_get(dtypes, i)));
+        json_array_foreach(shape, k, d) elems *= (long long)json_integer_value(d);
+        if (!each) {
+            bytes = -1;
+            break;
+        }
+        bytes += elems * each;
+    }
+    if (!json_is_array(sizes)) bytes = -1;
+    return json_pack("{s:s,s:I,s:s,s:I,s:s,s:f}", "group", group, "seq", (json_int_t)seq, "op",
+                     colon ? colon + 1 : (op ? op : "?"), "bytes", (json_int_t)bytes, "state",
+                     done >= seq ? "completed" : "entered", "for_s",
+                     json_number_value(json_object_get(g, "for_s")));
+}
+
+/* When every rank that answered sent a fresh flight recorder reading, replaces each answer's
+ * "collectives" by the records made from it and returns 1: the analysis then runs on PyTorch's
+ * own sequence numbers (which count every collective of the process group, DDP's too).
+ * Else leaves the answers alone and returns 0. */
+static int use_flight_recorder(pb_fanout_req *reqs, const unsigned char *answered, int n)
+{
+    int any = 0;
+    for (int r = 0; r < n; r++) {
+        if (!answered[r]) continue;
+        json_t *fr = json_object_get(reqs[r].root, "flight_recorder");
+        if (!json_is_true(json_object_get(fr, "fresh")) || !json_array_size(json_object_get(fr, "groups")))
+            return 0;
+        any = 1;
+    }
+    for (int r = 0; any && r < n; r++) {
+        if (!answered[r]) continue;
+        json_t *list = json_array(), *g;
+        size_t i;
+        json_array_foreach(json_object_get(json_object_get(reqs[r].root, "flight_recorder"), "groups"), i, g) {
+            json_t *c = fr_record(g);
+            if (c) json_array_append_new(list, c);
+        }
+        json_object_set_new(reqs[r].root, "collectives", list ? list : json_array());
+    }
+    return any;
+}
+
+/* A stall with no rank inside a collective: judged from step progress, never from wall time
+ * alone. The job is stalled when every rank that answered has finished at least one step and its
+ * current step has run for more than STALL_FACTOR times its median step (the last 31 steps) and
+ * more than STALL_MIN_S: a job that still finishes steps on any rank, or whose steps are merely
+ * slow and steady, is never called stalled. A rank that has not finished a step yet (no median)
+ * leaves the job unjudged. */
+#define STALL_FACTOR 10.0
+#define STALL_MIN_S 5.0
+
+typedef struct stall {
+    double no_step_for_s; /* the shortest time since a step finished, over the ranks */
+    double median_s;      /* the median over the ranks of their median step */
+} stall;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* How long a wait in a collective (or a step) may last before the job is called stalled: 10 times
+ * the median over the ranks of their median step, at least 5 s (5 s when no rank has finished
+ * a step yet). */
+static double stall_limit(pb_fanout_req *reqs, const unsigned char *answered, int n)
+{
+    double *medians = calloc((size_t)(n > 0 ? n : 1), sizeof *medians), m_s = 0;
+    int m = 0;
+    for (int r = 0; medians && r < n; r++) {
+        json_t *md = answered[r] ? json_object_get(reqs[r].root, "step_median_s") : NULL;
+        if (json_is_number(md)) medians[m++] = json_number_value(md);
+    }
+    if (m) {
+        qsort(medians, (size_t)m, sizeof *medians, cmp_double);
+        m_s = m % 2 ? medians[m / 2] : (medians[m / 2 - 1] + medians[m / 2]) / 2;
+    }
+    free(medians);
+    return STALL_FACTOR * m_s > STALL_MIN_S ? STALL_FACTOR * m_s : STALL_MIN_S;
+}
+
+static int stall_check(pb_fanout_req *reqs, const unsigned char *answered, int n, stall *st)
+{
+    double *medians = calloc((size_t)n, sizeof *medians);
+    int m = 0, stalled = medians != NULL;
+    st->no_step_for_s = -1;
+    st->median_s = 0;
+    for (int r = 0; stalled && r < n; r++) {
+        if (!answered[r]) continue;
+        json_t *f = json_object_get(reqs[r].root, "step_for_s"), *md = json_object_get(reqs[r].root, "step_median_s");
+        if (!json_is_number(f) || !json_is_number(md)) {
+            stalled = 0;
+            break;
+        }
+        double for_s = json_number_value(f), median = json_number_value(md);
+        double limit = STALL_FACTOR * median > STALL_MIN_S ? STALL_FACTOR * median : STALL_MIN_S;
+        if (for_s <= limit) stalled = 0;
+        if (st->no_step_for_s < 0 || for_s < st->no_step_for_s) st->no_step_for_s = for_s;
+        medians[m++] = median;
+    }
+    if (stalled && m) {
+        qsort(medians, (size_t)m, sizeof *medians, cmp_double);
+        st->median_s = m % 2 ? medians[m / 2] : (medians[m / 2 - 1] + medians[m / 2]) / 2;
+    }
+    free(medians);
+    return stalled && m > 0;
+}
+
+/* The stacks of a job stalled outside collectives: ranks with identical stacks are one entry
+ * with their rank list, the largest group first; when one group holds more ranks than any other,
+ * the ranks outside it are the odd ones and are named so (in summary's "odd_ranks" too). */
+static void stall_stacks(const pb_rank_ep *eps, pb_fanout_req *reqs, stack_text *stacks,
+                         char (*stack_err)[512], const unsigned char *need_stack, int n, FILE *out,
+                         json_t *sum)
+{
+    int *group = malloc((size_t)n * sizeof *group), *size = calloc((size_t)n, sizeof *size);
+    unsigned char *flag = calloc((size_t)n, 1), *odd = calloc((size_t)n, 1);
+    if (!group || !size || !flag || !odd) goto out;
+    int ngroups = 0;
+    for (int r = 0; r < n; r++) {
+        group[r] = -1;
+        if (!need_stack[r] || !stacks[r].text) continue;
+        for (int q = 0; q < r && group[r] < 0; q++)
+            if (group[q] >= 0 && strcmp(stacks[q].text, stacks[r].text) == 0) group[r] = group[q];
+        if (group[r] < 0) group[r] = ngroups++;
+        size[group[r]]++;
+    }
+    int big = -1, tie = 0;
+    for (int g = 0; g < ngroups; g++) {
+        if (big < 0 || size[g] > size[big]) {
+            big = g;
+            tie = 0;
+        } else if (size[g] == size[big]) {
+            tie = 1;
+        }
+    }
+    int majority = big >= 0 && !tie && ngroups > 1;
+    long long step0 = -1;
+    int same_step = 1;
+    for (int r = 0; r < n; r++) {
+        if (!need_stack[r]) continue;
+        long long s = (long long)json_integer_value(json_object_get(reqs[r].root, "step"));
+        if (step0 < 0) step0 = s;
+        else same_step &= s == step0;
+    }
+    /* Largest group first, then the others in the order of their first rank. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int g = 0; g < ngroups; g++) {
+            if ((pass == 0) != (g == big)) continue;
+            int first = -1;
+            memset(flag, 0, (size_t)n);
+            for (int r = 0; r < n; r++)
+                if (group[r] == g) {
+                    flag[r] = 1;
+                    if (first < 0) first = r;
+                    if (majority && g != big) odd[r] = 1;
+                }
+            char list[4096], steps[64] = "";
+            rank_list(flag, n, list, sizeof list);
+            int many = size[g] > 1;
+            if (!same_step)
+                snprintf(steps, sizeof steps, " (step %lld)",
+                         (long long)json_integer_value(json_object_get(reqs[first].root, "step")));
+            if (ngroups == 1 && many)
+                fprintf(out, "all ranks%s are in %s\n%s", steps, stacks[first].top, stacks[first].text);
+            else if (majority && g != big && !many)
+                fprintf(out, "rank %d (%s, pid %d)%s is the odd one: it is in %s\n%s", first, eps[first].host,
+                        eps[first].pid, steps, stacks[first].top, stacks[first].text);
+            else if (majority && g != big)
+                fprintf(out, "ranks %s%s are odd ones: they are in %s\n%s", list, steps, stacks[first].top,
+                        stacks[first].text);
+            else
+                fprintf(out, "rank%s %s%s %s in %s\n%s", many ? "s" : "", list, steps, many ? "are" : "is",
+                        stacks[first].top, stacks[first].text);
+        }
+    }
+    for (int r = 0; r < n; r++)
+        if (need_stack[r] && !stacks[r].text)
+            fprintf(out, "rank %d (%s, pid %d): no stack: %s\n", r, eps[r].host, eps[r].pid, stack_err[r]);
+    if (sum) {
+        char list[4096];
+        rank_list(odd, n, list, sizeof list);
+        json_object_set_new(sum, "odd_ranks", json_string(list));
+    }
+out:
+    free(group);
+    free(size);
+    free(flag);
+    free(odd);
+}
+
+pb_fanout_req *pb_hang_ask(const pb_rank_ep *eps, int n, long deadline_ms)
+{
+    pb_fanout_req *reqs = calloc((size_t)(n > 0 ? n : 1), sizeof *reqs);
+    if (!reqs) {
+        pb_cli_error("out of memory");
+        return NULL;
+    }
+    for (int r = 0; r < n; r++) pb_fanout_prepare(&reqs[r], &eps[r]);
+    pb_fanout_run(reqs, n, "GET", "/api/rank", NULL, deadline_ms);
+    return reqs;
+}
+
+int pb_hang_answered(const pb_fanout_req *asked, int r)
+{
+    return asked[r].root && asked[r].status == 200;
+}
+
+int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long deadline, FILE *out,
+                    json_t **summary)
 {
     int rc = PB_EXIT_OK;
     json_t *sum = summary ? json_pack("{s:b,s:[],s:[]}", "stalled", 0, "groups", "not_answered") : NULL;
     if (summary) *summary = NULL;
-    pb_fanout_req *reqs = calloc((size_t)n, sizeof *reqs);
+    pb_fanout_req *reqs = asked ? asked : pb_hang_ask(eps, n, deadline);
     pb_fanout_req *sreqs = calloc((size_t)n, sizeof *sreqs);
     stack_text *stacks = calloc((size_t)n, sizeof *stacks);
     unsigned char *answered = calloc((size_t)n, 1), *waiting = calloc((size_t)n, 1),
@@ -161,11 +417,9 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json
         rc = PB_EXIT_ERROR;
         goto finish;
     }
-    for (int r = 0; r < n; r++) {
-        pb_fanout_prepare(&reqs[r], &eps[r]);
-    }
-    pb_fanout_run(reqs, n, "GET", "/api/rank", NULL, deadline);
-    for (int r = 0; r < n; r++) answered[r] = reqs[r].root && reqs[r].status == 200;
+    for (int r = 0; r < n; r++) answered[r] = pb_hang_answered(reqs, r);
+    int from_fr = use_flight_recorder(reqs, answered, n);
+    if (sum) json_object_set_new(sum, "source", json_string(from_fr ? "flight_recorder" : "probing"));
 
     /* The groups any rank knows. */
     const char *groups[MAX_GROUPS];
@@ -183,6 +437,7 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json
     }
 
     int any_hang = 0;
+    double wait_limit = stall_limit(reqs, answered, n);
     for (int k = 0; k < ngroups; k++) {
         long long max_seq = 0;
         for (int r = 0; r < n; r++) {
@@ -208,10 +463,11 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json
             }
             const char *o = json_string_value(json_object_get(c, "op"));
             long long b = json_integer_value(json_object_get(c, "bytes"));
-            if (!op) {
+            int known = !o || strcmp(o, "?") != 0; /* "?": a flight recorder without the entry */
+            if (known && !op) {
                 op = o;
                 bytes = b;
-            } else if ((o && strcmp(o, op) != 0) || b != bytes) {
+            } else if (known && ((o && strcmp(o, op) != 0) || b != bytes)) {
                 mismatch = 1;
             }
             if (state && strcmp(state, "entered") == 0) {
@@ -228,7 +484,8 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json
         rank_list(waiting, n, wl, sizeof wl);
         rank_list(behind, n, bl, sizeof bl);
         if (sum) {
-            json_object_set_new(sum, "stalled", json_true());
+            /* Stalled for report: a wait longer than a healthy step explains (stall_limit). */
+            if (longest > wait_limit) json_object_set_new(sum, "stalled", json_true());
             json_array_append_new(json_object_get(sum, "groups"),
                                   json_pack("{s:s,s:s,s:I,s:f,s:s,s:s,s:b}", "group", groups[k],
                                             "op", op ? op : "?", "seq", (json_int_t)max_seq,
@@ -243,16 +500,18 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json
                    "entered it\n", bl, op ? op : "?", max_seq, groups[k], longest, nb > 1 ? "s" : "",
                    bl, nb > 1 ? "have" : "has");
         else
-            fprintf(out, "ranks %s are in %s #%lld on group %s, waiting %.0f s%s%s%s\n", wl, op ? op : "?",
+            fprintf(out, "rank%s %s %s in %s #%lld on group %s, waiting %.0f s%s%s%s\n",
+                   count(waiting, n) > 1 ? "s" : "", wl, count(waiting, n) > 1 ? "are" : "is", op ? op : "?",
                    max_seq, groups[k], longest, nb ? "; not entered: " : "", nb ? bl : "",
                    nmissing ? "; some ranks did not answer (below)" : "");
         for (int r = 0; r < n; r++) {
             if (!behind[r]) continue;
             json_t *c = group_of(reqs[r].root, groups[k]);
             need_stack[r] = 1;
+            const char *lop = c ? json_string_value(json_object_get(c, "op")) : NULL;
             if (c)
-                fprintf(out, "  rank %d: its last on %s is %s #%lld (%s)\n", r, groups[k],
-                       json_string_value(json_object_get(c, "op")) ?: "?",
+                fprintf(out, "  rank %d: its last on %s is %s%s#%lld (%s)\n", r, groups[k],
+                       lop && strcmp(lop, "?") != 0 ? lop : "", lop && strcmp(lop, "?") != 0 ? " " : "",
                        (long long)json_integer_value(json_object_get(c, "seq")),
                        json_string_value(json_object_get(c, "state")) ?: "?");
             else
@@ -270,9 +529,24 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json
         }
         for (int r = 0; r < n; r++) need_stack[r] |= waiting[r];
     }
+    int stalled_outside = 0;
     if (!any_hang) {
         int na = count(answered, n);
-        fprintf(out, "no rank is waiting in a collective (%d of %d ranks answered)\n", na, n);
+        stall st;
+        if (stall_check(reqs, answered, n, &st)) {
+            stalled_outside = 1;
+            fprintf(out, "the job is stalled outside collectives: no step finished on any rank for %.0f s "
+                         "while the median step is %.3g s; no rank is in a collective (%d of %d ranks "
+                         "answered)\n", st.no_step_for_s, st.median_s, na, n);
+            for (int r = 0; r < n; r++) need_stack[r] = answered[r];
+            if (sum) {
+                json_object_set_new(sum, "stalled", json_true());
+                json_object_set_new(sum, "no_step_for_s", json_real(st.no_step_for_s));
+                json_object_set_new(sum, "median_step_s", json_real(st.median_s));
+            }
+        } else {
+            fprintf(out, "no rank is waiting in a collective (%d of %d ranks answered)\n", na, n);
+        }
     }
 
     /* Stacks: local ranks read here, the others by their agent. */
@@ -292,9 +566,10 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json
         else if (!stack_err[r][0])
             snprintf(stack_err[r], sizeof stack_err[r], "%s", sreqs[r].err);
     }
+    if (stalled_outside) stall_stacks(eps, reqs, stacks, stack_err, need_stack, n, out, sum);
     /* The odd ranks, each with its stack. */
     for (int r = 0; r < n; r++) {
-        if (!need_stack[r] || waiting[r]) continue;
+        if (stalled_outside || !need_stack[r] || waiting[r]) continue;
         if (stacks[r].text)
             fprintf(out, "rank %d (%s, pid %d) is in %s\n%s", r, eps[r].host, eps[r].pid, stacks[r].top, stacks[r].text);
         else
@@ -324,17 +599,22 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, long deadline, FILE *out, json
         if (sum) json_array_append_new(json_object_get(sum, "not_answered"), json_integer(r));
         rc = PB_EXIT_PARTIAL;
     }
+    if (from_fr)
+        fprintf(out, "source: PyTorch's flight recorder (TORCH_FR_BUFFER_SIZE): each process group's "
+                     "last enqueued and last completed collective\n");
     if (summary) {
         *summary = sum;
         sum = NULL;
     }
 finish:
     json_decref(sum);
-    if (reqs) pb_fanout_free(reqs, n);
+    if (reqs && !asked) {
+        pb_fanout_free(reqs, n);
+        free(reqs);
+    }
     if (sreqs) pb_fanout_free(sreqs, n);
     for (int r = 0; stacks && r < n; r++) free(stacks[r].text);
     free(stacks);
-    free(reqs);
     free(sreqs);
     free(answered);
     free(waiting);

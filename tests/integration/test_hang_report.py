@@ -6,12 +6,20 @@
     has no Hang section;
   - a job whose ranks issue different collectives at the same sequence number (rank 0
     all_reduce of 32 bytes, rank 1 broadcast of 16 bytes: tests/workloads/mismatch_job.py):
-    `hang` names the mismatch with each rank's op and bytes, and report's "hang" key says so.
+    `hang` names the mismatch with each rank's op and bytes, and report's "hang" key says so;
+  - a rank blocked in work.wait() of an all_reduce(async_op=True) the other rank has not
+    entered (tests/workloads/async_job.py) is seen as waiting in it;
+  - with PyTorch's flight recorder on (TORCH_FR_BUFFER_SIZE), `hang` compares its sequence
+    numbers and says so;
+  - a stopped rank (SIGSTOP) is left out of `report`'s queries after one /api/rank round and
+    named, and the Hang section comes from that round.
 
 Every wait polls a condition with a generous timeout; the processes are killed in teardown.
 """
 import json
+import os
 import re
+import signal
 import time
 
 import pytest
@@ -70,7 +78,9 @@ def test_report_of_a_stalled_job_has_the_hang_section(cli, sleeping_job):
         "on group WORLD, waiting " + first.split("waiting ")[1]), hang.stdout
     assert "load_batch" in hang.stdout, hang.stdout
 
-    r = cli(rank0.pid, "report")
+    # report calls it stalled once the wait is longer than 10 healthy steps and 5 s
+    r = _poll_cli(cli, rank0.pid, ["report"], lambda r: "\nHang:" in r.stdout, "the Hang section",
+                  (rank0, rank1))
     text = r.stdout
     assert "\nHang: the job is stalled (as `probing <target> hang` shows it)\n" in text, text
     section = text.split("\nHang: the job is stalled")[1].split("\n\n")[0].splitlines()[1:]
@@ -112,9 +122,106 @@ def test_hang_names_mismatched_collectives(cli, env, session_dir):
         assert seq >= 4, r.stdout  # after the three matching all_reduces
         assert r.stdout.startswith(f"ranks 0-1 are in all_reduce #{seq} on group WORLD, waiting "), \
             r.stdout
-        doc = json.loads(cli(rank0.pid, "report", "--json").stdout)
+        r = _poll_cli(cli, rank0.pid, ["report", "--json"], lambda r: "hang" in json.loads(r.stdout),
+                      "the hang key of report", (rank0, rank1))
+        doc = json.loads(r.stdout)
         (group,) = doc["hang"]["groups"]
         assert group["mismatch"] is True and group["seq"] == seq, group
         assert group["waiting_ranks"] == "0-1" and group["not_entered_ranks"] == "", group
     finally:
         launcher.cleanup()
+
+
+def test_hang_sees_a_rank_blocked_in_an_async_collective(cli, env, session_dir):
+    """Rank 0 issues all_reduce(async_op=True) and blocks in work.wait(); rank 1 has not
+    entered the all_reduce (tests/workloads/async_job.py). The async call stays "entered" until
+    its Work completes, so `hang` names rank 1 as the one rank 0 waits for; once rank 1 enters
+    it and the Work completes, no rank is waiting."""
+    work = session_dir / f"hang-async-{time.monotonic_ns()}"
+    work.mkdir()
+    control = work / "control"
+    hold = work / "control.hold"
+    hold.touch()
+    launcher, (rank0, rank1) = _start_ranks(cli, env, work, "async_job.py", control)
+    try:
+        for r, t in enumerate((rank0, rank1)):
+            t._poll(f"READY {r}", lambda t=t, r=r: f"READY {r}" in t.stdout(), STEP_TIMEOUT_S)
+        r = _poll_cli(cli, rank0.pid, ["hang"], lambda r: "rank 1 has not entered it" in r.stdout,
+                      "rank 1 named by hang", (rank0, rank1))
+        lines = r.stdout.splitlines()
+        assert re.fullmatch(r"all ranks but 1 are in all_reduce #4 on group WORLD, waiting \d+ s; "
+                            r"rank 1 has not entered it", lines[0]), r.stdout
+        assert "  rank 1: its last on WORLD is all_reduce #3 (completed)" in lines, r.stdout
+        assert any(re.fullmatch(r"rank 1 \(.*\) is in async_job\.py:\d+ hold_back", l)
+                   for l in lines), r.stdout
+        assert any(re.fullmatch(r"waiting rank 0 is in async_job\.py:\d+ main", l)
+                   for l in lines), r.stdout
+        assert "COMPLETED 0" not in rank0.stdout()
+
+        hold.unlink()
+        for r, t in enumerate((rank0, rank1)):
+            t._poll(f"COMPLETED {r}", lambda t=t, r=r: f"COMPLETED {r}" in t.stdout(),
+                    STEP_TIMEOUT_S)
+        r = cli(rank0.pid, "hang")
+        assert r.stdout == "no rank is waiting in a collective (2 of 2 ranks answered)\n", r.stdout
+    finally:
+        launcher.cleanup()
+
+
+def test_hang_uses_the_flight_recorder_when_the_job_has_it(cli, env, session_dir):
+    """The job of the first test with PyTorch's flight recorder on (TORCH_FR_BUFFER_SIZE): gloo
+    records into it on CPU, so `hang` takes the collective state from it (each process group's
+    last enqueued and last completed collective, the op and sizes of its entry), says so, and
+    names rank 1 as the one rank 0 waits for."""
+    work = session_dir / f"hang-fr-{time.monotonic_ns()}"
+    work.mkdir()
+    control = work / "control"
+    launcher, (rank0, rank1) = _start_ranks(cli, dict(env, TORCH_FR_BUFFER_SIZE="2000"), work,
+                                            "cluster_job.py", control)
+    try:
+        for r, t in enumerate((rank0, rank1)):
+            t._poll(f"READY {r}", lambda t=t, r=r: f"READY {r}" in t.stdout(), STEP_TIMEOUT_S)
+        (work / "control.sleep.1").touch()
+        r = _poll_cli(cli, rank0.pid, ["hang"], lambda r: "rank 1 has not entered it" in r.stdout,
+                      "rank 1 named by hang", (rank0, rank1))
+        lines = r.stdout.splitlines()
+        m = re.fullmatch(r"all ranks but 1 are in all_reduce #(\d+) on group WORLD, waiting \d+ s; "
+                         r"rank 1 has not entered it", lines[0])
+        assert m, r.stdout
+        seq = int(m.group(1))
+        # rank 1 has nothing in flight: its agent reads only pg_status, so no op name
+        assert f"  rank 1: its last on WORLD is #{seq - 1} (completed)" in lines, r.stdout
+        assert any(re.fullmatch(r"rank 1 \(.*\) is in cluster_job\.py:\d+ load_batch", l)
+                   for l in lines), r.stdout
+        assert lines[-1] == ("source: PyTorch's flight recorder (TORCH_FR_BUFFER_SIZE): each "
+                             "process group's last enqueued and last completed collective"), r.stdout
+        r = _poll_cli(cli, rank0.pid, ["report", "--json"], lambda r: "hang" in json.loads(r.stdout),
+                      "the hang key of report", (rank0, rank1))
+        doc = json.loads(r.stdout)
+        assert doc["hang"]["source"] == "flight_recorder", doc["hang"]
+        (group,) = doc["hang"]["groups"]
+        assert group["op"] == "all_reduce" and group["not_entered_ranks"] == "1", group
+    finally:
+        launcher.cleanup()
+
+
+def test_report_leaves_out_a_rank_that_does_not_answer(cli, sleeping_job):
+    """Rank 1 is stopped (SIGSTOP): its agent cannot answer. `report` on rank 0 asks every rank
+    once (GET /api/rank, 5 s deadline), leaves rank 1 out of its queries instead of waiting for
+    each of them, says so, and its Hang section (from the same round) names rank 1 as not
+    answering while rank 0 waits in all_reduce."""
+    (rank0, rank1), control = sleeping_job
+    os.kill(rank1.pid, signal.SIGSTOP)
+    try:
+        r = _poll_cli(cli, rank0.pid, ["report"],
+                      lambda r: r.returncode == 0 and "\nHang:" in r.stdout, "the Hang section",
+                      (rank0, rank1))
+        text = r.stdout
+        assert ("0 of the 1 other ranks reached through the job's roster (its c10d store); left "
+                "out, not answering within 5 s: rank 1 (see probing <target> ranks)") in text, text
+        section = text.split("\nHang: the job is stalled")[1].split("\n\n")[0].splitlines()[1:]
+        assert re.fullmatch(r"  rank 0 is in all_reduce #\d+ on group WORLD, waiting \d+ s; some "
+                            r"ranks did not answer \(below\)", section[0]), section
+        assert any(l.startswith("  rank 1 (") and "did not answer" in l for l in section), section
+    finally:
+        os.kill(rank1.pid, signal.SIGCONT)

@@ -11,6 +11,7 @@ the capture button downloads a Chrome trace. Screenshots of every page go to the
 directory."""
 import json
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -488,8 +489,12 @@ def test_ui_ranks_of_a_job_on_this_machine(cli, env, session_dir, tmp_path):
         assert "2 of 2 ranks made no step for more than 10 median steps (and 5 s)" in hang
         # what `probing <rank> hang` prints, then each stalled rank's stacks, main thread first
         said = driver.execute_script("return document.getElementById('rk-hang-text').textContent")
-        assert said == cli(ranks[0], "hang").stdout.rstrip()
-        assert said.startswith("no rank is waiting in a collective (2 of 2 ranks answered)")
+        # the seconds since the last step grow between the two readings
+        same = lambda t: re.sub(r"for \d+ s while", "for N s while", t)
+        assert same(said) == same(cli(ranks[0], "hang").stdout.rstrip())
+        assert said.startswith("the job is stalled outside collectives: no step finished on any "
+                               "rank for "), said
+        assert "no rank is in a collective (2 of 2 ranks answered)" in said.splitlines()[0], said
         hold_line = next(n for n, line in enumerate(
             (WORKLOADS / "_workload.py").read_text().splitlines(), 1) if "time.sleep(0.05)" in line)
         for r in (0, 1):

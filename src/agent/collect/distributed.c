@@ -11,6 +11,8 @@
  * For async_op=True (and isend/irecv) a callback chained with work.get_future().then() pushes the
  * row when the Work completes, with the time from the call to completion; the caller is never
  * blocked. When the Work has no future, the row is pushed at return with the call-to-return time.
+ * The same callback completes the call's per-group state for `probing hang` (job.h): an async
+ * collective stays "entered" until its Work completes, not until the call returns.
  * On CUDA (nccl) both of these are host times: a synchronous NCCL call returns once the kernel is
  * enqueued, and a CUDA future's callbacks run when the work is enqueued, not done.
  *
@@ -147,6 +149,8 @@ typedef struct pb_pending {
     int64_t start_ns;
     int record; /* push the row */
     int result; /* RESULT_* */
+    int slot;     /* the job's collective slot to complete (job.h), or -1 */
+    uint64_t seq; /* the sequence number the call got on that slot */
 } pb_pending;
 
 static PyTypeObject collective_type = {PyVarObject_HEAD_INIT(NULL, 0).tp_name = "probing._agent.Collective"};
@@ -220,6 +224,14 @@ static PyObject *pending_call(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     pb_pending *p = (pb_pending *)self;
     PyObject *value = NULL;
+    if (p->slot >= 0) {
+        /* The async collective completed (or failed): its state for `probing hang`. */
+        PyObject *fut = NULL, *v = NULL;
+        if (PyArg_ParseTuple(args, "O", &fut)) v = PyObject_CallMethod(fut, "value", NULL);
+        pb_job_coll_exit_at(p->slot, p->seq, v != NULL);
+        Py_XDECREF(v);
+        PyErr_Clear();
+    }
     if (p->result != RESULT_NONE) {
         PyObject *fut;
         if (!PyArg_ParseTuple(args, "O", &fut)) return NULL;
@@ -238,7 +250,8 @@ static PyObject *pending_call(PyObject *self, PyObject *args, PyObject *kwargs)
 }
 
 /* fut.then(a pending row), or NULL with an exception. */
-static PyObject *then_row(PyObject *fut, const pb_nccl_row *row, int64_t start_ns, int record, int result)
+static PyObject *then_row(PyObject *fut, const pb_nccl_row *row, int64_t start_ns, int record, int result,
+                          int slot, uint64_t seq)
 {
     pb_pending *p = PyObject_New(pb_pending, &pending_type);
     if (!p) return NULL;
@@ -246,27 +259,30 @@ static PyObject *then_row(PyObject *fut, const pb_nccl_row *row, int64_t start_n
     p->start_ns = start_ns;
     p->record = record;
     p->result = result;
+    p->slot = slot;
+    p->seq = seq;
     PyObject *chained = PyObject_CallMethod(fut, "then", "O", (PyObject *)p);
     Py_DECREF((PyObject *)p);
     return chained;
 }
 
-/* Chains the row to the Work's future. Returns 1 if the row will be pushed on completion, 0 if
- * the caller must push it now. Never leaves an exception set. */
-static int chain_row(PyObject *fut, const pb_nccl_row *row, int64_t start_ns)
+/* Chains the row, and the completion of the job's collective slot (slot, seq), to the Work's
+ * future. Returns 1 if both will be done on completion, 0 if the caller must do them now. Never
+ * leaves an exception set. */
+static int chain_row(PyObject *fut, const pb_nccl_row *row, int64_t start_ns, int slot, uint64_t seq)
 {
-    PyObject *chained = fut ? then_row(fut, row, start_ns, 1, RESULT_NONE) : NULL;
+    PyObject *chained = fut ? then_row(fut, row, start_ns, 1, RESULT_NONE, slot, seq) : NULL;
     int ok = chained != NULL;
     Py_XDECREF(chained);
     PyErr_Clear();
     return ok;
 }
 
-static int push_on_completion(PyObject *work, const pb_nccl_row *row, int64_t start_ns)
+static int push_on_completion(PyObject *work, const pb_nccl_row *row, int64_t start_ns, int slot, uint64_t seq)
 {
     if (!work || work == Py_None) return 0;
     PyObject *fut = PyObject_CallMethod(work, "get_future", NULL);
-    int ok = fut ? chain_row(fut, row, start_ns) : 0;
+    int ok = fut ? chain_row(fut, row, start_ns, slot, seq) : 0;
     Py_XDECREF(fut);
     PyErr_Clear();
     return ok;
@@ -290,13 +306,16 @@ static PyObject *collective_call(PyObject *self, PyObject *args, PyObject *kwarg
     PyErr_Restore(saved_type, saved_value, saved_tb);
     /* Sequence number and state per group, for `probing hang` (job.h). */
     int slot = pb_job_coll_enter(arg_at(args, kwargs, spec->group_pos, "group"), c->op_id, r.bytes);
+    uint64_t seq = pb_job_coll_seq(slot);
     depth++;
     int64_t start = pb_now_ns();
     PyObject *result = PyObject_Call(c->original, args, kwargs);
     int64_t end = pb_now_ns();
     depth--;
-    pb_job_coll_exit(slot, result != NULL);
-    if (!result) return NULL;
+    if (!result) {
+        pb_job_coll_exit_at(slot, seq, 0);
+        return NULL;
+    }
 
     pb_step_collectives_ns += end - start;
     r.step = step;
@@ -315,11 +334,14 @@ static PyObject *collective_call(PyObject *self, PyObject *args, PyObject *kwarg
         if (t < 0) PyErr_Clear();
     }
     r.async_op = (uint8_t)async_op;
-    /* The collective let go of the GIL: the agent may have detached meanwhile. */
-    if (!atomic_load_explicit(&enabled, memory_order_relaxed) || !pb_table_nccl_trace.ring) {
-        /* detached: nothing to record */
-    } else if (!async_op || !push_on_completion(result, &r, start)) {
-        pb_ring_push(pb_table_nccl_trace.ring, &r);
+    /* The collective let go of the GIL: the agent may have detached meanwhile. An async call's
+     * row and its job state (entered until the Work completes, so a rank blocked in
+     * work.wait() shows as waiting in it) go to the Work's future; a synchronous call, or a Work
+     * without a future, is done at return. */
+    int recording = atomic_load_explicit(&enabled, memory_order_relaxed) && pb_table_nccl_trace.ring;
+    if (!recording || !async_op || !push_on_completion(result, &r, start, slot, seq)) {
+        pb_job_coll_exit_at(slot, seq, 1);
+        if (recording) pb_ring_push(pb_table_nccl_trace.ring, &r);
     }
     PyErr_Restore(saved_type, saved_value, saved_tb);
     return result;
@@ -424,7 +446,7 @@ static PyObject *ddp_hook_call(PyObject *self, PyObject *args, PyObject *kwargs)
     pb_nccl_row r = {0};
     int record = atomic_load_explicit(&enabled, memory_order_relaxed) && pb_table_nccl_trace.ring;
     if (record) ddp_hook_row(h, bucket, h->user_hook ? op_comm_hook : op_all_reduce, &r, start);
-    PyObject *chained = then_row(fut, &r, start, record, h->user_hook ? RESULT_VALUE : RESULT_FIRST);
+    PyObject *chained = then_row(fut, &r, start, record, h->user_hook ? RESULT_VALUE : RESULT_FIRST, -1, 0);
     Py_DECREF(fut);
     return chained;
 }

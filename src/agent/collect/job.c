@@ -25,6 +25,7 @@
 #include "jsonw.h"
 #include "log.h"
 #include "pystack.h"
+#include "registry.h"
 #include "step.h"
 
 #include <arpa/inet.h>
@@ -126,6 +127,19 @@ int pb_job_coll_enter(PyObject *group, uint32_t op_id, int64_t bytes)
     return i;
 }
 
+uint64_t pb_job_coll_seq(int slot)
+{
+    if (slot < 0 || slot >= MAX_GROUPS) return 0;
+    return atomic_load_explicit(&slots[slot].seq, memory_order_relaxed);
+}
+
+void pb_job_coll_exit_at(int slot, uint64_t seq, int ok)
+{
+    if (slot < 0 || slot >= MAX_GROUPS) return;
+    if (atomic_load_explicit(&slots[slot].seq, memory_order_relaxed) != seq) return;
+    pb_job_coll_exit(slot, ok);
+}
+
 void pb_job_coll_exit(int slot, int ok)
 {
     if (slot < 0 || slot >= MAX_GROUPS) return;
@@ -149,6 +163,11 @@ static uint64_t roster_gen;   /* under mu: bumped after each roster read */
 static int64_t roster_read_ns; /* under mu */
 static pb_buf roster;         /* under mu: ",\"...\"" items of the "ranks" array */
 static pb_buf missing;        /* under mu: "1,5" */
+static int fr_wanted;         /* under mu: /api/rank asks for a flight recorder reading */
+static uint64_t fr_gen;       /* under mu: bumped after each reading */
+static int64_t fr_read_ns;    /* under mu */
+static pb_buf fr_groups;      /* under mu: the "groups" array's items of the last reading */
+static int fr_on = -1;        /* TORCH_FR_BUFFER_SIZE / TORCH_NCCL_TRACE_BUFFER_SIZE > 0 */
 static char job_id[256];
 static char key_prefix[320];
 static char self_key[340];
@@ -348,6 +367,137 @@ static void read_roster(pb_buf *items, pb_buf *miss)
     }
 }
 
+/* ---------------------------------------------------------------- PyTorch's flight recorder
+ *
+ * torch (2.5 and later) keeps a flight recorder of collectives when TORCH_FR_BUFFER_SIZE (or
+ * TORCH_NCCL_TRACE_BUFFER_SIZE) is above 0 at init_process_group: per process group the last
+ * enqueued and last completed collective, and a ring of entries (collective_seq_id,
+ * profiling_name "gloo:all_reduce", input sizes and dtypes, time created). gloo records into it
+ * too (checked with torch 2.13 on CPU; its entries stay in state "scheduled", but pg_status
+ * moves). The job thread reads it with the GIL (torch's
+ * _dump_fr_trace_json, then Python's json) when /api/rank asks, and keeps per group one item:
+ *   {"pg": "0", "group": "default_pg", "last_enqueued": 4, "last_started": -1,
+ *    "last_completed": 3, "op": "gloo:all_reduce", "input_sizes": [[8]], "input_dtypes":
+ *    ["Float"], "for_s": 94.2}
+ * ("op".. "for_s" are those of the last enqueued entry, when the ring still holds it). */
+
+/* Whether the job has the recorder on (read once). [server thread] */
+static int fr_enabled(void)
+{
+    if (fr_on < 0) {
+        const char *a = getenv("TORCH_FR_BUFFER_SIZE"), *b = getenv("TORCH_NCCL_TRACE_BUFFER_SIZE");
+        fr_on = (a && atol(a) > 0) || (b && atol(b) > 0);
+    }
+    return fr_on;
+}
+
+/* d[key] as an integer (the recorder writes some as strings), -1 when absent. [GIL held] */
+static long long dict_ll(PyObject *d, const char *key)
+{
+    PyObject *v = d && PyDict_Check(d) ? PyDict_GetItemString(d, key) : NULL; /* borrowed */
+    long long r = -1;
+    if (v && PyLong_Check(v)) r = PyLong_AsLongLong(v);
+    else if (v && PyUnicode_Check(v)) r = atoll(PyUnicode_AsUTF8(v) ?: "-1");
+    PyErr_Clear();
+    return r;
+}
+
+/* json.dumps(v) into out as raw JSON (null when v is NULL or fails). [GIL held] */
+static void put_json(pb_buf *out, PyObject *dumps, PyObject *v)
+{
+    PyObject *s = v && dumps ? PyObject_CallOneArg(dumps, v) : NULL;
+    const char *t = s ? PyUnicode_AsUTF8(s) : NULL;
+    pb_buf_printf(out, "%s", t ? t : "null");
+    Py_XDECREF(s);
+    PyErr_Clear();
+}
+
+/* Reads the flight recorder into items (the "groups" array's items). [GIL held, job thread] */
+/* json.loads(_dump_fr_trace_json(includeCollectives=with_entries, onlyActive=True)), a dict or
+ * NULL. [GIL held] */
+static PyObject *fr_dump(PyObject *dump, PyObject *json, int with_entries)
+{
+    PyObject *kw = Py_BuildValue("{s:O,s:O}", "includeCollectives", with_entries ? Py_True : Py_False,
+                                 "onlyActive", Py_True);
+    PyObject *empty = kw ? PyTuple_New(0) : NULL;
+    PyObject *raw = empty ? PyObject_Call(dump, empty, kw) : NULL;
+    PyObject *doc = raw ? PyObject_CallMethod(json, "loads", "O", raw) : NULL;
+    Py_XDECREF(raw);
+    Py_XDECREF(empty);
+    Py_XDECREF(kw);
+    if (doc && !PyDict_Check(doc)) Py_CLEAR(doc);
+    return doc;
+}
+
+/* The entries are dumped only when some group has a collective in flight (enqueued, not
+ * completed): the dump of a full ring costs tens of milliseconds with the GIL (about 90 ms for
+ * 2,000 entries, torch 2.13), pg_status alone next to nothing. */
+static void read_flight_recorder(pb_buf *items)
+{
+    PyObject *c10d = PyImport_ImportModule("torch._C._distributed_c10d");
+    PyObject *dump = c10d ? PyObject_GetAttrString(c10d, "_dump_fr_trace_json") : NULL;
+    PyObject *json = dump ? PyImport_ImportModule("json") : NULL;
+    PyObject *doc = json ? fr_dump(dump, json, 0) : NULL;
+    PyObject *dumps = json ? PyObject_GetAttrString(json, "dumps") : NULL;
+    PyObject *status = doc ? PyDict_GetItemString(doc, "pg_status") : NULL;
+    PyObject *pg_key, *st;
+    Py_ssize_t pos = 0;
+    int in_flight = 0;
+    while (status && PyDict_Check(status) && PyDict_Next(status, &pos, &pg_key, &st))
+        in_flight |= dict_ll(st, "last_enqueued_collective") > dict_ll(st, "last_completed_collective");
+    if (in_flight) {
+        PyObject *full = fr_dump(dump, json, 1);
+        if (full) {
+            Py_SETREF(doc, full);
+            status = PyDict_GetItemString(doc, "pg_status");
+        }
+    }
+    PyObject *entries = doc ? PyDict_GetItemString(doc, "entries") : NULL;
+    pos = 0;
+    int64_t wall = pb_wall_ns();
+    while (status && PyDict_Check(status) && PyDict_Next(status, &pos, &pg_key, &st)) {
+        const char *pg = PyUnicode_Check(pg_key) ? PyUnicode_AsUTF8(pg_key) : NULL;
+        if (!pg) continue;
+        long long enq = dict_ll(st, "last_enqueued_collective");
+        PyObject *last = NULL; /* borrowed: the entry of the last enqueued collective */
+        Py_ssize_t n = entries && PyList_Check(entries) ? PyList_GET_SIZE(entries) : 0;
+        for (Py_ssize_t i = n - 1; i >= 0 && !last; i--) {
+            PyObject *e = PyList_GET_ITEM(entries, i);
+            PyObject *p2p = PyDict_Check(e) ? PyDict_GetItemString(e, "is_p2p") : NULL;
+            if (dict_ll(e, "pg_id") == atoll(pg) && dict_ll(e, "collective_seq_id") == enq && p2p != Py_True)
+                last = e;
+        }
+        PyObject *names = last ? PyDict_GetItemString(last, "process_group") : NULL;
+        PyObject *name = names && PyList_Check(names) && PyList_GET_SIZE(names) > 1 ? PyList_GET_ITEM(names, 1) : NULL;
+        pb_buf_printf(items, "%s{\"pg\":", items->len ? "," : "");
+        pb_json_escape(items, pg, strlen(pg));
+        pb_buf_printf(items, ",\"group\":");
+        const char *nm = name && PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+        if (nm) pb_json_escape(items, nm, strlen(nm));
+        else pb_buf_printf(items, "null");
+        pb_buf_printf(items, ",\"last_enqueued\":%lld,\"last_started\":%lld,\"last_completed\":%lld", enq,
+                      dict_ll(st, "last_started_collective"), dict_ll(st, "last_completed_collective"));
+        if (last) {
+            pb_buf_printf(items, ",\"op\":");
+            put_json(items, dumps, PyDict_GetItemString(last, "profiling_name"));
+            pb_buf_printf(items, ",\"input_sizes\":");
+            put_json(items, dumps, PyDict_GetItemString(last, "input_sizes"));
+            pb_buf_printf(items, ",\"input_dtypes\":");
+            put_json(items, dumps, PyDict_GetItemString(last, "input_dtypes"));
+            long long created = dict_ll(last, "time_created_ns");
+            if (created > 0) pb_buf_printf(items, ",\"for_s\":%.3f", (double)(wall - created) / 1e9);
+        }
+        pb_buf_printf(items, "}");
+        PyErr_Clear();
+    }
+    PyErr_Clear();
+    Py_XDECREF(dumps);
+    Py_XDECREF(doc);
+    Py_XDECREF(json);
+    Py_XDECREF(dump);
+    Py_XDECREF(c10d);
+}
+
 static void *job_main(void *arg)
 {
     (void)arg;
@@ -356,7 +506,7 @@ static void *job_main(void *arg)
     int64_t next_hb = 0;
     pthread_mutex_lock(&mu);
     for (;;) {
-        while (!stop_requested && !roster_wanted && pb_now_ns() < next_hb) {
+        while (!stop_requested && !roster_wanted && !fr_wanted && pb_now_ns() < next_hb) {
             struct timespec until;
             clock_gettime(CLOCK_REALTIME, &until);
             int64_t wait = next_hb - pb_now_ns();
@@ -370,9 +520,9 @@ static void *job_main(void *arg)
             }
             pthread_cond_timedwait(&cv, &mu, &until);
         }
-        int stop = stop_requested, want = roster_wanted;
+        int stop = stop_requested, want = roster_wanted, want_fr = fr_wanted;
         pthread_mutex_unlock(&mu);
-        pb_buf items = PB_BUF_INIT, miss = PB_BUF_INIT;
+        pb_buf items = PB_BUF_INIT, miss = PB_BUF_INIT, fr = PB_BUF_INIT;
         PyGILState_STATE g = PyGILState_Ensure();
         if (stop) {
             PyObject *r = store_call("delete_key", "(s)", self_key);
@@ -383,10 +533,24 @@ static void *job_main(void *arg)
                 next_hb = pb_now_ns() + period_ns;
             }
             if (want) read_roster(&items, &miss);
+            if (want_fr) read_flight_recorder(&fr);
         }
         PyGILState_Release(g);
         pthread_mutex_lock(&mu);
-        if (stop) break;
+        if (stop) {
+            pb_buf_free(&fr);
+            break;
+        }
+        if (want_fr) {
+            fr_wanted = 0;
+            pb_buf_free(&fr_groups);
+            fr_groups = fr;
+            fr_read_ns = pb_now_ns();
+            fr_gen++;
+            pthread_cond_broadcast(&cv);
+        } else {
+            pb_buf_free(&fr);
+        }
         if (want) {
             roster_wanted = 0;
             pb_buf_free(&roster);
@@ -575,6 +739,65 @@ static const char *state_name(int s)
     }
 }
 
+/* "flight_recorder": when the job has PyTorch's flight recorder on, asks the job thread for a
+ * reading and waits at most 1 s for it (the server thread never takes the GIL itself: a hung job
+ * may hold it); else, or on time-out, the last reading with its age ("fresh": false). Absent when
+ * the recorder is off or this rank is not registered. [server thread] */
+static void flight_recorder_json(pb_jsonw *w, pb_buf *out)
+{
+    if (!registered || !fr_enabled()) return;
+    pthread_mutex_lock(&mu);
+    uint64_t gen = fr_gen;
+    fr_wanted = 1;
+    pthread_cond_broadcast(&cv);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 1;
+    while (thread_running && fr_gen == gen && pthread_cond_timedwait(&cv, &mu, &until) == 0) {}
+    if (fr_read_ns) {
+        pb_jsonw_key(w, "flight_recorder");
+        pb_jsonw_obj_begin(w);
+        pb_jsonw_key(w, "fresh");
+        pb_jsonw_bool(w, fr_gen != gen);
+        pb_jsonw_key(w, "age_s");
+        pb_jsonw_double(w, (double)(pb_now_ns() - fr_read_ns) / 1e9);
+        pb_jsonw_key(w, "groups");
+        pb_buf_printf(out, "[%s]", fr_groups.data ? fr_groups.data : "");
+        pb_jsonw_obj_end(w);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+/* The median wall time of the last (at most 31) rows of python.steps, in seconds; -1 when no
+ * step has finished yet (or the table is not there). The rows are read from the table's ring
+ * like a query would (a row overwritten during the read is skipped), found through the
+ * registry, so this file needs nothing of the collector that writes them. [any thread] */
+static double step_median_s(void)
+{
+    pb_table *t = pb_registry_find("python", "steps");
+    int wall = -1;
+    for (int c = 0; t && c < t->ncolumns; c++)
+        if (strcmp(t->columns[c].name, "wall") == 0) wall = c;
+    if (!t || !t->ring || wall < 0 || t->row_size > 512) return -1;
+    unsigned char row[512];
+    int64_t v[31];
+    int n = 0;
+    uint64_t head = pb_ring_head(t->ring), first = pb_ring_first(t->ring);
+    for (uint64_t i = head; i > first && n < 31; i--) {
+        if (!pb_ring_read(t->ring, i - 1, row)) continue;
+        int64_t ns;
+        memcpy(&ns, row + t->columns[wall].offset, sizeof ns);
+        int k = n++;
+        while (k > 0 && v[k - 1] > ns) { /* insertion sort: at most 31 values */
+            v[k] = v[k - 1];
+            k--;
+        }
+        v[k] = ns;
+    }
+    if (!n) return -1;
+    return (n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2) / 1e9;
+}
+
 int pb_job_rank_json(void *ctx, pb_buf *out)
 {
     (void)ctx;
@@ -590,6 +813,15 @@ int pb_job_rank_json(void *ctx, pb_buf *out)
     int64_t start = pb_step_start();
     pb_jsonw_key(&w, "step_started");
     if (start > 0) pb_jsonw_double(&w, (double)(wall - (now - start)) / 1e9);
+    else pb_jsonw_null(&w);
+    /* How long the current step has run, on this host's monotonic clock (no clock offset
+     * between hosts matters), and the median of the recent steps: hang.c's stall check. */
+    pb_jsonw_key(&w, "step_for_s");
+    if (start > 0) pb_jsonw_double(&w, (double)(now - start) / 1e9);
+    else pb_jsonw_null(&w);
+    double median = step_median_s();
+    pb_jsonw_key(&w, "step_median_s");
+    if (median >= 0) pb_jsonw_double(&w, median);
     else pb_jsonw_null(&w);
     pb_jsonw_key(&w, "collectives");
     pb_jsonw_arr_begin(&w);
@@ -632,6 +864,7 @@ int pb_job_rank_json(void *ctx, pb_buf *out)
         pb_jsonw_obj_end(&w);
     }
     pb_jsonw_arr_end(&w);
+    flight_recorder_json(&w, out);
     pb_jsonw_obj_end(&w);
     return 0;
 }

@@ -55,11 +55,20 @@ void pb_job_forget_after_fork(void);
 int pb_job_coll_enter(PyObject *group, uint32_t op_id, int64_t bytes);
 void pb_job_coll_exit(int slot, int ok);
 
+/* The sequence number of the slot's last call (0 for slot -1). [GIL held] */
+uint64_t pb_job_coll_seq(int slot);
+
+/* pb_job_coll_exit when the slot's last call is still the one numbered seq; else nothing (a
+ * later call on the group has the slot now). For an async collective, whose Work completes after
+ * the call returned, from a future's callback. [GIL held] */
+void pb_job_coll_exit_at(int slot, uint64_t seq, int ok);
+
 /* GET /api/job: {"registered", "job", "world", "self": {...}, "ranks": [entry text...],
  * "missing": [...], "roster_age_s", "reason"}. [server thread] */
 int pb_job_json(void *ctx, pb_buf *out);
 
-/* GET /api/rank: this rank's state: rank, host, pid, step, step times, collectives.
+/* GET /api/rank: this rank's state: rank, host, pid, step, step times (the current step's age
+ * and the median of the last 31 steps, for hang.c's stall check), collectives.
  * [server thread] */
 int pb_job_rank_json(void *ctx, pb_buf *out);
 
