@@ -10,6 +10,7 @@
  */
 #include "command.h"
 #include "client.h"
+#include "clock.h"
 #include "fanout.h"
 #include "format.h"
 
@@ -17,13 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* "all_reduce #12 on WORLD for 3.2 s" when the rank is inside a collective, else NULL. */
 static int in_collective(json_t *answer, char *out, size_t outlen)
@@ -65,7 +59,7 @@ int cmd_ranks(const pb_cli_args *a)
                                 "step", "step_started_s_ago", "state");
     json_t *rows = json_array();
     int missing = 0;
-    double now = now_s();
+    double now = pb_wall_s();
     double hb_period = 5;
     for (int r = 0; r < n; r++) {
         pb_rank_ep *e = &eps[r];

@@ -12,6 +12,7 @@
 #include "buf.h"
 #include "cli.h"
 #include "client.h"
+#include "clock.h"
 #include "paths.h"
 
 #include <dirent.h>
@@ -25,20 +26,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double wall_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 typedef struct xfer {
     pb_fanout_req *req;
@@ -119,14 +106,14 @@ static int start_xfer(CURLM *m, xfer *x, const char *method, const char *path, c
     }
     curl_easy_setopt(x->h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(x->h, CURLOPT_HTTPHEADER, x->headers);
-    r->sent = wall_s();
+    r->sent = pb_wall_s();
     return curl_multi_add_handle(m, x->h) == CURLM_OK ? 0 : -1;
 }
 
 static void finish_xfer(CURLM *m, xfer *x, CURLcode cc, long timeout_ms)
 {
     pb_fanout_req *r = x->req;
-    r->answered = wall_s();
+    r->answered = pb_wall_s();
     if (cc != CURLE_OK) {
         long os_errno = 0;
         curl_easy_getinfo(x->h, CURLINFO_OS_ERRNO, &os_errno);
@@ -164,14 +151,14 @@ int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *pa
         if (m) curl_multi_cleanup(m);
         return -1;
     }
-    double start = mono_ms();
+    double start = pb_mono_s() * 1e3;
     int next = 0, running = 0;
     /* Recordings are answered here, in this process (recording.c), one after the other. */
     for (int i = 0; i < n; i++) {
         pb_fanout_req *r = &reqs[i];
         if (!r->usable || r->target.kind != PB_TARGET_FILE) continue;
         pb_response resp;
-        r->sent = wall_s();
+        r->sent = pb_wall_s();
         if (pb_client_request(&r->target, method, path, body, deadline_ms, &resp, r->err, sizeof r->err) == 0) {
             json_t *root = json_loadb(resp.body.data, resp.body.len, 0, NULL);
             if (json_is_object(root)) {
@@ -183,7 +170,7 @@ int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *pa
             }
             pb_buf_free(&resp.body);
         }
-        r->answered = wall_s();
+        r->answered = pb_wall_s();
         r->usable = 0; /* done: the loop below skips it */
         r->file_done = 1;
     }
@@ -202,7 +189,7 @@ int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *pa
                 next++;
                 continue;
             }
-            long left = deadline_ms - (long)(mono_ms() - start);
+            long left = deadline_ms - (long)(pb_mono_s() * 1e3 - start);
             if (left < 1) {
                 snprintf(r->err, sizeof r->err, "not asked: the deadline of %.1f s passed first "
                          "(raise --deadline)", (double)deadline_ms / 1000);

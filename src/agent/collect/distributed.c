@@ -52,7 +52,7 @@ typedef struct pb_nccl_row {
 } pb_nccl_row;
 
 
-#define COL(name, kind, type, field, doc) {name, kind, offsetof(type, field), NULL, doc}
+#define COL PB_COL
 
 static const pb_column nccl_cols[] = {
     COL("step", PB_COL_I64, pb_nccl_row, step, "training step the collective was issued in"),

@@ -688,6 +688,21 @@ static void self_fields(pb_jsonw *w)
     pb_jsonw_double(w, (double)pb_wall_ns() / 1e9);
 }
 
+/* Sets *wanted for the job thread and waits, at most `seconds`, for it to bump *gen (a fresh
+ * reading). Returns 1 when it did, 0 on time-out or with no job thread (the caller then answers
+ * with the last reading). [server thread, mu held] */
+static int ask_job_thread(int *wanted, const uint64_t *gen, int seconds)
+{
+    uint64_t before = *gen;
+    *wanted = 1;
+    pthread_cond_broadcast(&cv);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += seconds;
+    while (thread_running && *gen == before && pthread_cond_timedwait(&cv, &mu, &until) == 0) {}
+    return *gen != before;
+}
+
 int pb_job_json(void *ctx, pb_buf *out)
 {
     (void)ctx;
@@ -709,14 +724,7 @@ int pb_job_json(void *ctx, pb_buf *out)
     pb_jsonw_key(&w, "job");
     pb_jsonw_str(&w, job_id);
     pthread_mutex_lock(&mu);
-    uint64_t gen = roster_gen;
-    roster_wanted = 1;
-    pthread_cond_broadcast(&cv);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 2;
-    while (thread_running && roster_gen == gen && pthread_cond_timedwait(&cv, &mu, &until) == 0) {}
-    int fresh = roster_gen != gen;
+    int fresh = ask_job_thread(&roster_wanted, &roster_gen, 2);
     pb_jsonw_key(&w, "fresh");
     pb_jsonw_bool(&w, fresh);
     pb_jsonw_key(&w, "roster_age_s");
@@ -747,18 +755,12 @@ static void flight_recorder_json(pb_jsonw *w, pb_buf *out)
 {
     if (!registered || !fr_enabled()) return;
     pthread_mutex_lock(&mu);
-    uint64_t gen = fr_gen;
-    fr_wanted = 1;
-    pthread_cond_broadcast(&cv);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += 1;
-    while (thread_running && fr_gen == gen && pthread_cond_timedwait(&cv, &mu, &until) == 0) {}
+    int fresh = ask_job_thread(&fr_wanted, &fr_gen, 1);
     if (fr_read_ns) {
         pb_jsonw_key(w, "flight_recorder");
         pb_jsonw_obj_begin(w);
         pb_jsonw_key(w, "fresh");
-        pb_jsonw_bool(w, fr_gen != gen);
+        pb_jsonw_bool(w, fresh);
         pb_jsonw_key(w, "age_s");
         pb_jsonw_double(w, (double)(pb_now_ns() - fr_read_ns) / 1e9);
         pb_jsonw_key(w, "groups");
