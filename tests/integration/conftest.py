@@ -123,6 +123,22 @@ class CLI:
         return self(target, "eval", code, **kw).stdout
 
 
+def poll_cli(cli, target, args, predicate, what, ranks, timeout=STEP_TIMEOUT_S):
+    """Runs `probing <target> <args>` until predicate(result) holds, every half second, while
+    every process in `ranks` stays alive; fails naming `what` and the last output after
+    `timeout` s. Returns the result that matched."""
+    deadline, r = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        for t in ranks:
+            assert t.alive(), f"a rank exited: {t.describe()}"
+        r = cli(target, *args, check=False)
+        if predicate(r):
+            return r
+        time.sleep(0.5)
+    pytest.fail(f"{what}: not seen within {timeout} s; last output:\n"
+                f"{r.stdout if r else ''}{r.stderr if r else ''}")
+
+
 def _show(cmd):
     text = " ".join(cmd)
     return text if len(text) < 300 else text[:300] + "..."

@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, Launcher, free_port
+from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, Launcher, free_port, poll_cli
 
 
 def _start_ranks(cli, env, work, script, *args):
@@ -37,19 +37,6 @@ def _start_ranks(cli, env, work, script, *args):
         ranks.append(launcher.command([cli.binary, "run", "--", PYTHON, "-u", WORKLOADS / script,
                                        *args], env=e, name=f"hangrank{rank}"))
     return launcher, ranks
-
-
-def _poll_cli(cli, target, args, predicate, what, ranks, timeout=STEP_TIMEOUT_S):
-    deadline, r = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        for t in ranks:
-            assert t.alive(), f"a rank exited: {t.describe()}"
-        r = cli(target, *args, check=False)
-        if predicate(r):
-            return r
-        time.sleep(0.5)
-    pytest.fail(f"{what}: not seen within {timeout} s; last output:\n"
-                f"{r.stdout if r else ''}{r.stderr if r else ''}")
 
 
 @pytest.fixture
@@ -70,7 +57,7 @@ def test_report_of_a_stalled_job_has_the_hang_section(cli, sleeping_job):
     (rank0, rank1), control = sleeping_job
     sleep = control.parent / f"{control.name}.sleep.1"
     sleep.touch()
-    hang = _poll_cli(cli, rank0.pid, ["hang"],
+    hang = poll_cli(cli, rank0.pid, ["hang"],
                      lambda r: "rank 1 has not entered it" in r.stdout, "rank 1 named by hang",
                      (rank0, rank1))
     first = hang.stdout.splitlines()[0]
@@ -79,7 +66,7 @@ def test_report_of_a_stalled_job_has_the_hang_section(cli, sleeping_job):
     assert "load_batch" in hang.stdout, hang.stdout
 
     # report calls it stalled once the wait is longer than 10 healthy steps and 5 s
-    r = _poll_cli(cli, rank0.pid, ["report"], lambda r: "\nHang:" in r.stdout, "the Hang section",
+    r = poll_cli(cli, rank0.pid, ["report"], lambda r: "\nHang:" in r.stdout, "the Hang section",
                   (rank0, rank1))
     text = r.stdout
     assert "\nHang: the job is stalled (as `probing <target> hang` shows it)\n" in text, text
@@ -101,7 +88,7 @@ def test_report_of_a_stalled_job_has_the_hang_section(cli, sleeping_job):
 
     # The job trains again: no Hang section.
     sleep.unlink()
-    r = _poll_cli(cli, rank0.pid, ["report", "--json"],
+    r = poll_cli(cli, rank0.pid, ["report", "--json"],
                   lambda r: r.returncode == 0 and "hang" not in json.loads(r.stdout),
                   "the report without a hang once the job runs again", (rank0, rank1))
     assert "\nHang:" not in cli(rank0.pid, "report").stdout
@@ -114,7 +101,7 @@ def test_hang_names_mismatched_collectives(cli, env, session_dir):
     try:
         for r, t in enumerate((rank0, rank1)):
             t._poll(f"READY {r}", lambda t=t, r=r: f"READY {r}" in t.stdout(), STEP_TIMEOUT_S)
-        r = _poll_cli(cli, rank0.pid, ["hang"], lambda r: "mismatch at #" in r.stdout,
+        r = poll_cli(cli, rank0.pid, ["hang"], lambda r: "mismatch at #" in r.stdout,
                       "the mismatch named by hang", (rank0, rank1))
         m = re.search(r"^mismatch at #(\d+) on group WORLD: (.*)$", r.stdout, re.M)
         assert m and m.group(2) == "rank 0 all_reduce 32 bytes; rank 1 broadcast 16 bytes;", r.stdout
@@ -122,7 +109,7 @@ def test_hang_names_mismatched_collectives(cli, env, session_dir):
         assert seq >= 4, r.stdout  # after the three matching all_reduces
         assert r.stdout.startswith(f"ranks 0-1 are in all_reduce #{seq} on group WORLD, waiting "), \
             r.stdout
-        r = _poll_cli(cli, rank0.pid, ["report", "--json"], lambda r: "hang" in json.loads(r.stdout),
+        r = poll_cli(cli, rank0.pid, ["report", "--json"], lambda r: "hang" in json.loads(r.stdout),
                       "the hang key of report", (rank0, rank1))
         doc = json.loads(r.stdout)
         (group,) = doc["hang"]["groups"]
@@ -146,7 +133,7 @@ def test_hang_sees_a_rank_blocked_in_an_async_collective(cli, env, session_dir):
     try:
         for r, t in enumerate((rank0, rank1)):
             t._poll(f"READY {r}", lambda t=t, r=r: f"READY {r}" in t.stdout(), STEP_TIMEOUT_S)
-        r = _poll_cli(cli, rank0.pid, ["hang"], lambda r: "rank 1 has not entered it" in r.stdout,
+        r = poll_cli(cli, rank0.pid, ["hang"], lambda r: "rank 1 has not entered it" in r.stdout,
                       "rank 1 named by hang", (rank0, rank1))
         lines = r.stdout.splitlines()
         assert re.fullmatch(r"all ranks but 1 are in all_reduce #4 on group WORLD, waiting \d+ s; "
@@ -182,7 +169,7 @@ def test_hang_uses_the_flight_recorder_when_the_job_has_it(cli, env, session_dir
         for r, t in enumerate((rank0, rank1)):
             t._poll(f"READY {r}", lambda t=t, r=r: f"READY {r}" in t.stdout(), STEP_TIMEOUT_S)
         (work / "control.sleep.1").touch()
-        r = _poll_cli(cli, rank0.pid, ["hang"], lambda r: "rank 1 has not entered it" in r.stdout,
+        r = poll_cli(cli, rank0.pid, ["hang"], lambda r: "rank 1 has not entered it" in r.stdout,
                       "rank 1 named by hang", (rank0, rank1))
         lines = r.stdout.splitlines()
         m = re.fullmatch(r"all ranks but 1 are in all_reduce #(\d+) on group WORLD, waiting \d+ s; "
@@ -195,7 +182,7 @@ def test_hang_uses_the_flight_recorder_when_the_job_has_it(cli, env, session_dir
                    for l in lines), r.stdout
         assert lines[-1] == ("source: PyTorch's flight recorder (TORCH_FR_BUFFER_SIZE): each "
                              "process group's last enqueued and last completed collective"), r.stdout
-        r = _poll_cli(cli, rank0.pid, ["report", "--json"], lambda r: "hang" in json.loads(r.stdout),
+        r = poll_cli(cli, rank0.pid, ["report", "--json"], lambda r: "hang" in json.loads(r.stdout),
                       "the hang key of report", (rank0, rank1))
         doc = json.loads(r.stdout)
         assert doc["hang"]["source"] == "flight_recorder", doc["hang"]
@@ -213,7 +200,7 @@ def test_report_leaves_out_a_rank_that_does_not_answer(cli, sleeping_job):
     (rank0, rank1), control = sleeping_job
     os.kill(rank1.pid, signal.SIGSTOP)
     try:
-        r = _poll_cli(cli, rank0.pid, ["report"],
+        r = poll_cli(cli, rank0.pid, ["report"],
                       lambda r: r.returncode == 0 and "\nHang:" in r.stdout, "the Hang section",
                       (rank0, rank1))
         text = r.stdout

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, Launcher, free_port
+from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, Launcher, free_port, poll_cli
 
 STALLED = "the job is stalled outside collectives: "
 
@@ -44,19 +44,6 @@ def stall_job(cli, env, session_dir):
         launcher.cleanup()
 
 
-def _poll_hang(cli, target, args, predicate, what, ranks, timeout=STEP_TIMEOUT_S):
-    deadline, r = time.monotonic() + timeout, None
-    while time.monotonic() < deadline:
-        for t in ranks:
-            assert t.alive(), f"a rank exited: {t.describe()}"
-        r = cli(target, *args, check=False)
-        if predicate(r):
-            return r
-        time.sleep(0.5)
-    pytest.fail(f"{what}: not seen within {timeout} s; last output:\n"
-                f"{r.stdout if r else ''}{r.stderr if r else ''}")
-
-
 def test_hang_names_a_stall_outside_collectives(cli, stall_job):
     ranks, control = stall_job
     rank0 = ranks[0]
@@ -68,10 +55,10 @@ def test_hang_names_a_stall_outside_collectives(cli, stall_job):
         seen.append(r.stdout)
         return len(seen) >= 3 and any(
             s == "no rank is waiting in a collective (3 of 3 ranks answered)\n" for s in seen)
-    _poll_hang(cli, rank0.pid, ["hang"], training, "hang on a training job", ranks)
+    poll_cli(cli, rank0.pid, ["hang"], training, "hang on a training job", ranks)
 
     (control.parent / f"{control.name}.stall").touch()
-    r = _poll_hang(cli, rank0.pid, ["hang"], lambda r: r.stdout.startswith(STALLED),
+    r = poll_cli(cli, rank0.pid, ["hang"], lambda r: r.stdout.startswith(STALLED),
                    "the stall named by hang", ranks)
     lines = r.stdout.splitlines()
     m = re.fullmatch(r"the job is stalled outside collectives: no step finished on any rank for "
@@ -101,8 +88,8 @@ def test_hang_names_a_stall_outside_collectives(cli, stall_job):
 
     # Trains again: not stalled, no Hang section.
     (control.parent / f"{control.name}.stall").unlink()
-    _poll_hang(cli, rank0.pid, ["report", "--json"],
+    poll_cli(cli, rank0.pid, ["report", "--json"],
                lambda r: r.returncode == 0 and "hang" not in json.loads(r.stdout),
                "the report without a hang once the job trains again", ranks)
-    r = _poll_hang(cli, rank0.pid, ["hang"], lambda r: STALLED not in r.stdout,
+    r = poll_cli(cli, rank0.pid, ["hang"], lambda r: STALLED not in r.stdout,
                    "hang without the stall once the job trains again", ranks)
