@@ -106,6 +106,7 @@ struct probe {
     bspan *owner;           /* owned or NULL: the innermost execution whose forward made the node */
     bspan **ends, **starts; /* owned references */
     int nends, nstarts, cap_ends, cap_starts;
+    size_t slot; /* with the extension: its entry in node_map */
 };
 
 static int list_add(bspan ***list, int *n, int *cap, bspan *s)
@@ -415,8 +416,12 @@ static void node_map_clear(void)
         uint32_t n = ext_nprobes;
         ext_generation++;
         ext_nprobes = 0;
-        for (uint32_t i = 0; i < n; i++) probe_empty(ext_probes[i]);
-        if (node_used) memset(node_map, 0, node_cap * sizeof *node_map);
+        /* every used entry is a probe's: emptied one by one, as summary steps use one or two of
+         * a table sized for the last detail step */
+        for (uint32_t i = 0; i < n; i++) {
+            probe_empty(ext_probes[i]);
+            node_map[ext_probes[i]->slot].node = NULL;
+        }
         node_used = 0;
         ag->release_all(); /* also the handles taken for nodes that got no probe */
         return;
@@ -486,6 +491,7 @@ static int node_map_grow(void)
         size_t i = pb_hash_ptr(node_map[j].node) & (ncap - 1);
         while (n[i].node) i = (i + 1) & (ncap - 1);
         n[i] = node_map[j];
+        n[i].probe->slot = i;
     }
     free(node_map);
     node_map = n;
@@ -557,6 +563,7 @@ static probe *probe_for(PyObject *gf, uint64_t handle)
     if (pb_autograd_ext) {
         probe *p = ext_probe_new(handle);
         if (!p) return NULL;
+        p->slot = i;
         node_map[i].node = gf;
         node_map[i].probe = p;
         node_used++;
