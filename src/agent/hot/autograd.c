@@ -74,6 +74,7 @@ typedef struct pb_bspan {
     int64_t last_ns;     /* end of the last time credited to it or to a span nested in it */
     uint32_t name, type, seq;
     uint16_t depth;
+    uint16_t active_at;  /* its index in active[] while started */
     uint8_t started;     /* in the active list */
     uint8_t engine_end;  /* ends at the end of the backward pass */
     probe *end_probe;    /* borrowed: the probe whose node ends it (identity modules start there too) */
@@ -209,18 +210,16 @@ static void span_start(bspan *s, int64_t now)
     s->seq = pb_step_seq++;
     s->started = 1;
     s->refs++;
+    s->active_at = (uint16_t)nactive;
     active[nactive++] = s;
 }
 
 static void span_end(bspan *s, int64_t now)
 {
     if (!s->started) return;
-    for (int i = 0; i < nactive; i++) {
-        if (active[i] == s) {
-            active[i] = active[--nactive];
-            break;
-        }
-    }
+    int i = s->active_at; /* removed as a search would: the last one takes its place */
+    active[i] = active[--nactive];
+    active[i]->active_at = (uint16_t)i;
     s->started = 0;
     pb_tstate *ts = pb_frames_get();
     pb_frames_push_row(s->start_ns, s->last_ns, s->self_ns, s->seq, s->name, s->type, s->depth, PB_STAGE_BACKWARD,
