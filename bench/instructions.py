@@ -100,6 +100,8 @@ def main():
     ap.add_argument("--models", default="many,transformer,resnet")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--period", type=int, default=0, help="detail period to compose the default with")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="modes to count (plain is always counted: the others are relative to it)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
@@ -111,7 +113,12 @@ def main():
     if os.path.exists(OVERHEAD_JSON):
         with open(OVERHEAD_JSON) as f:
             periods = json.load(f).get("periods", {})
-    jobs = [(m, mode) for m in models for mode in MODES]
+    modes = ["plain"] + [m for m in args.modes.split(",") if m in MODES and m != "plain"]
+    unknown = [m for m in args.modes.split(",") if m not in MODES]
+    if unknown:
+        raise SystemExit(f"bench/instructions.py: unknown mode(s) {', '.join(unknown)}; "
+                         f"choose from {', '.join(MODES)}")
+    jobs = [(m, mode) for m in models for mode in modes]
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
         totals = dict(zip(jobs, ex.map(lambda j: count(*j, args.steps), jobs)))
     lines = ["| model | plain instr/step | probing-summary | probing-all (every step in detail) | "
@@ -119,22 +126,24 @@ def main():
              "default recording |",
              "|---|---|---|---|---|---|---|---|"]
     for m in models:
-        per = {mode: totals[(m, mode)] / args.steps for mode in MODES}
+        per = {mode: totals[(m, mode)] / args.steps for mode in modes}
         base = per["plain"]
-        s = per["probing-summary"] / base - 1
-        a = per["probing-all"] / base - 1
-        a_py = per["probing-all-py"] / base - 1
+        nan = float("nan")
+        s = per["probing-summary"] / base - 1 if "probing-summary" in per else nan
+        a = per["probing-all"] / base - 1 if "probing-all" in per else nan
+        a_py = per["probing-all-py"] / base - 1 if "probing-all-py" in per else nan
         period, source = args.period, "--period"
         if not period and m in periods:
             period, source = int(periods[m]), "overhead run"
-        if period:
+        if period and s == s and a == a:
             d = min(1.0, WINDOW / period)
             default = f"{((1 - d) * s + d * a) * 100:+.2f}%"
             share = f"{d * 100:.2f}%"
             psrc = f"{period} ({source})"
         else:
             default = share = psrc = "-"
-        lines.append(f"| {m} | {base / 1e6:.2f} M | {s * 100:+.2f}% | {a * 100:+.2f}% | {a_py * 100:+.2f}% | "
+        pct = lambda x: f"{x * 100:+.2f}%" if x == x else "-"  # nan: mode not counted
+        lines.append(f"| {m} | {base / 1e6:.2f} M | {pct(s)} | {pct(a)} | {pct(a_py)} | "
                      f"{psrc} | {share} | "
                      f"**{default}** |")
     table = "\n".join(lines)
