@@ -13,7 +13,8 @@ machine does. They are not time (a cache miss costs more than an add), so they c
 wall-time table rather than replace it.
 
 Method: each (model, mode) runs under `valgrind --tool=callgrind --instr-atstart=no`
-(bench/_child.py, one intra-op thread, OpenBLAS threads off so no spinning thread adds noise):
+(bench/_child.py, one intra-op thread, OpenBLAS threads off so no spinning thread adds noise,
+PYTHONHASHSEED=0 so that every process lays out its dicts the same way):
 3 warm-up steps uninstrumented, instrumentation on, 2 more steps, counters zeroed
 (callgrind_control), --steps steps, and the training thread's counter read; / --steps. The
 agent's own threads (samplers every 5 ms and 1 s, the server) are not in these figures: their
@@ -50,7 +51,12 @@ def count(model, mode, steps):
     for k in list(env):
         if k.startswith("PROBING"):
             del env[k]
-    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", BENCH_NO_VIEW="1")
+    # One string-hash seed for every run: with Python's random one, dict and set layouts differ
+    # between processes, and the same plain run counted 28.11 M to 28.25 M instructions per step
+    # on the `many` model (+-0.25 %, as large as the summary figure); with PYTHONHASHSEED=0 two
+    # plain runs differ by ~5 k (0.02 %).
+    env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", BENCH_NO_VIEW="1",
+               PYTHONHASHSEED="0")
     cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null",
            sys.executable, CHILD, "--mode", mode, "--model", model, "--warmup", "3"]
     p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
