@@ -64,6 +64,27 @@ def test_extension_and_python_probes_give_the_same_rows(cli, launcher, env):
     assert loss_lines(ext.finish()) == loss_lines(py.finish())
 
 
+def test_same_rows_when_the_graph_changes_size_every_step(cli, launcher, env):
+    """edge_cases.py --vary-depth: 0 to 120 extra module calls per forward, so the extension's
+    probes, kept from step to step, are reused for fewer nodes, for more (the node table grows
+    after a reuse) and for none: the rows still match the Python probes' row for row."""
+    args = ("edge_cases.py", "--steps", 6, "--vary-depth")
+    ext = launcher.traced(*args, env={**env, **EVERY_STEP})
+    py = launcher.traced(*args, env={**env, **EVERY_STEP, "PROBING_AUTOGRAD_EXT": "0"})
+    ext.wait_holding()
+    py.wait_holding()
+    with_ext, with_py = rows(cli, ext, 1), rows(cli, py, 1)
+    for stage in ("forward", "backward"):
+        extra = Counter()
+        for (step, st, module, depth), n in with_ext.items():
+            if st == stage and module.endswith("extra"):
+                extra[step] += n
+        # probing's step s is the (s+1)-th forward
+        assert {s: extra[s] for s in range(1, 6)} == {s: 40 * ((s + 1) % 4) for s in range(1, 6)}, stage
+    assert with_ext == with_py
+    assert loss_lines(ext.finish()) == loss_lines(py.finish())
+
+
 def test_checkpointed_blocks_every_step(cli, launcher, env):
     """Activation checkpointing with every step in detail: each block's backward is timed on
     every step, the recomputed forwards are forward time, the step's parts fit in its wall

@@ -11,6 +11,9 @@
 - torch.utils.checkpoint.checkpoint(use_reentrant=False) on a block, so its modules run
   forward again during backward.
 
+With --vary-depth, a Linear+tanh is repeated 40 x (n % 4) times in the n-th forward, so the
+autograd graph grows and shrinks from step to step (0 to 120 extra module calls).
+
 It prints the final loss as float.hex() and the hook call counts, which must be the same with
 and without probing. Globals for `probing eval`: model, train_loader, optimizer, batch_size,
 trainer.
@@ -67,8 +70,10 @@ class DictHead(nn.Module):
 
 
 class EdgeModel(nn.Module):
-    def __init__(self, features, width, classes):
+    def __init__(self, features, width, classes, vary_depth=False):
         super().__init__()
+        self.extra = nn.Linear(width, width) if vary_depth else None
+        self.forwards = 0
         self.stem = nn.Sequential(nn.Linear(features, width), nn.ReLU(inplace=True))
         self.shared = nn.Linear(width, width)
         self.split = SplitHeads(width)
@@ -85,6 +90,10 @@ class EdgeModel(nn.Module):
         a, b = self.split(x)
         x = self.identity(self.gate(a, b))
         x = torch.tanh(self.hooked(x))  # no inplace op touches hooked's input or output
+        self.forwards += 1
+        if self.extra is not None:
+            for _ in range(40 * (self.forwards % 4)):
+                x = torch.tanh(self.extra(x))
         x = self.block(x)
         return self.head(x, temperature=2.0)
 
@@ -111,6 +120,8 @@ def loss_fn(output, targets):
 
 parser = wl.make_parser(__doc__.splitlines()[0], steps=30)
 parser.add_argument("--batch-size", type=int, default=16)
+parser.add_argument("--vary-depth", action="store_true",
+                    help="repeat a Linear 40 x (n %% 4) times in the n-th forward")
 
 if __name__ == "__main__":
     args = parser.parse_args()
@@ -123,7 +134,7 @@ if __name__ == "__main__":
     batch_size = args.batch_size
     train_loader = DataLoader(TensorDataset(inputs, labels), batch_size=batch_size, shuffle=True,
                               drop_last=True, generator=torch.Generator().manual_seed(args.seed))
-    model = EdgeModel(features, width, classes)
+    model = EdgeModel(features, width, classes, args.vary_depth)
     hooks = HookCounts()
     model.hooked.register_forward_pre_hook(hooks.pre_hook)
     model.hooked.register_forward_hook(hooks.forward_hook)

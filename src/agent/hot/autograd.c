@@ -74,6 +74,7 @@ typedef struct pb_bspan {
     int64_t last_ns;     /* end of the last time credited to it or to a span nested in it */
     uint32_t name, type, seq;
     uint16_t depth;
+    uint16_t active_at;  /* its index in active[] while started */
     uint8_t started;     /* in the active list */
     uint8_t engine_end;  /* ends at the end of the backward pass */
     probe *end_probe;    /* borrowed: the probe whose node ends it (identity modules start there too) */
@@ -106,6 +107,7 @@ struct probe {
     bspan *owner;           /* owned or NULL: the innermost execution whose forward made the node */
     bspan **ends, **starts; /* owned references */
     int nends, nstarts, cap_ends, cap_starts;
+    size_t slot; /* with the extension: its entry in node_map */
 };
 
 static int list_add(bspan ***list, int *n, int *cap, bspan *s)
@@ -208,18 +210,16 @@ static void span_start(bspan *s, int64_t now)
     s->seq = pb_step_seq++;
     s->started = 1;
     s->refs++;
+    s->active_at = (uint16_t)nactive;
     active[nactive++] = s;
 }
 
 static void span_end(bspan *s, int64_t now)
 {
     if (!s->started) return;
-    for (int i = 0; i < nactive; i++) {
-        if (active[i] == s) {
-            active[i] = active[--nactive];
-            break;
-        }
-    }
+    int i = s->active_at; /* removed as a search would: the last one takes its place */
+    active[i] = active[--nactive];
+    active[i]->active_at = (uint16_t)i;
     s->started = 0;
     pb_tstate *ts = pb_frames_get();
     pb_frames_push_row(s->start_ns, s->last_ns, s->self_ns, s->seq, s->name, s->type, s->depth, PB_STAGE_BACKWARD,
@@ -257,12 +257,20 @@ static PyObject *probe_vectorcall(PyObject *self, PyObject *const *args, size_t 
     Py_RETURN_NONE;
 }
 
-/* Drops what a probe holds (not the probe itself). */
-static void probe_clear(probe *p)
+/* Lets go of what a probe holds and empties it for reuse; its lists keep their memory. */
+static void probe_empty(probe *p)
 {
     for (int i = 0; i < p->nends; i++) span_unref(p->ends[i]);
     for (int i = 0; i < p->nstarts; i++) span_unref(p->starts[i]);
     if (p->owner) span_unref(p->owner);
+    p->owner = NULL;
+    p->nends = p->nstarts = 0;
+}
+
+/* Drops what a probe holds (not the probe itself). */
+static void probe_clear(probe *p)
+{
+    probe_empty(p);
     free(p->ends);
     free(p->starts);
 }
@@ -383,47 +391,66 @@ static PyObject *backward_synced(PyObject *self, PyObject *unused)
 static PyMethodDef backward_synced_def = {"_backward_synced", (PyCFunction)backward_synced, METH_NOARGS, NULL};
 
 /* grad_fn object -> its probe, for the nodes seen since the last backward pass or step.
- * With the extension the key is the node's address (its handle holds the node) and the map owns
- * the probes, plain C structs that are never Python objects; hooks name them by tag, their
+ * With the extension the key is the node's address (its handle holds the node) and the probes
+ * are plain C structs, never Python objects, owned by ext_probes: hooks name them by tag, their
  * index in ext_probes and the generation, which changes at every clear, so that a hook that
- * runs after its probe is gone finds nothing. */
+ * runs after its probe is gone finds nothing. The map's table and the probes, with their span
+ * lists, are kept across clears and reused: a training loop makes the same nodes every step, so
+ * after the first steps recording a node allocates nothing on the agent's side. */
 typedef struct node_entry {
     PyObject *node; /* owned (with the extension: the address) */
     probe *probe;   /* borrowed: owned by the node's hook dict, alive while node is (with the
-                     * extension: owned) */
+                     * extension: owned by ext_probes) */
 } node_entry;
 static node_entry *node_map;
 static size_t node_cap, node_used;
-static probe **ext_probes; /* with the extension: the probes by tag index (borrowed from the map) */
-static uint32_t ext_nprobes, ext_cap, ext_generation = 1;
+static probe **ext_probes; /* with the extension: the probes by tag index; [0, ext_made) allocated */
+static uint32_t ext_nprobes, ext_made, ext_cap, ext_generation = 1;
 
 static void node_map_clear(void)
 {
     const pb_autograd_api *ag = pb_autograd_ext;
     if (ag) {
+        /* Forget first, release after: releasing nodes can free tensors and run Python. */
+        uint32_t n = ext_nprobes;
         ext_generation++;
         ext_nprobes = 0;
-    }
-    if (!node_used) {
-        if (ag) ag->release_all(); /* handles taken for nodes that got no probe */
+        /* every used entry is a probe's: emptied one by one, as summary steps use one or two of
+         * a table sized for the last detail step */
+        for (uint32_t i = 0; i < n; i++) {
+            probe_empty(ext_probes[i]);
+            node_map[ext_probes[i]->slot].node = NULL;
+        }
+        node_used = 0;
+        ag->release_all(); /* also the handles taken for nodes that got no probe */
         return;
     }
+    if (!node_used) return;
     /* DECREFs can free graphs, whose probes' deallocation touches nothing here. */
     node_entry *m = node_map;
     size_t cap = node_cap;
     node_map = NULL;
     node_cap = node_used = 0;
-    for (size_t i = 0; i < cap; i++) {
-        if (!m[i].node) continue;
-        if (ag) {
-            probe_clear(m[i].probe);
-            free(m[i].probe);
-        } else {
-            Py_DECREF(m[i].node);
-        }
-    }
+    for (size_t i = 0; i < cap; i++)
+        if (m[i].node) Py_DECREF(m[i].node);
     free(m);
-    if (ag) ag->release_all();
+}
+
+/* Frees the map and the extension's probes (at reset; nothing may be recorded then). */
+static void node_map_free(void)
+{
+    node_map_clear();
+    free(node_map);
+    node_map = NULL;
+    node_cap = 0;
+    for (uint32_t i = 0; i < ext_made; i++) {
+        free(ext_probes[i]->ends);
+        free(ext_probes[i]->starts);
+        free(ext_probes[i]);
+    }
+    free(ext_probes);
+    ext_probes = NULL;
+    ext_made = ext_cap = 0;
 }
 
 /* The probe a hook's tag names, or NULL when it is from before the last clear. */
@@ -433,24 +460,24 @@ static probe *ext_probe(uint64_t tag)
     return (uint32_t)(tag >> 32) == ext_generation && i < ext_nprobes ? ext_probes[i] : NULL;
 }
 
-/* A new probe on node `handle` (the extension's hook); NULL on failure. */
+/* A probe on node `handle` (the extension's hook), reused from an earlier clear when there is
+ * one; NULL on failure. */
 static probe *ext_probe_new(uint64_t handle)
 {
-    if (ext_nprobes == ext_cap) {
-        uint32_t ncap = ext_cap ? ext_cap * 2 : 256;
-        probe **n = realloc(ext_probes, (size_t)ncap * sizeof *n);
-        if (!n) return NULL;
-        ext_probes = n;
-        ext_cap = ncap;
+    if (ext_nprobes == ext_made) {
+        if (ext_made == ext_cap) {
+            uint32_t ncap = ext_cap ? ext_cap * 2 : 256;
+            probe **n = realloc(ext_probes, (size_t)ncap * sizeof *n);
+            if (!n) return NULL;
+            ext_probes = n;
+            ext_cap = ncap;
+        }
+        probe *p = calloc(1, sizeof *p);
+        if (!p) return NULL;
+        ext_probes[ext_made++] = p;
     }
-    probe *p = calloc(1, sizeof *p);
-    if (!p) return NULL;
-    if (pb_autograd_ext->hook(handle, ((uint64_t)ext_generation << 32) | ext_nprobes)) {
-        free(p);
-        return NULL;
-    }
-    ext_probes[ext_nprobes++] = p;
-    return p;
+    if (pb_autograd_ext->hook(handle, ((uint64_t)ext_generation << 32) | ext_nprobes)) return NULL;
+    return ext_probes[ext_nprobes++];
 }
 
 static int node_map_grow(void)
@@ -463,6 +490,7 @@ static int node_map_grow(void)
         size_t i = pb_hash_ptr(node_map[j].node) & (ncap - 1);
         while (n[i].node) i = (i + 1) & (ncap - 1);
         n[i] = node_map[j];
+        n[i].probe->slot = i;
     }
     free(node_map);
     node_map = n;
@@ -534,6 +562,7 @@ static probe *probe_for(PyObject *gf, uint64_t handle)
     if (pb_autograd_ext) {
         probe *p = ext_probe_new(handle);
         if (!p) return NULL;
+        p->slot = i;
         node_map[i].node = gf;
         node_map[i].probe = p;
         node_used++;
@@ -682,6 +711,7 @@ void pb_autograd_step_end(void)
 void pb_autograd_reset(void)
 {
     pb_autograd_abandon();
+    node_map_free();
     pb_autograd_paused = 0;
     backward_done_ns = 0;
     Py_CLEAR(queue_callback);
