@@ -136,14 +136,8 @@ uint64_t pb_job_coll_seq(int slot)
 void pb_job_coll_exit_at(int slot, uint64_t seq, int ok)
 {
     if (slot < 0 || slot >= MAX_GROUPS) return;
-    if (atomic_load_explicit(&slots[slot].seq, memory_order_relaxed) != seq) return;
-    pb_job_coll_exit(slot, ok);
-}
-
-void pb_job_coll_exit(int slot, int ok)
-{
-    if (slot < 0 || slot >= MAX_GROUPS) return;
     coll_slot *s = &slots[slot];
+    if (atomic_load_explicit(&s->seq, memory_order_relaxed) != seq) return;
     atomic_fetch_add(&s->version, 1);
     atomic_store_explicit(&s->exit_mono_ns, pb_now_ns(), memory_order_relaxed);
     atomic_store_explicit(&s->state, ok ? COLL_COMPLETED : COLL_FAILED, memory_order_relaxed);

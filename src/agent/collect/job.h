@@ -12,7 +12,7 @@
  * a fresh roster and waits at most 2 s for it, else answers with the last one it has.
  *
  * Collective state: every recorded collective (distributed.c) goes through pb_job_coll_enter /
- * pb_job_coll_exit, which keep per process group a sequence number (1 for the first call on that
+ * pb_job_coll_exit_at, which keep per process group a sequence number (1 for the first call on that
  * group), the operation, its payload bytes, and whether it is entered or completed, with the
  * times. GET /api/rank reads them without a lock (a per-slot sequence counter makes the read
  * consistent). See docs/cluster.md.
@@ -50,17 +50,17 @@ void pb_job_stop(void);
 void pb_job_forget_after_fork(void);
 
 /* Per-group collective state. group: the call's group argument (borrowed; NULL or None = the
- * default group). Returns a slot handle for pb_job_coll_exit, or -1 when untracked.
+ * default group). Returns a slot handle for pb_job_coll_exit_at, or -1 when untracked.
  * [GIL held] */
 int pb_job_coll_enter(PyObject *group, uint32_t op_id, int64_t bytes);
-void pb_job_coll_exit(int slot, int ok);
 
 /* The sequence number of the slot's last call (0 for slot -1). [GIL held] */
 uint64_t pb_job_coll_seq(int slot);
 
-/* pb_job_coll_exit when the slot's last call is still the one numbered seq; else nothing (a
- * later call on the group has the slot now). For an async collective, whose Work completes after
- * the call returned, from a future's callback. [GIL held] */
+/* The call numbered seq (pb_job_coll_seq, read right after enter) on the slot ended: completed
+ * (ok) or failed. Nothing when a later call on the group has the slot now. At the return of a
+ * synchronous call; for an async collective, whose Work completes after the call returned, from
+ * a future's callback. [GIL held] */
 void pb_job_coll_exit_at(int slot, uint64_t seq, int ok);
 
 /* GET /api/job: {"registered", "job", "world", "self": {...}, "ranks": [entry text...],
