@@ -13,8 +13,11 @@ Modes (what is attached to the training process):
   plain-2          nothing, a second process: the difference between two identical processes
                    is the noise floor of the comparison
   probing          `import probing` first: the agent with its default recording, exactly what
-                   `probing run` / PROBING=1 do (every module, forward and backward, in detail
-                   windows whose spacing keeps their cost under budget; python.steps every step)
+                   `probing run` / PROBING=1 do (every module, forward and backward, on every
+                   step but 8 per 1,024 while that costs at most 3 %, else in detail windows
+                   spaced to keep the cost within it; python.steps every step)
+  probing-windows  PROBING_DETAIL_EVERY=windows PROBING_DETAIL_BUDGET=0.5: the detail windows
+                   whatever detail costs, at 0.5 % (the default before 2026-11-27)
   probing-all      the same with PROBING_DETAIL_EVERY=1: every module, every step (the coverage
                    Probing's tracing has at rate 1.0); backward nodes are timed by the C++
                    extension probing._autograd where it was built (the default)
@@ -47,7 +50,7 @@ import subprocess
 import sys
 import time
 
-MODES = ["plain", "plain-2", "probing", "probing-all", "probing-all-py", "probing-summary", "pyhooks", "torchprof",
+MODES = ["plain", "plain-2", "probing", "probing-windows", "probing-all", "probing-all-py", "probing-summary", "pyhooks", "torchprof",
          "torchprof-sched", "anchor"]
 p = argparse.ArgumentParser()
 p.add_argument("--mode", required=True, choices=MODES)
@@ -60,6 +63,9 @@ if args.mode.startswith("probing"):
         os.environ["PROBING_DETAIL_EVERY"] = "1"
     if args.mode == "probing-all-py":
         os.environ["PROBING_AUTOGRAD_EXT"] = "0"
+    elif args.mode == "probing-windows":
+        os.environ["PROBING_DETAIL_EVERY"] = "windows"
+        os.environ["PROBING_DETAIL_BUDGET"] = "0.5"
     elif args.mode == "probing-summary":
         os.environ["PROBING_DETAIL_EVERY"] = str(10 ** 9)
         os.environ["PROBING_DETAIL_STEPS"] = "1"

@@ -3,7 +3,8 @@ pick instead, interleaved step by step in one run.
 
     make bench            (or: python3 bench/overhead.py [--reps 3] [--models ...] [--modes ...])
 
-Modes (see _child.py): plain, probing (the default recording), probing-all (every module every
+Modes (see _child.py): plain, probing (the default recording), probing-windows (the default
+before 2026-11-27: detail windows at 0.5 %), probing-all (every module every
 step; backward timed by the C++ extension probing._autograd), probing-all-py (the same with
 backward timed by Python-level probes, PROBING_AUTOGRAD_EXT=0), probing-summary (the cost between detail windows), pyhooks, torchprof (torch.profiler
 every step), torchprof-sched (schedule wait=1 warmup=1 active=3), anchor (Probing 0.2.4 from
@@ -51,8 +52,8 @@ MODELS = {
     "resnet": "ResNet-style CNN with inplace ReLU, 33 modules, batch 16 x 3x32x32, SGD",
     "noop": "1,000 no-op modules, forward only under no_grad (per-call cost)",
 }
-LONG_MODES = ("plain", "plain-2", "probing", "probing-summary")
-ALL_MODES = "plain,plain-2,probing,probing-all,probing-all-py,probing-summary,pyhooks,torchprof,torchprof-sched,anchor,pyspy"
+LONG_MODES = ("plain", "plain-2", "probing", "probing-windows", "probing-summary")
+ALL_MODES = "plain,plain-2,probing,probing-windows,probing-all,probing-all-py,probing-summary,pyhooks,torchprof,torchprof-sched,anchor,pyspy"
 
 ANCHOR_VENV = os.path.join(HERE, "out", "anchor-venv")
 ANCHOR_VERSION = "0.2.4"
@@ -182,7 +183,7 @@ def probing_split(res):
     return {"detail_steps": len(det), "summary_steps": len(summ),
             "detail_ms": statistics.fmean(det) / 1e6 if det else None,
             "summary_ms": statistics.fmean(summ) / 1e6 if summ else None,
-            "period": d.get("period"), "cost": d.get("cost")}
+            "period": d.get("period"), "mode": d.get("mode"), "cost": d.get("cost")}
 
 
 def fmt_pct(x):
@@ -193,7 +194,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=0,
-                    help="timed steps of plain/probing/probing-summary (default: 2048, resnet 1024, noop 512)")
+                    help="timed steps of plain/probing/probing-windows/probing-summary (default: 2048, resnet 1024, noop 512)")
     ap.add_argument("--tool-steps", type=int, default=64, help="timed steps of every other mode")
     ap.add_argument("--turn", type=int, default=8, help="steps per turn")
     ap.add_argument("--warmup", type=int, default=10)
@@ -295,14 +296,14 @@ def main():
         section.append("probing's own view of its default runs (python.steps over the timed steps, "
                        "/api/info detail):")
         section.append("")
-        section.append("| model | rep | detail steps | summary steps | detail step ms | summary step ms | period chosen | cost measured |")
+        section.append("| model | rep | detail steps | summary steps | detail step ms | summary step ms | mode, period at the end | cost measured |")
         section.append("|---|---|---|---|---|---|---|---|")
         for model, rep, sp in splits:
             cost = f"{sp['cost'] * 100:.1f}%" if sp["cost"] is not None else "-"
             dm = f"{sp['detail_ms']:.3f}" if sp["detail_ms"] is not None else "-"
             sm = f"{sp['summary_ms']:.3f}" if sp["summary_ms"] is not None else "-"
             section.append(f"| {model} | {rep} | {sp['detail_steps']} | {sp['summary_steps']} | {dm} | {sm} | "
-                           f"{sp['period']} | {cost} |")
+                           f"{sp.get('mode') or ''} {sp['period']} | {cost} |")
         section.append("")
     text = "\n".join(section)
     print(text)

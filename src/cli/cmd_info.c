@@ -95,19 +95,25 @@ static void put_value(pb_buf *b, const char *key, json_t *v)
         pb_format_duration(json_number_value(v), text, sizeof text);
         pb_buf_puts(b, text);
     } else if (strcmp(key, "detail") == 0 && json_is_object(v)) {
-        /* the detail-window policy (docs/tables.md) */
+        /* which steps are detail steps (docs/tables.md, "Detail steps") */
         json_t *every = json_object_get(v, "every"), *cost = json_object_get(v, "cost");
-        snprintf(text, sizeof text, "%lld steps every %lld (%s",
-                 (long long)json_integer_value(json_object_get(v, "window")),
-                 (long long)json_integer_value(json_object_get(v, "period")),
-                 json_is_string(every) ? "auto" : "fixed");
+        const char *mode = json_string_value(json_object_get(v, "mode"));
+        long long window = (long long)json_integer_value(json_object_get(v, "window")),
+                  period = (long long)json_integer_value(json_object_get(v, "period"));
+        if (mode && strcmp(mode, "every step") == 0)
+            snprintf(text, sizeof text, "every step but %lld of every %lld (auto", period - window, period);
+        else
+            snprintf(text, sizeof text, "%lld step%s every %lld (%s", window, window == 1 ? "" : "s", period,
+                     json_is_string(every) ? json_string_value(every) : "fixed");
         pb_buf_puts(b, text);
         if (json_is_string(every)) {
+            double budget = json_number_value(json_object_get(v, "budget_pct"));
             if (json_is_number(cost))
-                snprintf(text, sizeof text, ": a detail step costs %+.1f%%, budget %.2g%%", json_number_value(cost) * 100,
-                         json_number_value(json_object_get(v, "budget_pct")));
+                snprintf(text, sizeof text, ": a detail step costs %+.1f%%, %s the %.2g%% budget",
+                         json_number_value(cost) * 100, json_number_value(cost) * 100 <= budget ? "within" : "over",
+                         budget);
             else
-                snprintf(text, sizeof text, ": cost not measured yet");
+                snprintf(text, sizeof text, ": cost not measured yet, budget %.2g%%", budget);
             pb_buf_puts(b, text);
         }
         pb_buf_puts(b, json_is_true(json_object_get(v, "now")) ? "); this step: detail" : "); this step: summary");

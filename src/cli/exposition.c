@@ -50,7 +50,7 @@ static const family families[PB_METRIC_COUNT] = {
     [PB_METRIC_FINDING] = {"probing_finding", "gauge",
         "1 for each current finding of `probing report` (id, severity), refreshed every 30 s"},
     [PB_METRIC_AGENT_OVERHEAD] = {"probing_agent_overhead_ratio", "gauge",
-        "the agent's own estimate of its cost: detail window x measured detail cost / period, "
+        "the agent's own estimate of its cost: detail steps per period x measured detail cost / period, "
         "as a fraction of step time"},
     [PB_METRIC_AGENT_ROWS_DROPPED] = {"probing_agent_rows_dropped_total", "counter",
         "rows the agent's rings overwrote before they were read, by table"},

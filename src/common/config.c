@@ -26,9 +26,9 @@ static pb_config_entry entries[] = {
     {"PROBING_REQUEST_DEADLINE", "10", "seconds a client has to send a whole request (headers and body) before its connection is closed", NULL},
     {"PROBING_TORCH", "1", "0 disables the torch module and optimizer hooks", NULL},
     {"PROBING_HOOK_MODE", "call", "how module executions are seen: 'call' wraps torch.nn.Module.__call__ in C (torch keeps its fast path); 'hooks' uses torch's global forward hooks", NULL},
-    {"PROBING_DETAIL_EVERY", "auto", "a window of PROBING_DETAIL_STEPS detail steps (every module execution in torch_trace) starts every N steps; 'auto' picks N (a power of two) from the measured cost of detail so that it stays under PROBING_DETAIL_BUDGET; 1 records every step in detail", NULL},
-    {"PROBING_DETAIL_STEPS", "8", "consecutive detail steps per window", NULL},
-    {"PROBING_DETAIL_BUDGET", "0.5", "percent of step time the detail windows may cost on average (PROBING_DETAIL_EVERY=auto)", NULL},
+    {"PROBING_DETAIL_EVERY", "auto", "which steps are detail steps (every module execution in torch_trace): 'auto' records every step in detail but PROBING_DETAIL_STEPS summary steps per 64-1,024 (to measure what detail costs) while that cost is within PROBING_DETAIL_BUDGET, and windows of PROBING_DETAIL_STEPS detail steps every N steps (N a power of two picked from the cost) when it is not; 'windows' always the windows; N a window every N steps; 1 every step, nothing measured", NULL},
+    {"PROBING_DETAIL_STEPS", "8", "summary steps per period when every step is in detail; detail steps per window otherwise", NULL},
+    {"PROBING_DETAIL_BUDGET", "3", "percent of step time detail may cost on average (PROBING_DETAIL_EVERY=auto or windows)", NULL},
     {"PROBING_BACKWARD", "1", "0 records forward and optimizer only (no autograd node hooks: cheaper)", NULL},
     {"PROBING_AUTOGRAD_EXT", "1", "1 times backward nodes with the C++ extension probing._autograd where it was built and matches the running torch (else, and with 0, with Python-level hooks on grad_fn; /api/info says which)", NULL},
     {"PROBING_DDP_HOOK", "", "DistributedDataParallel's all-reduces are recorded through a comm hook by default for power-of-two group sizes (bit-identical); 1 for any size, 0 never", NULL},
@@ -54,6 +54,7 @@ static pb_config_entry entries[] = {
  * named once on stderr and replaced by the default, and a value out of range is clamped; the
  * table then holds the value in effect (probe.config shows it). Settings not listed take any
  * text (paths, addresses, tokens). */
+/* RULE_AUTO_OR_INT: auto, windows or an integer (PROBING_DETAIL_EVERY) */
 typedef enum { RULE_INT, RULE_NUMBER, RULE_BOOL, RULE_CHOICE, RULE_AUTO_OR_INT } rule_kind;
 
 static const struct rule {
@@ -139,13 +140,13 @@ static void validate(int i, const struct rule *r)
         return;
     }
     case RULE_AUTO_OR_INT:
-        if (strcmp(v, "auto") == 0) return;
+        if (strcmp(v, "auto") == 0 || strcmp(v, "windows") == 0) return;
         /* fall through */
     case RULE_INT: {
         long long n;
         if (parse_int(v, &n)) {
             pb_log_warn("ignoring %s=%s: %s; using %s", e->name, v,
-                        r->kind == RULE_INT ? "not an integer" : "not 'auto' or a number of steps",
+                        r->kind == RULE_INT ? "not an integer" : "not 'auto', 'windows' or a number of steps",
                         e->deflt);
             e->value = e->deflt;
             return;

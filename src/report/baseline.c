@@ -279,16 +279,14 @@ static int what_grew(const pb__report *r, int kind, const size_t *slow, size_t n
     return 0;
 }
 
-/* Slow steady steps: every step over SLOW_FACTOR x the median of its kind (a detail step is
- * compared with detail steps only when the window has no summary step), whether their step
+/* Slow steady steps: every timing step over SLOW_FACTOR x their median, whether their step
  * numbers repeat with a period, their share of the wall time, and which part of the step grew
  * in them. Over OUTLIER_FACTOR x the median they are also left out of the bottleneck's means.
  * When they hold a large share of the wall time they are the headline, not a footnote. */
 void pb__report_slow_steps(pb__report *r)
 {
-    size_t summary = 0;
-    for (size_t i = r->warmup; i < r->count; i++) summary += pb__report_timing_step(r, i) && !r->steps[i].detail;
-    int kind = r->have_detail && summary ? 0 : -1; /* which steps to compare */
+    /* the timing steps: summary steps only when detail steps are left out (windows), else all */
+    int kind = r->skip_detail ? 0 : -1;
     size_t cap = r->count + 1, n = 0, nslow = 0;
     double *v = malloc(cap * sizeof *v);
     size_t *slow = malloc(cap * sizeof *slow);

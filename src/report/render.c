@@ -130,6 +130,10 @@ static void print_baseline(FILE *out, json_t *doc)
                 "median %.3f ms vs %.3f ms; the figures below are the other steps\n",
                 (long long)num(b, "detail_steps"), num(b, "detail_median_s") * 1e3,
                 num(b, "summary_median_s") * 1e3);
+    else if (num(b, "detail_steps") > 0)
+        fprintf(out, "  %lld of the %lld steady steps in detail (every module recorded, python.steps.detail = 1); "
+                     "the figures below include them\n",
+                (long long)num(b, "detail_steps"), (long long)num(b, "steady_steps"));
     if (json_is_object(st))
         fprintf(out,
                 "  step time (ms): mean %.3f  std %.3f  median %.3f  p95 %.3f  p99 %.3f  "

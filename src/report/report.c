@@ -198,8 +198,8 @@ static void detect_warmup(pb__report *r)
     r->warmup = k;
 }
 
-/* After the warm-up is known: whether to time the job on summary steps only, and which steps
- * the module rules read. */
+/* After the warm-up is known: whether to time the job on summary steps only (when they are
+ * at least as many as the detail steps), and which steps the module rules read. */
 static void detail_window(pb__report *r)
 {
     size_t summary = 0, detail = 0;
@@ -208,7 +208,9 @@ static void detail_window(pb__report *r)
         else summary++;
     }
     r->detail_steady = detail;
-    r->skip_detail = r->have_detail && detail > 0 && summary >= 3;
+    /* detail windows (a minority of detail steps): the job is timed on the summary steps; with
+     * every step in detail (the default when detail is cheap), on all of them */
+    r->skip_detail = r->have_detail && detail > 0 && summary >= 3 && summary >= detail;
     r->mod_lo = pb__report_steady_first(r);
     r->mod_hi = r->hi;
     if (r->have_detail && detail == 0 && r->last_detail_lo >= 0) {

@@ -438,10 +438,12 @@ LONG_STEPS = 250   # the seed's 07/08 windows need more than 200 steps
 
 
 @pytest.fixture(scope="session")
-def resnet_run(session_launcher):
-    """resnet_inplace.py, 250 steps, DataLoader with 2 workers, finished and holding."""
+def resnet_run(session_launcher, env):
+    """resnet_inplace.py, 250 steps, DataLoader with 2 workers, finished and holding; detail
+    windows (PROBING_DETAIL_EVERY=windows), so that the seed's queries are checked on windows
+    too (the default, every step in detail, is transformer_run's)."""
     t = session_launcher.traced("resnet_inplace.py", "--steps", LONG_STEPS, "--workers", 2,
-                                "--print-every", 10)
+                                "--print-every", 10, env=dict(env, PROBING_DETAIL_EVERY="windows"))
     t.wait_holding()
     return t
 

@@ -1,6 +1,8 @@
 """Detail and summary steps (docs/tables.md): by default every module execution is recorded on
-detail windows of 8 steps whose period the agent picks from what detail costs the job; every
-step still gets its python.steps row. Real training processes, the real binary."""
+every step while the agent measures that to cost at most PROBING_DETAIL_BUDGET (3 %), with 8
+summary steps per 64-1,024 steps to measure it by; when detail costs more, windows of 8 detail
+steps whose period the agent picks from the cost. Every step gets its python.steps row. Real
+training processes, the real binary."""
 import json
 
 import pytest
@@ -21,10 +23,39 @@ def info_detail(cli, t):
     return json.loads(cli(t.target(), "info", "-f", "json").stdout)["detail"]
 
 
+def windows_period(cost, budget):
+    """The period windows take for a cost (detail.c windows_period): the smallest power of two
+    from 16 to 4096 with 8 x cost / period <= budget."""
+    want = 16
+    while want < 8 * cost / budget * (1 - 1e-9) and want < 4096:
+        want *= 2
+    return want
+
+
 @pytest.fixture(scope="module")
-def tiny_run(session_launcher):
-    """many_modules.py (272 tiny modules: detail is expensive), 400 steps, default settings."""
+def default_run(session_launcher):
+    """many_modules.py (272 tiny modules: the stress model), 400 steps, default settings."""
     t = session_launcher.traced("many_modules.py", "--steps", 400, "--print-every", 50)
+    t.wait_holding()
+    return t
+
+
+@pytest.fixture(scope="module")
+def every_run(session_launcher, env):
+    """transformer.py, 400 steps, a budget no estimate reaches: every step in detail throughout."""
+    t = session_launcher.traced("transformer.py", "--steps", 400, "--print-every", 50,
+                                env=dict(env, PROBING_DETAIL_BUDGET="50"))
+    t.wait_holding()
+    return t
+
+
+@pytest.fixture(scope="module")
+def tiny_run(session_launcher, env):
+    """many_modules.py with Python-level backward probes (detail costs it 10-30 %, over the 3 %
+    budget): the automatic mode falls back to windows. 1,500 steps, so that the windows make
+    most of the run whenever the estimates (noisy on a loaded machine) settle."""
+    t = session_launcher.traced("many_modules.py", "--steps", 1500, "--print-every", 100,
+                                env=dict(env, PROBING_AUTOGRAD_EXT="0"))
     t.wait_holding()
     return t
 
@@ -40,40 +71,89 @@ def windows(steps):
     return [tuple(w) for w in out]
 
 
-def test_default_records_modules_on_detail_windows_only(cli, tiny_run):
+def test_default_starts_with_every_step_and_follows_its_estimate(cli, default_run):
+    rows = steps_table(cli, default_run)
+    assert len(rows) >= 399, "every step has its python.steps row"
+    detail = {r["step"] for r in rows if r["detail"] == 1}
+    assert trace_steps(cli, default_run) == detail, "torch_trace holds exactly the detail steps"
+    summary = sorted(r["step"] for r in rows if r["detail"] == 0)
+    assert set(range(56)) <= detail and summary[:8] == list(range(56, 64)), \
+        f"every step in detail from step 0 but 56-63, the first measurement: {windows(summary)[:3]}"
+    d = info_detail(cli, default_run)
+    assert d["every"] == "auto" and d["steps"] == 8 and d["budget_pct"] == 3, d
+    assert d["cost"] is not None and d["cost"] >= 0, f"estimated by step 127: {d}"
+    p = d["period"]
+    assert p & (p - 1) == 0, d
+    # Which mode this model lands in depends on this machine (every step in detail costs it
+    # ~3-5 % of wall time with the C++ extension); what is fixed is that the mode and period
+    # follow the estimate shown.
+    if d["mode"] == "every step":
+        assert d["cost"] <= 0.03 and 64 <= p <= 1024 and d["window"] == p - 8, d
+    else:
+        assert d["mode"] == "windows" and d["cost"] > 0.03, d
+        assert d["window"] == 8 and p == windows_period(d["cost"], 0.03), d
+
+
+def test_every_step_settles_to_8_summary_steps_per_period(cli, every_run):
+    rows = steps_table(cli, every_run)
+    summary = [r["step"] for r in rows if r["detail"] == 0]
+    # periods 64, 128, 256 (doubling after each estimate within budget): gaps at the end of each
+    assert windows(summary) == [(56, 63), (120, 127), (248, 255)], windows(summary)
+    d = info_detail(cli, every_run)
+    assert d["mode"] == "every step" and d["period"] == 256 and d["window"] == 248, d
+    assert 0 <= d["cost"] <= 0.5, d
+    text = cli(every_run.target(), "info").stdout
+    assert "every step but 8 of every 256 (auto: a detail step costs" in text, text
+    assert "within the 50% budget" in text, text
+
+
+def test_report_times_every_step_mode_on_all_steps(cli, every_run):
+    doc = json.loads(cli(every_run.target(), "report", "--json").stdout)
+    b = doc["baseline"]
+    assert b["detail_steps_left_out"] is False and b["detail_steps"] > 0.9 * b["steady_steps"], b
+    text = cli(every_run.target(), "report").stdout
+    assert (f"{b['detail_steps']} of the {b['steady_steps']} steady steps in detail (every module recorded, "
+            "python.steps.detail = 1); the figures below include them") in text, text
+
+
+def test_expensive_detail_falls_back_to_windows(cli, tiny_run):
     rows = steps_table(cli, tiny_run)
     assert len(rows) >= 399, "every step has its python.steps row"
     detail = {r["step"] for r in rows if r["detail"] == 1}
     assert trace_steps(cli, tiny_run) == detail, "torch_trace holds exactly the detail steps"
-    assert {r["detail"] for r in rows} == {0, 1}
-    ws = windows(detail)
-    assert ws[0] == (0, 7), f"the first window is steps 0-7 (rows at once): {ws}"
-    assert ws[1] == (64, 71), f"until the first estimate the period is 64: {ws}"
-    for first, last in ws:
-        assert last - first + 1 == 8, f"windows are 8 steps: {ws}"
     d = info_detail(cli, tiny_run)
-    assert d["every"] == "auto" and d["window"] == 8 and d["budget_pct"] == 0.5
-    p = d["period"]
-    assert p >= 16 and p & (p - 1) == 0, f"the period is a power of two >= 16: {d}"
-    # The period in force is the one the cost estimate asks for: the smallest power of two, from
-    # 16 to 4096, with 8 x cost / period <= 0.5 %. (How large the cost is depends on how
-    # backward is timed: 272 tiny modules cost tens of percent with Python-level probes and a
-    # few with the C++ extension, and this machine's load moves each estimate.)
-    assert d["cost"] is not None and d["cost"] > 0, d
-    want = 16
-    while want < 8 * d["cost"] / 0.005 * (1 - 1e-9) and want < 4096:
-        want *= 2
-    assert p == want, f"the period must follow from the cost estimate: {d}"
-    # A window starts where the step number is a multiple of the period in force then; the
-    # period changes as estimates come in, and is never under 16.
-    for first, _ in ws[2:]:
-        assert first % 16 == 0, f"windows start at multiples of a period >= 16: {ws}"
+    assert d["every"] == "auto" and d["mode"] == "windows" and d["window"] == 8 and d["budget_pct"] == 3, d
+    assert d["cost"] > 0.03 and d["period"] == windows_period(d["cost"], 0.03), d
+    ws = windows(detail)
+    # steps 0-55 (every step; 56-63 measure), 64-119 (127 ends the first estimate's period);
+    # after that the record follows the estimates, which this machine's load makes noisy: every
+    # run of detail steps is a window of 8, or every step of a period of 64 or more but its last 8,
+    # and starts at a multiple of 16 (periods are powers of two, 16 at least)
+    assert ws[0] == (0, 55) and ws[1] == (64, 119), ws
+    for first, last in ws[2:-1]:
+        n = last - first + 1
+        assert (n == 8 or (n >= 56 and (last + 9) % 64 == 0)) and first % 16 == 0, \
+            f"detail runs are windows of 8 or every step but a gap: {ws}"
+    assert len(ws) > 4 and ws[-2][1] - ws[-2][0] == 7, f"windows by the end of 1,500 steps: {ws}, {d}"
+    text = cli(tiny_run.target(), "info").stdout
+    assert f"8 steps every {d['period']} (auto: a detail step costs" in text and "over the 3% budget" in text, text
+
+
+def test_windows_only(cli, traced, env):
+    """PROBING_DETAIL_EVERY=windows: the windows whatever detail costs (the earlier default)."""
+    t = traced("transformer.py", "--steps", 200, "--print-every", 50, env=dict(env, PROBING_DETAIL_EVERY="windows"))
+    t.wait_holding()
+    detail = {r["step"] for r in steps_table(cli, t) if r["detail"] == 1}
+    ws = windows(detail)
+    assert ws[0] == (0, 7) and ws[1] == (64, 71), ws
+    d = info_detail(cli, t)
+    assert d["every"] == "windows" and d["mode"] == "windows" and d["window"] == 8, d
 
 
 def test_summary_steps_have_their_parts(cli, tiny_run):
     rows = [r for r in steps_table(cli, tiny_run) if r["step"] > 0]
     summary = [r for r in rows if r["detail"] == 0]
-    assert len(summary) > 300
+    assert len(summary) > 500
     for r in summary:
         assert r["forward"] > 0 and r["backward"] > 0 and r["optimizer"] > 0, r
         parts = (r["data_wait"] + r["forward"] + r["backward"] + r["optimizer"] + r["collectives"]
@@ -85,10 +165,10 @@ def test_summary_steps_have_their_parts(cli, tiny_run):
     assert others[len(others) // 2] < 0.5, f"median share of 'other': {others[len(others) // 2]}"
 
 
-def test_detail_step_sums_agree_with_the_rows(cli, tiny_run):
+def test_detail_step_sums_agree_with_the_rows(cli, default_run):
     """On a detail step, python.steps.forward is the sum of forward self times in torch_trace;
     backward (the pass) holds the backward rows' self times."""
-    rows = cli.query(tiny_run.target(), """
+    rows = cli.query(default_run.target(), """
         SELECT s.step, s.forward, s.backward, s.optimizer,
                SUM(CASE WHEN t.stage = 'forward' THEN t.duration ELSE 0 END) AS f,
                SUM(CASE WHEN t.stage = 'backward' THEN t.duration ELSE 0 END) AS b,
@@ -104,9 +184,11 @@ def test_detail_step_sums_agree_with_the_rows(cli, tiny_run):
 
 
 @needs_seeds
-def test_seed_query_02_reads_the_last_window(cli, tiny_run):
-    rows = cli.query(tiny_run.target(), seed_file("02-per-step-breakdown.sql"))
-    detail = sorted(r["step"] for r in steps_table(cli, tiny_run) if r["detail"] == 1)
+@pytest.mark.parametrize("fixture", ["every_run", "tiny_run"])
+def test_seed_query_02_reads_the_last_detail_steps(cli, request, fixture):
+    run = request.getfixturevalue(fixture)
+    rows = cli.query(run.target(), seed_file("02-per-step-breakdown.sql"))
+    detail = sorted(r["step"] for r in steps_table(cli, run) if r["detail"] == 1)
     assert [r["step"] for r in rows] == [s for s in detail if s > detail[-1] - 5]
     for r in rows:
         assert r["forward_time"] > 0 and r["backward_time"] > 0 and r["optimizer_time"] > 0
@@ -116,8 +198,6 @@ def test_report_times_the_job_on_summary_steps(cli, tiny_run):
     doc = json.loads(cli(tiny_run.target(), "report", "--json").stdout)
     b = doc["baseline"]
     assert b["detail_steps_left_out"] is True and b["detail_steps"] >= 8, b
-    # (Which median is larger is not asserted: with backward timed by the C++ extension a detail
-    # step of this model costs a few percent more, inside this machine's step-to-step noise.)
     assert b["detail_median_s"] > 0 and b["summary_median_s"] > 0, b
     comp = doc["component"]
     assert comp["top_by_self"], "modules are ranked from the detail steps"
@@ -148,16 +228,17 @@ def test_bad_setting_warns_and_falls_back(cli, traced, env):
     t = traced("many_modules.py", "--steps", 20, "--print-every", 10,
                env=dict(env, PROBING_DETAIL_EVERY="often"))
     t.wait_holding()
-    assert ("probing: ignoring PROBING_DETAIL_EVERY=often: not 'auto' or a number of steps; "
+    assert ("probing: ignoring PROBING_DETAIL_EVERY=often: not 'auto', 'windows' or a number of steps; "
             "using auto") in t.stderr()
     assert info_detail(cli, t)["every"] == "auto"
-    assert trace_steps(cli, t) == set(range(8)), "the default's first window"
+    assert trace_steps(cli, t) == set(range(20)), "the default: every step in detail from step 0"
 
 
-def test_checkpointing_on_summary_steps(cli, traced):
+def test_checkpointing_on_summary_steps(cli, traced, env):
     """Activation checkpointing recomputes forwards inside backward: on summary steps that time
     is forward's, the backward pass is still timed, and training is unchanged."""
-    t = traced("transformer.py", "--steps", 40, "--checkpointing", "--print-every", 10)
+    t = traced("transformer.py", "--steps", 40, "--checkpointing", "--print-every", 10,
+               env=dict(env, PROBING_DETAIL_EVERY="windows"))
     t.wait_holding()
     rows = [r for r in steps_table(cli, t) if r["step"] > 0 and r["detail"] == 0]
     assert rows

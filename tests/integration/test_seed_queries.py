@@ -1,7 +1,8 @@
 """The seed's query examples (../shared/acceptance/seed-queries/*.sql) run verbatim through the
 real `probing` binary against live, finished-but-holding training runs of 250 steps, and their
-rows mean what the seed says they mean: with the default detail windows (module rows on detail
-steps only, docs/tables.md) and with every step in detail (PROBING_DETAIL_EVERY=1)."""
+rows mean what the seed says they mean: with detail windows (module rows on detail steps only,
+docs/tables.md; the resnet run), with the default (every step in detail but 8 summary steps per
+period; the transformer run) and with every step in detail (PROBING_DETAIL_EVERY=1)."""
 import json
 import math
 

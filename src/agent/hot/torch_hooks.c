@@ -75,7 +75,8 @@ static int detail;          /* the current step records rows (detail.h) */
 static int detail_measured; /* no capture ran in the current step: it counts for the policy */
 /* copies of the policy for other threads (pb_torch_detail) */
 static _Atomic int64_t shown_period, shown_window, shown_cost_ppm = -1, shown_budget_pct_e6;
-static _Atomic int shown_automatic, shown_now;
+static _Atomic int shown_automatic, shown_windows_only, shown_every_step, shown_now;
+static _Atomic int64_t shown_gap;
 
 static void show_detail(void)
 {
@@ -85,6 +86,9 @@ static void show_detail(void)
                           memory_order_relaxed);
     atomic_store_explicit(&shown_budget_pct_e6, (int64_t)(detail_policy.budget * 1e8), memory_order_relaxed);
     atomic_store_explicit(&shown_automatic, detail_policy.automatic, memory_order_relaxed);
+    atomic_store_explicit(&shown_windows_only, detail_policy.windows_only, memory_order_relaxed);
+    atomic_store_explicit(&shown_every_step, detail_policy.mode == PB_DETAIL_EVERY_STEP, memory_order_relaxed);
+    atomic_store_explicit(&shown_gap, detail_policy.gap, memory_order_relaxed);
     atomic_store_explicit(&shown_now, detail, memory_order_relaxed);
 }
 
@@ -918,8 +922,8 @@ int pb_torch_hooks_install(void)
     record_backward = pb_config_int("PROBING_BACKWARD", 1) != 0;
     pb_autograd_load_ext(record_backward);
     if (pb_detail_init(&detail_policy, pb_config_str("PROBING_DETAIL_EVERY"), pb_config_int("PROBING_DETAIL_STEPS", 8),
-                       pb_config_double("PROBING_DETAIL_BUDGET", 0.5)))
-        pb_log_warn("ignoring PROBING_DETAIL_EVERY=%s: not 'auto' or a number of steps; using auto",
+                       pb_config_double("PROBING_DETAIL_BUDGET", PB_DETAIL_DEFAULT_BUDGET_PCT)))
+        pb_log_warn("ignoring PROBING_DETAIL_EVERY=%s: not 'auto', 'windows' or a number of steps; using auto",
                     pb_config_str("PROBING_DETAIL_EVERY"));
     detail = pb_detail_on(&detail_policy, atomic_load_explicit(&pb_step_number, memory_order_relaxed));
     detail_measured = 1;
@@ -1014,6 +1018,9 @@ void pb_torch_detail(pb_torch_detail_info *out)
     out->installed = pb_torch_hooks_active();
     if (!out->installed) return;
     out->automatic = atomic_load_explicit(&shown_automatic, memory_order_relaxed);
+    out->windows_only = atomic_load_explicit(&shown_windows_only, memory_order_relaxed);
+    out->every_step = atomic_load_explicit(&shown_every_step, memory_order_relaxed);
+    out->gap = atomic_load_explicit(&shown_gap, memory_order_relaxed);
     out->now = atomic_load_explicit(&shown_now, memory_order_relaxed);
     out->period = atomic_load_explicit(&shown_period, memory_order_relaxed);
     out->window = atomic_load_explicit(&shown_window, memory_order_relaxed);

@@ -40,9 +40,11 @@ const char *pb_torch_backward_probes(void);
 /* The detail-window policy as of the last step boundary (detail.h), for /api/info. */
 typedef struct pb_torch_detail_info {
     int installed;   /* torch hooks were installed (else the rest is zero) */
-    int automatic;   /* period chosen from the measured cost */
+    int automatic;   /* mode and period chosen from the measured cost */
+    int windows_only; /* PROBING_DETAIL_EVERY=windows */
+    int every_step;  /* automatic, every step but `gap` per period in detail (detail.h) */
     int now;         /* the current step is a detail step */
-    int64_t period, window;
+    int64_t period, window, gap;
     double budget_pct;
     double cost;     /* measured cost of a detail step (fraction of a summary step); < 0 none yet */
 } pb_torch_detail_info;
