@@ -14,7 +14,7 @@ Modes (what is attached to the training process):
                    is the noise floor of the comparison
   probing          `import probing` first: the agent with its default recording, exactly what
                    `probing run` / PROBING=1 do (every module, forward and backward, on every
-                   step but 8 per 1,024 while that costs at most 3 %, else in detail windows
+                   step but one in 128 while that costs at most 3 %, else in detail windows
                    spaced to keep the cost within it; python.steps every step)
   probing-windows  PROBING_DETAIL_EVERY=windows PROBING_DETAIL_BUDGET=0.5: the detail windows
                    whatever detail costs, at 0.5 % (the default before 2026-11-27)

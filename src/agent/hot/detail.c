@@ -12,24 +12,42 @@ static int64_t pow2_at_least(int64_t n)
     return p;
 }
 
-/* Every-step mode: the shortest period, long enough that the gap is at most an eighth of it. */
-static int64_t every_min_period(const pb_detail *d)
+/* Every step: the smallest spacing; over the window, so that no window step of another rank is
+ * one of this rank's summary steps. */
+static int64_t min_spacing(const pb_detail *d)
 {
-    int64_t p = pow2_at_least(8 * d->gap);
-    return p < PB_DETAIL_INITIAL_PERIOD ? PB_DETAIL_INITIAL_PERIOD : p;
+    int64_t s = pow2_at_least(d->steps + 1);
+    return s < PB_DETAIL_MIN_SPACING ? PB_DETAIL_MIN_SPACING : s;
 }
 
-static int64_t every_max_period(const pb_detail *d)
+static int64_t max_spacing(const pb_detail *d)
 {
-    int64_t p = every_min_period(d);
-    return p < PB_DETAIL_EVERY_MAX_PERIOD ? PB_DETAIL_EVERY_MAX_PERIOD : p;
+    int64_t s = min_spacing(d);
+    return s < PB_DETAIL_MAX_SPACING ? PB_DETAIL_MAX_SPACING : s;
 }
 
-static void set_mode(pb_detail *d, pb_detail_mode mode, int64_t period)
+static void clear_measurements(pb_detail *d)
 {
-    d->mode = mode;
+    d->nneighbours = d->neighbour_next = 0;
+    d->nsamples = 0;
+    d->nsummary = d->summary_next = 0;
+    d->nwindow = 0;
+}
+
+static void set_every_step(pb_detail *d, int64_t spacing)
+{
+    d->mode = PB_DETAIL_EVERY_STEP;
+    d->spacing = spacing;
+    d->period = PB_DETAIL_SAMPLES * spacing;
+    d->window = d->period - PB_DETAIL_SAMPLES;
+}
+
+static void set_windows(pb_detail *d, int64_t period)
+{
+    d->mode = PB_DETAIL_WINDOWS;
+    d->spacing = 0;
     d->period = period;
-    d->window = mode == PB_DETAIL_EVERY_STEP ? period - d->gap : d->gap;
+    d->window = d->steps;
 }
 
 int pb_detail_init(pb_detail *d, const char *every, int64_t steps, double budget_pct)
@@ -41,7 +59,7 @@ int pb_detail_init(pb_detail *d, const char *every, int64_t steps, double budget
     if (steps > PB_DETAIL_MAX_WINDOW) steps = PB_DETAIL_MAX_WINDOW;
     if (!(budget_pct >= 0.01)) budget_pct = 0.01; /* also NaN */
     if (budget_pct > 100) budget_pct = 100;
-    d->gap = steps;
+    d->steps = steps;
     d->budget = budget_pct / 100.0;
     d->automatic = 1;
     if (every && strcmp(every, "windows") == 0) {
@@ -60,10 +78,12 @@ int pb_detail_init(pb_detail *d, const char *every, int64_t steps, double budget
             return 0;
         }
     }
-    if (d->windows_only)
-        set_mode(d, PB_DETAIL_WINDOWS, pow2_at_least(2 * steps > PB_DETAIL_INITIAL_PERIOD ? 2 * steps : PB_DETAIL_INITIAL_PERIOD));
-    else
-        set_mode(d, PB_DETAIL_EVERY_STEP, every_min_period(d));
+    if (d->windows_only) {
+        int64_t p = pow2_at_least(2 * steps);
+        set_windows(d, p < PB_DETAIL_INITIAL_PERIOD ? PB_DETAIL_INITIAL_PERIOD : p);
+    } else {
+        set_every_step(d, min_spacing(d));
+    }
     return rc;
 }
 
@@ -73,95 +93,116 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static double median(const int64_t *v, int n)
+static int cmp_double(const void *a, const void *b)
 {
-    int64_t tmp[PB_DETAIL_KEPT];
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_i64(const int64_t *v, int n)
+{
+    int64_t tmp[PB_DETAIL_MAX_WINDOW];
     memcpy(tmp, v, (size_t)n * sizeof *v);
     qsort(tmp, (size_t)n, sizeof *tmp, cmp_i64);
     return n % 2 ? (double)tmp[n / 2] : ((double)tmp[n / 2 - 1] + (double)tmp[n / 2]) / 2;
 }
 
-/* Windows mode: the smallest power of two p with gap * cost / p <= budget, between 2 * gap and
+/* The upper median: of one value that one, of two the larger, of three the middle. */
+static double upper_median(const double *v, int n, double *largest)
+{
+    double tmp[PB_DETAIL_MAX_WINDOW];
+    memcpy(tmp, v, (size_t)n * sizeof *v);
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_double);
+    if (largest) *largest = tmp[n - 1];
+    return tmp[n / 2];
+}
+
+/* Windows: the smallest power of two p with window * cost / p <= budget, between 2 * window and
  * PB_DETAIL_MAX_PERIOD. */
 static int64_t windows_period(const pb_detail *d, double cost)
 {
-    int64_t p = pow2_at_least(2 * d->gap);
-    double need = cost > 0 ? (double)d->gap * cost / d->budget * (1 - 1e-9) : 0; /* 8 x 0.01 / 0.005 is 16 */
+    int64_t p = pow2_at_least(2 * d->steps);
+    double need = cost > 0 ? (double)d->steps * cost / d->budget * (1 - 1e-9) : 0; /* 8 x 0.01 / 0.005 is 16 */
     while ((double)p < need && p < PB_DETAIL_MAX_PERIOD) p *= 2;
     return p;
 }
 
-static void keep(int64_t *ring, int *n, int *next, int64_t wall)
+/* A new estimate: kept, and (automatic mode) the mode and period follow. */
+static void estimate(pb_detail *d, double c)
 {
-    ring[*next] = wall;
-    *next = (*next + 1) % PB_DETAIL_KEPT;
-    if (*n < PB_DETAIL_KEPT) (*n)++;
+    if (d->nestimates == PB_DETAIL_ESTIMATES) {
+        memmove(d->estimates, d->estimates + 1, (PB_DETAIL_ESTIMATES - 1) * sizeof d->estimates[0]);
+        d->nestimates--;
+    }
+    d->estimates[d->nestimates++] = c;
+    d->estimated++;
+    double top, mid = upper_median(d->estimates, d->nestimates, &top);
+    if (mid < 0) mid = 0;
+    if (top < 0) top = 0;
+    if (!d->automatic) {
+        d->cost = mid;
+        return;
+    }
+    pb_detail_mode was = d->mode;
+    /* every step stays while the median is within budget, and comes back from windows only
+     * when all three are */
+    double follow = was == PB_DETAIL_EVERY_STEP ? mid : top;
+    if (!d->windows_only && follow <= d->budget) {
+        int64_t s = was == PB_DETAIL_EVERY_STEP ? d->spacing * 2 : min_spacing(d);
+        set_every_step(d, s > max_spacing(d) ? max_spacing(d) : s);
+        d->cost = mid;
+    } else {
+        set_windows(d, windows_period(d, top));
+        d->cost = top;
+    }
+    if (d->mode != was) {
+        d->switches++;
+        clear_measurements(d);
+    }
 }
 
-static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-static void period_ended(pb_detail *d)
+static void every_step_done(pb_detail *d, int64_t step, int64_t wall_ns, int was_detail, int measured)
 {
-    /* usable: not the first period (warm-up), and at least half of each kind of step measured */
-    int64_t want_detail = min64(d->window, PB_DETAIL_KEPT), want_summary = min64(d->period - d->window, PB_DETAIL_KEPT);
-    int usable = d->periods > 0 && d->ndetail > 0 && d->nsummary > 0 && d->detail_seen * 2 >= want_detail &&
-                 d->summary_seen * 2 >= want_summary;
-    d->periods++;
-    double base = usable ? median(d->summary_walls, d->nsummary) : 0;
-    if (base > 0) {
-        double c = median(d->detail_walls, d->ndetail) / base - 1;
-        if (d->nestimates == PB_DETAIL_ESTIMATES) {
-            memmove(d->estimates, d->estimates + 1, (PB_DETAIL_ESTIMATES - 1) * sizeof d->estimates[0]);
-            d->nestimates--;
-        }
-        d->estimates[d->nestimates++] = c;
-        /* the upper median (of one estimate that one, of two the larger, of three the middle),
-         * and the largest */
-        double sorted[PB_DETAIL_ESTIMATES];
-        memcpy(sorted, d->estimates, (size_t)d->nestimates * sizeof sorted[0]);
-        for (int i = 1; i < d->nestimates; i++)
-            for (int j = i; j > 0 && sorted[j] < sorted[j - 1]; j--) {
-                double t = sorted[j];
-                sorted[j] = sorted[j - 1];
-                sorted[j - 1] = t;
-            }
-        double mid = sorted[d->nestimates / 2], top = sorted[d->nestimates - 1];
-        if (mid < 0) mid = 0;
-        if (top < 0) top = 0;
-        if (d->automatic) {
-            pb_detail_mode was = d->mode;
-            /* every step stays while the median is within budget, and comes back from windows
-             * only when all three are */
-            double follow = was == PB_DETAIL_EVERY_STEP ? mid : top;
-            if (!d->windows_only && follow <= d->budget) {
-                int64_t p = was == PB_DETAIL_EVERY_STEP ? d->period * 2 : every_min_period(d);
-                set_mode(d, PB_DETAIL_EVERY_STEP, p > every_max_period(d) ? every_max_period(d) : p);
-            } else {
-                set_mode(d, PB_DETAIL_WINDOWS, windows_period(d, top));
-            }
-            d->cost = d->mode == PB_DETAIL_EVERY_STEP ? mid : top;
-            if (d->mode != was) d->switches++;
-        } else {
-            d->cost = mid;
-        }
+    if (measured && was_detail) {
+        d->neighbours[d->neighbour_next] = wall_ns;
+        d->neighbour_next = (d->neighbour_next + 1) % PB_DETAIL_NEIGHBOURS;
+        if (d->nneighbours < PB_DETAIL_NEIGHBOURS) d->nneighbours++;
+    } else if (measured && step >= PB_DETAIL_WARMUP && d->nneighbours >= 2 && wall_ns > 0 &&
+               d->nsamples < PB_DETAIL_MAX_WINDOW) {
+        d->samples[d->nsamples++] = median_i64(d->neighbours, d->nneighbours) / (double)wall_ns - 1;
     }
-    d->ndetail = d->detail_next = d->detail_seen = 0;
-    d->nsummary = d->summary_next = d->summary_seen = 0;
+    if (!was_detail) d->nneighbours = d->neighbour_next = 0; /* neighbours are the steps since */
+    if (step % d->period == d->period - 1) {
+        int n = d->nsamples;
+        d->nsamples = 0;
+        if (n * 2 >= PB_DETAIL_SAMPLES) estimate(d, upper_median(d->samples, n, NULL));
+    }
+}
+
+static void windows_step_done(pb_detail *d, int64_t step, int64_t wall_ns, int was_detail, int measured)
+{
+    if (was_detail) {
+        if (measured && d->nwindow < PB_DETAIL_MAX_WINDOW) d->window_walls[d->nwindow++] = wall_ns;
+    } else if (measured) {
+        d->summary_walls[d->summary_next] = wall_ns;
+        d->summary_next = (int)((d->summary_next + 1) % d->window);
+        if (d->nsummary < d->window) d->nsummary++;
+    }
+    if (was_detail && step % d->period == d->window - 1) {
+        int usable = step >= PB_DETAIL_WARMUP && d->nwindow * 2 >= d->window && d->nsummary * 2 >= d->window;
+        double base = usable ? median_i64(d->summary_walls, d->nsummary) : 0;
+        double c = base > 0 ? median_i64(d->window_walls, d->nwindow) / base - 1 : 0;
+        d->nwindow = 0;
+        d->nsummary = d->summary_next = 0; /* the next window compares with the steps before it */
+        if (base > 0) estimate(d, c);
+    }
 }
 
 void pb_detail_step_done(pb_detail *d, int64_t step, int64_t wall_ns, int was_detail, int measured)
 {
-    if (d->period <= d->window || step < 0) return; /* every step in detail: nothing to compare */
-    if (measured) {
-        if (was_detail) {
-            keep(d->detail_walls, &d->ndetail, &d->detail_next, wall_ns);
-            d->detail_seen++;
-        } else {
-            keep(d->summary_walls, &d->nsummary, &d->summary_next, wall_ns);
-            d->summary_seen++;
-        }
-    }
-    if (step % d->period == d->period - 1) period_ended(d);
+    if (step < 0) return;
+    if (d->mode == PB_DETAIL_EVERY_STEP) every_step_done(d, step, wall_ns, was_detail, measured);
+    else if (d->period > d->window) windows_step_done(d, step, wall_ns, was_detail, measured); /* else all detail */
 }
 
 double pb_detail_average_cost(const pb_detail *d)

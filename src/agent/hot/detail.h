@@ -2,37 +2,40 @@
  * detail.h - which steps record every module execution ("detail steps") and which only their
  * summary, so that probing's cost on the training job stays under a budget.
  *
- * Recording every module's forward and backward costs under a microsecond per module call with
- * the C++ extension probing._autograd (+2.9 % of the step on a model of 272 tiny modules, +0.3 %
- * on a small transformer; bench/RESULTS.md), several times more with Python-level autograd
- * probes. Every step still gets its python.steps row (wall, data wait, forward, backward,
+ * Recording every module's forward and backward costs about 3,000 instructions per module call
+ * with the C++ extension probing._autograd (+2.9 % of the step on a model of 272 tiny modules,
+ * +0.3 % on a small transformer; bench/RESULTS.md), several times more with Python-level
+ * autograd probes. Every step gets its python.steps row (wall, data wait, forward, backward,
  * optimizer, ...) whether or not it is a detail step; python.steps.detail says which are.
  *
  * Automatic mode (PROBING_DETAIL_EVERY=auto, the default) records every step in detail as long
  * as detail is measured to cost at most the budget (PROBING_DETAIL_BUDGET, 3 % of step time):
- *   - "every step": each period of P steps (P a power of two, 64 at first, doubling after each
- *     estimate within budget up to PB_DETAIL_EVERY_MAX_PERIOD) ends with `gap` summary steps
- *     (PROBING_DETAIL_STEPS, 8): the steps P-gap..P-1 of the period. They are the measurement:
- *     without them the cost of detail could not be known. 8 of 1,024 steps once settled.
- *   - "windows", when detail costs more than the budget: `gap` detail steps at the start of each
- *     period, P the smallest power of two with gap * cost / P <= budget, at least 2 * gap (so
- *     there are summary steps to compare with) and at most PB_DETAIL_MAX_PERIOD.
- * At the end of each period, cost = median wall of its detail steps / median wall of its summary
- * steps - 1 (at most the last PB_DETAIL_KEPT of each kind). Of the last three estimates, every
- * step stays while their median (of two, the larger) is within budget, and comes back from
- * windows only when the largest is; windows take their period from the largest. So one noisy
- * estimate neither drops every step nor makes windows dense: on this 2-core VM step times vary
- * by +-8 % and one estimate from 8 summary steps is off by about 2 points. `cost` shows the
- * estimate the mode followed. The first period (warm-up) is not used as a measurement.
+ *   - "every step": one step in every `spacing` (16, doubling after each estimate within budget
+ *     up to 128) is a summary step, the last of each `spacing`; it is the measurement: its wall
+ *     time against the median of the (up to) 4 detail steps just before it gives one sample of
+ *     the cost. A period is PB_DETAIL_SAMPLES samples (8 x spacing steps: 128 to 1,024); the
+ *     median of its samples is the period's estimate. 8 of every 1,024 steps once settled.
+ *   - "windows", when detail costs more than the budget: `window` (PROBING_DETAIL_STEPS, 8)
+ *     detail steps at the start of each period, P the smallest power of two with window * cost
+ *     / P <= budget, at least 2 * window and at most PB_DETAIL_MAX_PERIOD. At a window's end its
+ *     median wall against the median of the summary steps just before it is the estimate.
+ * Each comparison is between neighbouring steps, so the machine's speed drifting over tens of
+ * steps (this 2-core VM's does, by up to 2x) moves detail and summary steps alike; one slow
+ * step (a pause, a GC) is one sample of several and the median drops it. Of the last three
+ * estimates, every step stays while their median (of two, the larger) is within budget and
+ * comes back from windows only when the largest is; windows take their period from the
+ * largest. `cost` shows the estimate the mode followed. Samples from the first 32 steps are
+ * warm-up and not taken.
  *
- * Periods are powers of two and changed only at the end of a period, so the ranks of a job agree
- * on which steps are detail steps: whatever periods and modes two ranks settle on, the detail
- * steps of the one recording less are detail steps of the other.
+ * Spacings and periods are powers of two, a spacing is never under 2 * window and changes take
+ * effect at a period's end, so the ranks of a job agree on which steps are detail steps: whatever
+ * modes and periods two ranks settle on, the detail steps of the one recording less are detail
+ * steps of the other.
  *
- * PROBING_DETAIL_EVERY=windows keeps the windows whatever detail costs (the default before every
- * step was affordable; with PROBING_DETAIL_BUDGET=0.5 it is that default exactly).
+ * PROBING_DETAIL_EVERY=windows keeps the windows whatever detail costs (with
+ * PROBING_DETAIL_BUDGET=0.5 it is the default before every step was affordable).
  * PROBING_DETAIL_EVERY=N fixes a window of PROBING_DETAIL_STEPS detail steps every N steps
- * (1: every step in detail, no summary steps at all).
+ * (1: every step in detail, no summary steps at all, nothing measured).
  * This file is plain C with no Python, driven by torch_hooks.c at each step boundary and
  * directly by tests/unit/test_detail.c.
  */
@@ -43,39 +46,47 @@
 
 #define PB_DETAIL_MAX_WINDOW 64
 #define PB_DETAIL_MAX_PERIOD 4096
-#define PB_DETAIL_INITIAL_PERIOD 64        /* automatic modes, until the first estimate */
-#define PB_DETAIL_EVERY_MAX_PERIOD 1024    /* every-step mode: gap summary steps per this many */
-#define PB_DETAIL_ESTIMATES 3              /* estimates kept; their median is used */
-#define PB_DETAIL_KEPT 64                  /* step walls of each kind kept for the comparison */
+#define PB_DETAIL_INITIAL_PERIOD 64   /* windows: until the first estimate */
+#define PB_DETAIL_MIN_SPACING 16      /* every step: one summary step per this many, at first */
+#define PB_DETAIL_MAX_SPACING 128     /* ... and at most (8 of every 1,024 steps) */
+#define PB_DETAIL_SAMPLES 8           /* every step: samples per period */
+#define PB_DETAIL_NEIGHBOURS 4        /* every step: detail steps a summary step is compared with */
+#define PB_DETAIL_WARMUP 32           /* no sample from steps before this */
+#define PB_DETAIL_ESTIMATES 3         /* estimates kept */
 #define PB_DETAIL_DEFAULT_BUDGET_PCT 3.0
 
 typedef enum pb_detail_mode {
-    PB_DETAIL_EVERY_STEP = 0, /* automatic: every step but the last `gap` of each period */
-    PB_DETAIL_WINDOWS = 1,    /* automatic: `gap` steps at the start of each period */
+    PB_DETAIL_EVERY_STEP = 0, /* automatic: every step but one per `spacing` */
+    PB_DETAIL_WINDOWS = 1,    /* automatic: `window` steps at the start of each period */
     PB_DETAIL_FIXED = 2,      /* PROBING_DETAIL_EVERY=N: `window` steps every N */
 } pb_detail_mode;
 
 typedef struct pb_detail {
-    int automatic;      /* period from the measured cost */
+    int automatic;      /* mode and period from the measured cost */
     int windows_only;   /* PROBING_DETAIL_EVERY=windows: never every step */
     pb_detail_mode mode;
-    int64_t gap;        /* PROBING_DETAIL_STEPS: summary steps per period in every-step mode,
-                         * detail steps per period in the others */
-    int64_t period;     /* a power of two in the automatic modes */
-    int64_t window;     /* detail steps at the start of each period: step % period < window */
+    int64_t steps;      /* PROBING_DETAIL_STEPS: detail steps per window */
+    int64_t spacing;    /* every step: the last step of each `spacing` is a summary step */
+    int64_t period;     /* every step: PB_DETAIL_SAMPLES * spacing; else windows start at its multiples */
+    int64_t window;     /* detail steps per period (every step: period - PB_DETAIL_SAMPLES) */
     double budget;      /* fraction of step time detail may cost on average (automatic mode) */
 
-    /* measurements since the last period ended (rings of the newest) */
-    int64_t detail_walls[PB_DETAIL_KEPT];
-    int ndetail, detail_next, detail_seen;
-    int64_t summary_walls[PB_DETAIL_KEPT];
-    int nsummary, summary_next, summary_seen;
+    /* every step: the last detail walls, and the samples of this period */
+    int64_t neighbours[PB_DETAIL_NEIGHBOURS];
+    int nneighbours, neighbour_next;
+    double samples[PB_DETAIL_MAX_WINDOW];
+    int nsamples;
+    /* windows: the walls of the summary steps before the window, and of the window */
+    int64_t summary_walls[PB_DETAIL_MAX_WINDOW];
+    int nsummary, summary_next;
+    int64_t window_walls[PB_DETAIL_MAX_WINDOW];
+    int nwindow;
 
     double estimates[PB_DETAIL_ESTIMATES]; /* newest last */
     int nestimates;
     double cost;      /* the estimate the mode and period were set from; < 0 when none yet */
-    int64_t periods;  /* periods finished */
-    int64_t switches; /* changes between every-step and windows */
+    int64_t estimated; /* estimates made */
+    int64_t switches;  /* changes between every step and windows */
 } pb_detail;
 
 /* Sets d up. every: NULL, "" or "auto" for the automatic mode, "windows" for automatic windows
@@ -88,12 +99,13 @@ int pb_detail_init(pb_detail *d, const char *every, int64_t steps, double budget
 /* Whether step `step` is a detail step. */
 static inline int pb_detail_on(const pb_detail *d, int64_t step)
 {
-    return step >= 0 && step % d->period < d->window;
+    if (step < 0) return 0;
+    if (d->mode == PB_DETAIL_EVERY_STEP) return step % d->spacing != d->spacing - 1;
+    return step % d->period < d->window;
 }
 
 /* Step `step` ended after wall_ns; was_detail: it was recorded in detail; measured: 0 when the
- * step must not count as a measurement (a capture ran in it). May change the mode and period,
- * only at the end of a period. */
+ * step must not count as a measurement (a capture ran in it). May change the mode and period. */
 void pb_detail_step_done(pb_detail *d, int64_t step, int64_t wall_ns, int was_detail, int measured);
 
 /* The average share of step time detail costs under the current mode and period, from the

@@ -76,7 +76,7 @@ static int detail_measured; /* no capture ran in the current step: it counts for
 /* copies of the policy for other threads (pb_torch_detail) */
 static _Atomic int64_t shown_period, shown_window, shown_cost_ppm = -1, shown_budget_pct_e6;
 static _Atomic int shown_automatic, shown_windows_only, shown_every_step, shown_now;
-static _Atomic int64_t shown_gap;
+static _Atomic int64_t shown_steps;
 
 static void show_detail(void)
 {
@@ -88,7 +88,7 @@ static void show_detail(void)
     atomic_store_explicit(&shown_automatic, detail_policy.automatic, memory_order_relaxed);
     atomic_store_explicit(&shown_windows_only, detail_policy.windows_only, memory_order_relaxed);
     atomic_store_explicit(&shown_every_step, detail_policy.mode == PB_DETAIL_EVERY_STEP, memory_order_relaxed);
-    atomic_store_explicit(&shown_gap, detail_policy.gap, memory_order_relaxed);
+    atomic_store_explicit(&shown_steps, detail_policy.steps, memory_order_relaxed);
     atomic_store_explicit(&shown_now, detail, memory_order_relaxed);
 }
 
@@ -1020,7 +1020,7 @@ void pb_torch_detail(pb_torch_detail_info *out)
     out->automatic = atomic_load_explicit(&shown_automatic, memory_order_relaxed);
     out->windows_only = atomic_load_explicit(&shown_windows_only, memory_order_relaxed);
     out->every_step = atomic_load_explicit(&shown_every_step, memory_order_relaxed);
-    out->gap = atomic_load_explicit(&shown_gap, memory_order_relaxed);
+    out->steps = atomic_load_explicit(&shown_steps, memory_order_relaxed);
     out->now = atomic_load_explicit(&shown_now, memory_order_relaxed);
     out->period = atomic_load_explicit(&shown_period, memory_order_relaxed);
     out->window = atomic_load_explicit(&shown_window, memory_order_relaxed);

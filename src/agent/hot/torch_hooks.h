@@ -42,9 +42,9 @@ typedef struct pb_torch_detail_info {
     int installed;   /* torch hooks were installed (else the rest is zero) */
     int automatic;   /* mode and period chosen from the measured cost */
     int windows_only; /* PROBING_DETAIL_EVERY=windows */
-    int every_step;  /* automatic, every step but `gap` per period in detail (detail.h) */
+    int every_step;  /* automatic, every step in detail but one per spacing (detail.h) */
     int now;         /* the current step is a detail step */
-    int64_t period, window, gap;
+    int64_t period, window, steps; /* steps: PROBING_DETAIL_STEPS */
     double budget_pct;
     double cost;     /* measured cost of a detail step (fraction of a summary step); < 0 none yet */
 } pb_torch_detail_info;

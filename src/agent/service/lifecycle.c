@@ -135,7 +135,7 @@ static int info_json(void *ctx, pb_buf *out)
         pb_jsonw_key(&w, "mode"); /* what applies now (detail.h) */
         pb_jsonw_str(&w, !d.automatic ? "fixed" : d.every_step ? "every step" : "windows");
         pb_jsonw_key(&w, "steps"); /* PROBING_DETAIL_STEPS */
-        pb_jsonw_int(&w, d.gap);
+        pb_jsonw_int(&w, d.steps);
         pb_jsonw_key(&w, "period");
         pb_jsonw_int(&w, d.period);
         pb_jsonw_key(&w, "window");
