@@ -33,6 +33,11 @@ def is_full(run):
     return json.loads(run.cli(run.target(), "info", "-f", "json").stdout)["detail"]["every"] == 1
 
 
+def detail_mode(run):
+    """What applies now: "every step", "windows" or "fixed" (/api/info detail.mode)."""
+    return json.loads(run.cli(run.target(), "info", "-f", "json").stdout)["detail"]["mode"]
+
+
 def known_names(run):
     """Names a row's module may carry: the model's modules, the loss module's class and the
     optimizer's class."""
@@ -86,8 +91,8 @@ def test_01_overall_profile(cli, run):
     every = cli.query(run.target(), seed_file("01-overall-profile.sql").replace("LIMIT 15", ""))
     assert math.isclose(sum(r["pct_time"] for r in every), 100.0, rel_tol=1e-6)
     # The last 10 steps of torch_trace: a module called once per forward ran once per step that
-    # has module rows: all 10 with every step in detail, the detail steps among them otherwise
-    # (the last detail window).
+    # has module rows: all 10 with PROBING_DETAIL_EVERY=1, all but at most one with the default's
+    # every step (one summary step in 16 or fewer), the last detail window's with windows.
     last = cli.scalar(run.target(), "SELECT MAX(step) FROM python.torch_trace")
     recorded = cli.scalar(run.target(), f"SELECT COUNT(DISTINCT step) FROM python.torch_trace {window}")
     steps_row = cli.scalar(run.target(), "SELECT MAX(step) FROM python.steps")
@@ -97,6 +102,8 @@ def test_01_overall_profile(cli, run):
     assert recorded == len(expected)
     if is_full(run):
         assert recorded == 10
+    elif detail_mode(run) == "every step":
+        assert recorded >= 9, "every step but one in 16 or fewer: at most one summary step in 10"
     else:
         assert 1 <= recorded <= 8
     optimizer = run.optimizer_name()
@@ -187,7 +194,7 @@ def test_07_08_step_windows(cli, run, name, column, low, high):
     assert len(rows) == 1 and set(rows[0]) == {column}
     value = rows[0][column]
     # The average is over exactly the rows of the window's steps that have module rows: all 11
-    # with every step in detail; with the default windows the detail steps among them, and NULL
+    # with every step in detail; otherwise the detail steps among them, and NULL
     # (no module execution recorded there) when there is none.
     check = cli.query(run.target(), f"SELECT COUNT(DISTINCT step) AS steps, "
                                      f"SUM(duration) / COUNT(*) AS avg FROM python.torch_trace "
