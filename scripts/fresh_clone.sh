@@ -18,7 +18,7 @@ run() { "$src/.venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$@" 2>&1 |
 run tests/integration/test_examples.py tests/integration/test_seed_queries.py \
     tests/integration/test_help_targets.py \
     "tests/integration/test_recordings.py::test_recording_answers_cookbook_and_seed_queries_like_the_live_process" \
-    "tests/integration/test_detail.py::test_seed_query_02_reads_the_last_window" \
+    "tests/integration/test_detail.py::test_seed_query_02_reads_the_last_detail_steps" \
     "tests/integration/test_distributed.py::test_seed_query_04_lists_all_reduce"
 run tests/integration/test_eval.py -k "test_0 or test_1"
 if ! grep -q "SKIPPED .*the seed examples are not in $tmp/shared/acceptance/seed-queries" "$tmp/log"; then
