@@ -3,8 +3,9 @@
  * summary, so that probing's cost on the training job stays under a budget.
  *
  * Recording every module's forward and backward costs about 3,000 instructions per module call
- * with the C++ extension probing._autograd (+2.9 % of the step on a model of 272 tiny modules,
- * +0.3 % on a small transformer; bench/RESULTS.md), several times more with Python-level
+ * with the C++ extension probing._autograd (+2.9 % of the instructions, +6 % of the wall time of a
+ * step of 272 tiny modules; +0.3 % / +1.6 % on a small transformer; bench/RESULTS.md), several
+ * times more with Python-level
  * autograd probes. Every step gets its python.steps row (wall, data wait, forward, backward,
  * optimizer, ...) whether or not it is a detail step; python.steps.detail says which are.
  *
