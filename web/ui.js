@@ -33,6 +33,33 @@ const ui = window.probingUI = {
 
 const $ = (id) => document.getElementById(id);
 
+/* The view's token: every /ui/ route needs it in the X-Probing-Token header (the cookie that
+ * the server sets opens this page only: cookies reach every port of 127.0.0.1). It comes in the
+ * URL once; it is kept in sessionStorage (per origin, port included, and per tab) and dropped
+ * from the URL and the history at once, so that a reload still works. */
+const TOKEN = (() => {
+  const params = new URLSearchParams(location.search);
+  let token = params.get('token');
+  try {
+    if (token) sessionStorage.setItem('probing-token', token);
+    else token = sessionStorage.getItem('probing-token');
+  } catch (e) { /* storage off: the token lives as long as this page */ }
+  if (params.has('token')) {
+    params.delete('token');
+    const rest = params.toString();
+    history.replaceState(null, '', location.pathname + (rest ? '?' + rest : '') + location.hash);
+  }
+  return token || '';
+})();
+
+/* fetch() of one of this server's routes, with the token. */
+function api(url, opts) {
+  const o = Object.assign({}, opts || {});
+  o.headers = Object.assign({}, o.headers || {}, { 'X-Probing-Token': TOKEN });
+  o.credentials = 'same-origin';
+  return fetch(url, o);
+}
+
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
@@ -50,7 +77,7 @@ function setStatus(text, bad) {
 }
 
 async function getJSON(url, opts) {
-  const r = await fetch(url, opts);
+  const r = await api(url, opts);
   const text = await r.text();
   let body;
   try { body = JSON.parse(text); } catch (e) { body = { error: text }; }
@@ -245,7 +272,7 @@ async function capture() {
       st = await getJSON('/ui/capture');
     }
     if (st.state !== 'done') throw new Error(`capture ${st.state}: ${st.error || st.trace_error || ''}`);
-    const r = await fetch('/ui/capture/trace');
+    const r = await api('/ui/capture/trace');
     if (!r.ok) throw new Error('trace: ' + (await r.text()));
     const blob = await r.blob();
     const a = el('a', { href: URL.createObjectURL(blob), download: `probing-capture-${st.capture}.json` });
@@ -289,7 +316,7 @@ async function refreshFlame(force) {
   const stage = $('fg-stage').value;
   if (!force && Date.now() - (flameAt[stage] || 0) < 10000) return;
   flameAt[stage] = Date.now();
-  const r = await fetch('/ui/flamegraph?stage=' + stage);
+  const r = await api('/ui/flamegraph?stage=' + stage);
   const text = await r.text();
   const host = $('flame');
   if (!r.ok) {
@@ -482,7 +509,7 @@ async function showHang(stuck, total) {
   if (hangFetched.key === key && Date.now() - hangFetched.at < 10000) return;
   hangFetched = { key, at: Date.now() };
   const [hang, stacks] = await Promise.all([
-    fetch('/ui/hang').then((r) => r.text().then((text) => r.ok ? text : 'hang: ' + text))
+    api('/ui/hang').then((r) => r.text().then((text) => r.ok ? text : 'hang: ' + text))
       .catch((e) => 'hang: ' + e.message),
     Promise.all(stuck.map((t) => getJSON('/ui/stack?t=' + t.index).catch((e) => ({ error: e.message })))),
   ]);
@@ -615,6 +642,7 @@ function showPage() {
 }
 
 async function start() {
+  if (!TOKEN) throw new Error("this tab has no token: open the URL that 'probing <target> ui' printed (it ends in ?token=...)");
   const t = await getJSON('/ui/targets');
   ui.live = t.kind === 'live';
   ui.targets = t.targets;

@@ -11,10 +11,24 @@
  * talks to an agent, only to this server, which talks to the agent as its owner.
  *
  * Access: 127.0.0.1 on a free port unless --listen says otherwise. A one-time random token is
- * printed in the URL (as Jupyter does); a request carrying it (?token=) gets it back as an
- * HttpOnly, SameSite=Strict cookie (probing_ui_<port>), and every request with neither a matching query token nor the
- * cookie gets 403. So another user of the machine, or a web page in the same browser, cannot
- * read the job through this server.
+ * printed in the URL (as Jupyter does). Cookies are per host, not per port: every server on
+ * 127.0.0.1, another user's included, receives this view's cookie, and a page from another
+ * 127.0.0.1 port is "same site" (SameSite does not stop it). So the cookie only opens the page
+ * and its static files (nothing about the job): its value is a random secret of this instance,
+ * not the token, under a name of this port (probing_ui_<port>). Every /ui/ route needs the token
+ * itself, in the X-Probing-Token header (the page keeps it in sessionStorage, which is per
+ * origin, port included, and drops it from the URL with history.replaceState) or in ?token=
+ * (scripts). A browser cannot send a custom header to another origin without a CORS preflight,
+ * which this server never grants. On every request the Host header must name this server (on a
+ * loopback listener: 127.0.0.1, localhost or [::1], with our port: no DNS rebinding), and an
+ * Origin header, when present, must be this server's own origin (so a no-cors POST from another
+ * port is refused whatever it carries).
+ *
+ * Connections (docs/security.md, round three): a loopback peer that runs as another uid (found
+ * in /proc/net/tcp) is closed at accept; up to UI_MAX_CONNECTIONS connections are served, each
+ * request must arrive whole within UI_REQUEST_DEADLINE_S (pb_reaper, as the agent's server
+ * does) and an idle keep-alive connection is closed after UI_IDLE_TIMEOUT_S, so idle or slow
+ * sockets cannot hold the view.
  *
  * Ranks: when the target is one rank of a job (its /api/info has world_size > 1 and a job), the
  * other ranks are taken at start from the job's roster (fanout.h, as `ranks` and `hang` do:
@@ -23,7 +37,7 @@
  * each of them; targets[0] is always the target itself. For a stalled job the page shows
  * `hang`'s text and each stalled rank's stacks (the agent's /api/stack).
  *
- * Routes (all need the token):
+ * Routes (the page and its files need the token or the cookie, /ui/ routes the token):
  *   GET  /                    web/index.html           GET /web/<file>, /web/vendor/<file>
  *   GET  /ui/targets          {"target", "kind", "node", "targets": [{"index","rank","pid",
  *                             "host","node_rank"}], "missing": [{"rank","host","why"}]}
@@ -44,6 +58,7 @@
 #include "client.h"
 #include "fanout.h"
 #include "paths.h"
+#include "reaper.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -57,6 +72,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <strings.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +90,10 @@ extern char **environ;
 /* Cookies do not tell ports apart: each view's cookie is named after its port
  * (probing_ui_<port>) so that two views open in one browser do not log each other out. */
 #define UI_COOKIE_PREFIX "probing_ui_"
+#define UI_TOKEN_HEADER "X-Probing-Token"
+#define UI_MAX_CONNECTIONS 512u  /* a thread each; idle sockets are reaped, see below */
+#define UI_REQUEST_DEADLINE_S 10 /* a request's headers and body, from its first byte */
+#define UI_IDLE_TIMEOUT_S 30u    /* a keep-alive connection with no request */
 #define UI_CHILD_TIMEOUT_S 120
 
 typedef struct ui_target {
@@ -86,8 +106,11 @@ typedef struct ui_target {
 
 typedef struct ui_server {
     const pb_cli_args *a;
-    char token[65];
+    char token[65];       /* in the URL; needed by every /ui/ route */
+    char cookie[65];      /* the cookie's value: a secret of its own, opens the page only */
     char cookie_name[32]; /* UI_COOKIE_PREFIX and the port */
+    int port;
+    int loopback;         /* listening on a loopback address: Host must name one */
     char web_dir[PATH_MAX];
     char queries_dir[PATH_MAX]; /* "" when no cookbook was found */
     char exe[PATH_MAX];
@@ -96,6 +119,7 @@ typedef struct ui_server {
     size_t ntargets;
     json_t *missing;    /* ranks of the job that cannot be asked: [{"rank","host","why"}] */
     pthread_mutex_t file_lock;
+    pb_reaper *reaper;
 } ui_server;
 
 typedef struct upload {
@@ -201,7 +225,7 @@ static enum MHD_Result send_bytes(struct MHD_Connection *conn, unsigned status, 
     if (set_cookie) {
         char cookie[160];
         snprintf(cookie, sizeof cookie, "%s=%s; Path=/; HttpOnly; SameSite=Strict",
-                 s->cookie_name, s->token);
+                 s->cookie_name, s->cookie);
         MHD_add_response_header(r, "Set-Cookie", cookie);
     }
     enum MHD_Result ret = MHD_queue_response(conn, status, r);
@@ -558,6 +582,59 @@ static enum MHD_Result route(struct MHD_Connection *conn, ui_server *s, const ch
     return send_error(conn, 404, "no such page in the web view");
 }
 
+static const char forbidden_no_token[] =
+    "403 forbidden: this web view needs its token. Open the URL that 'probing <target> ui' "
+    "printed (it ends in ?token=...); the token changes each time ui starts.\n";
+static const char forbidden_cookie_only[] =
+    "403 forbidden: the web view's data needs its token (the X-Probing-Token header that its "
+    "page sends, or ?token=); the cookie opens the page only. Open the URL that 'probing <target> "
+    "ui' printed.\n";
+static const char forbidden_host[] =
+    "403 forbidden: the Host header does not name this web view (DNS rebinding?); open the URL "
+    "that 'probing <target> ui' printed.\n";
+static const char forbidden_origin[] =
+    "403 forbidden: a request from a page of another origin; the web view answers its own page "
+    "only.\n";
+
+/* Host names this server: our port and, on a loopback listener, a loopback name. Writes the
+ * origin a page of ours would send ("http://" Host) to origin. */
+static int host_is_ours(const ui_server *s, const char *host, char *origin, size_t originlen)
+{
+    static const char *const loopback[] = {"127.0.0.1", "localhost", "[::1]"};
+    const char *colon = host ? strrchr(host, ':') : NULL;
+    if (!colon || colon == host || !colon[1]) return 0;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || port != s->port) return 0;
+    size_t hl = (size_t)(colon - host);
+    int named = !s->loopback;
+    for (size_t i = 0; !named && i < sizeof loopback / sizeof loopback[0]; i++)
+        named = hl == strlen(loopback[i]) && !strncasecmp(host, loopback[i], hl);
+    if (!named) return 0;
+    return snprintf(origin, originlen, "http://%s", host) < (int)originlen;
+}
+
+/* Who may have this request answered (file header, "Access"): NULL when it may (by_query set
+ * when it carried ?token=, which earns the cookie), else the 403 text. [server thread] */
+static const char *admit(struct MHD_Connection *conn, const ui_server *s, const char *url,
+                         int *by_query)
+{
+    char own_origin[300];
+    const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host");
+    if (!host_is_ours(s, host, own_origin, sizeof own_origin)) return forbidden_host;
+    const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
+    if (origin && strcasecmp(origin, own_origin)) return forbidden_origin;
+    const char *q = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, UI_TOKEN_HEADER);
+    const char *c = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, s->cookie_name);
+    *by_query = q && same_secret(q, s->token);
+    if (*by_query || (h && same_secret(h, s->token))) return NULL;
+    if (!(c && same_secret(c, s->cookie))) return forbidden_no_token;
+    /* the cookie alone: the page and its static files, nothing about the job */
+    int page = !strcmp(url, "/") || !strcmp(url, "/index.html") || !strncmp(url, "/web/", 5);
+    return page ? NULL : forbidden_cookie_only;
+}
+
 /* [server thread] */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *data,
@@ -576,16 +653,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *data_size = 0;
         return MHD_YES;
     }
-    const char *q = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
-    const char *c = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, s->cookie_name);
-    int by_query = q && same_secret(q, s->token);
-    if (!by_query && !(c && same_secret(c, s->token))) {
-        static const char msg[] =
-            "403 forbidden: this web view needs its token. Open the URL that 'probing <target> "
-            "ui' printed (it ends in ?token=...); the token changes each time ui starts.\n";
-        return send_bytes(conn, 403, "text/plain; charset=utf-8", msg, sizeof msg - 1, 0, s,
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    pb_reaper_read(s->reaper, ci ? ci->socket_context : NULL);
+    int by_query = 0;
+    const char *refused = admit(conn, s, url, &by_query);
+    if (refused)
+        return send_bytes(conn, 403, "text/plain; charset=utf-8", refused, strlen(refused), 0, s,
                           NULL);
-    }
     if (up->too_big) return send_error(conn, 413, "request body over 1 MiB");
     if (pb_buf_putc(&up->body, '\0')) return send_error(conn, 500, "out of memory");
     return route(conn, s, url, method, up->body.data, by_query);
@@ -594,12 +669,85 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode code)
 {
+    ui_server *s = cls;
     upload *up = *con_cls;
     if (up) {
         pb_buf_free(&up->body);
         free(up);
     }
     *con_cls = NULL;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    pb_reaper_next(s->reaper, ci ? ci->socket_context : NULL);
+}
+
+/* Watches each connection's request deadline (pb_reaper). [server thread] */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    ui_server *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        *socket_context = ci ? pb_reaper_open(s->reaper, ci->connect_fd) : NULL;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        pb_reaper_close(s->reaper, *socket_context);
+        *socket_context = NULL;
+    }
+}
+
+/* The uid that owns the local TCP socket at addr (the peer of one of our connections), from
+ * /proc/net/tcp or tcp6, whose lines hold "sl local rem st queues tr retrnsmt uid ...". Returns
+ * 0, or -1 when not found. */
+static int tcp_socket_uid(const struct sockaddr *addr, uid_t *out)
+{
+    char want[64];
+    const char *table;
+    if (addr->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)addr;
+        snprintf(want, sizeof want, "%08X:%04X", (unsigned)in->sin_addr.s_addr,
+                 (unsigned)ntohs(in->sin_port));
+        table = "/proc/net/tcp";
+    } else if (addr->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)addr;
+        uint32_t w[4];
+        memcpy(w, &in6->sin6_addr, sizeof w);
+        snprintf(want, sizeof want, "%08X%08X%08X%08X:%04X", (unsigned)w[0], (unsigned)w[1],
+                 (unsigned)w[2], (unsigned)w[3], (unsigned)ntohs(in6->sin6_port));
+        table = "/proc/net/tcp6";
+    } else {
+        return -1;
+    }
+    FILE *f = fopen(table, "re");
+    char line[512], local[64];
+    unsigned long uid;
+    int found = -1;
+    while (f && found && fgets(line, sizeof line, f))
+        if (sscanf(line, " %*s %63s %*s %*s %*s %*s %*s %lu", local, &uid) == 2 &&
+            !strcmp(local, want)) {
+            *out = (uid_t)uid;
+            found = 0;
+        }
+    if (f) fclose(f);
+    return found;
+}
+
+/* MHD's accept policy: a loopback peer that runs as another user (not root) is closed at once,
+ * before it takes a connection slot; it could not know the token anyway. [server thread] */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    (void)cls, (void)addrlen;
+    int loopback = 0;
+    if (addr->sa_family == AF_INET)
+        loopback = (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
+    else if (addr->sa_family == AF_INET6) {
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)addr)->sin6_addr;
+        loopback = IN6_IS_ADDR_LOOPBACK(a6) ||
+                   (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
+    }
+    uid_t uid;
+    if (!loopback || tcp_socket_uid(addr, &uid)) return MHD_YES;
+    return uid == getuid() || uid == 0 ? MHD_YES : MHD_NO;
 }
 
 /* ---- start-up ----------------------------------------------------------------------------- */
@@ -701,7 +849,8 @@ static int roster_ranks(ui_server *s, json_t *info)
 
 /* Parses --listen ADDR:PORT ("127.0.0.1:8080", "[::1]:0", "localhost:8080") and opens the
  * listening socket. Returns the socket, or -1 after printing why. */
-static int open_listener(const char *spec, char *shown, size_t shownlen, int *port_out)
+static int open_listener(const char *spec, char *shown, size_t shownlen, int *port_out,
+                         int *loopback_out)
 {
     char host[256];
     const char *colon = strrchr(spec, ':');
@@ -746,6 +895,7 @@ static int open_listener(const char *spec, char *shown, size_t shownlen, int *po
         inet_ntop(AF_INET, &in->sin_addr, addr, sizeof addr);
         bound_port = ntohs(in->sin_port);
         snprintf(shown, shownlen, "%s:%d", addr, bound_port);
+        *loopback_out = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
         if (in->sin_addr.s_addr != htonl(INADDR_LOOPBACK))
             fprintf(stderr, "probing: warning: %s is reachable from other machines; anyone "
                             "with the URL's token can read this job\n", addr);
@@ -754,6 +904,7 @@ static int open_listener(const char *spec, char *shown, size_t shownlen, int *po
         inet_ntop(AF_INET6, &in6->sin6_addr, addr, sizeof addr);
         bound_port = ntohs(in6->sin6_port);
         snprintf(shown, shownlen, "[%s]:%d", addr, bound_port);
+        *loopback_out = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
         if (!IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
             fprintf(stderr, "probing: warning: %s is reachable from other machines; anyone "
                             "with the URL's token can read this job\n", addr);
@@ -825,12 +976,14 @@ int cmd_ui(const pb_cli_args *a)
     s.targets[0].pid = (long long)json_integer_value(json_object_get(info, "pid"));
     if (!(s.missing = json_array())) goto oom;
     if (roster_ranks(&s, info)) find_ranks(&s, info);
-    if (hex_token(s.token, 24)) {
+    if (hex_token(s.token, 24) || hex_token(s.cookie, 24)) {
         pb_cli_error("cannot draw a random token: %s", strerror(errno));
         goto done;
     }
     int port = 0;
-    fd = open_listener(a->listen ? a->listen : "127.0.0.1:0", shown, sizeof shown, &port);
+    fd = open_listener(a->listen ? a->listen : "127.0.0.1:0", shown, sizeof shown, &port,
+                       &s.loopback);
+    s.port = port;
     if (fd < 0) {
         rc = a->listen ? PB_EXIT_USAGE : PB_EXIT_ERROR;
         goto done;
@@ -843,12 +996,17 @@ int cmd_ui(const pb_cli_args *a)
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
+    if (pb_reaper_start(&s.reaper, UI_REQUEST_DEADLINE_S)) {
+        pb_cli_error("cannot start the web server's connection watchdog: out of resources");
+        goto done;
+    }
     d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
                              MHD_USE_POLL,
-                         0, NULL, NULL, on_request, &s, MHD_OPTION_LISTEN_SOCKET, fd,
+                         0, on_accept, NULL, on_request, &s, MHD_OPTION_LISTEN_SOCKET, fd,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, &s,
-                         MHD_OPTION_CONNECTION_TIMEOUT, 300u, MHD_OPTION_CONNECTION_LIMIT, 64u,
-                         MHD_OPTION_END);
+                         MHD_OPTION_NOTIFY_CONNECTION, on_connection, &s,
+                         MHD_OPTION_CONNECTION_TIMEOUT, UI_IDLE_TIMEOUT_S,
+                         MHD_OPTION_CONNECTION_LIMIT, UI_MAX_CONNECTIONS, MHD_OPTION_END);
     if (!d) {
         pb_cli_error("cannot start the web server on %s", shown);
         goto done;
@@ -869,6 +1027,7 @@ oom:
     pb_cli_error("out of memory");
 done:
     if (d) MHD_stop_daemon(d);
+    pb_reaper_stop(s.reaper); /* after the daemon: its connections are closed */
     if (fd >= 0) close(fd);
     json_decref(info);
     json_decref(s.missing);

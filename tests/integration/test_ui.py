@@ -31,6 +31,13 @@ PAGES = ["overview", "modules", "memory", "ranks", "sql"]
 
 FORBIDDEN = ("403 forbidden: this web view needs its token. Open the URL that 'probing <target> "
              "ui' printed (it ends in ?token=...); the token changes each time ui starts.\n")
+COOKIE_ONLY = ("403 forbidden: the web view's data needs its token (the X-Probing-Token header "
+               "that its page sends, or ?token=); the cookie opens the page only. Open the URL "
+               "that 'probing <target> ui' printed.\n")
+FOREIGN_HOST = ("403 forbidden: the Host header does not name this web view (DNS rebinding?); "
+                "open the URL that 'probing <target> ui' printed.\n")
+FOREIGN_ORIGIN = ("403 forbidden: a request from a page of another origin; the web view answers "
+                  "its own page only.\n")
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -59,12 +66,12 @@ class UIServer:
         self.url = line.decode().strip()
         self.base, self.token = self.url.split("/?token=")
 
-    def get(self, path, token=True, cookie=None, data=None):
+    def get(self, path, token=True, cookie=None, data=None, headers=None):
         """(status, body bytes, headers) of one request."""
         url = self.base + path
         if token:
             url += ("&" if "?" in url else "?") + "token=" + self.token
-        req = urllib.request.Request(url, data=data)
+        req = urllib.request.Request(url, data=data, headers=headers or {})
         if cookie:
             req.add_header("Cookie", cookie)
         try:
@@ -248,8 +255,21 @@ def test_ui_requests_without_the_token_get_403(cli, recording, tmp_path):
         status, body, headers = ui.get("/")
         assert status == 200 and b"<title>probing</title>" in body
         cookie = headers["Set-Cookie"]
-        assert cookie == f"probing_ui_{port}={ui.token}; Path=/; HttpOnly; SameSite=Strict"
-        status, body, _ = ui.get("/ui/targets", token=False, cookie=cookie.split(";")[0])
+        name, value = cookie.split(";")[0].split("=", 1)
+        # the cookie is a secret of this instance, not the token (every port of 127.0.0.1 gets
+        # it), and it opens the page only: the job's data needs the token itself
+        assert name == f"probing_ui_{port}" and value != ui.token and len(value) == 48
+        assert cookie == f"probing_ui_{port}={value}; Path=/; HttpOnly; SameSite=Strict"
+        cookie = f"{name}={value}"
+        assert ui.get("/", token=False, cookie=cookie)[0] == 200
+        assert ui.get("/web/ui.js", token=False, cookie=cookie)[0] == 200
+        for path in ("/ui/targets", "/ui/report", "/ui/capture"):
+            status, body, _ = ui.get(path, token=False, cookie=cookie)
+            assert (status, body.decode()) == (403, COOKIE_ONLY), path
+        status, body, _ = ui.get("/ui/targets", token=False, cookie=f"{name}={ui.token}")
+        assert (status, body.decode()) == (403, FORBIDDEN)
+        status, body, _ = ui.get("/ui/targets", token=False,
+                                 headers={"X-Probing-Token": ui.token})
         assert status == 200
         assert json.loads(body)["kind"] == "recording"
         # no way out of the web directory
@@ -262,10 +282,11 @@ def test_ui_requests_without_the_token_get_403(cli, recording, tmp_path):
         try:
             assert other.token != ui.token
             other_port = other.base.rsplit(":", 1)[1]
-            assert other.get("/", token=False, cookie=f"probing_ui_{other_port}={ui.token}")[0] == 403
-            both = f"probing_ui_{port}={ui.token}; probing_ui_{other_port}={other.token}"
-            assert other.get("/ui/targets", token=False, cookie=both)[0] == 200
-            assert ui.get("/ui/targets", token=False, cookie=both)[0] == 200
+            other_cookie = other.get("/")[2]["Set-Cookie"].split(";")[0]
+            assert other.get("/", token=False, cookie=f"probing_ui_{other_port}={value}")[0] == 403
+            both = f"{cookie}; {other_cookie}"
+            assert other.get("/", token=False, cookie=both)[0] == 200
+            assert ui.get("/", token=False, cookie=both)[0] == 200
         finally:
             other.stop()
     finally:
@@ -372,6 +393,73 @@ def test_ui_listen_port_is_used(cli, recording, tmp_path):
         assert ui.get("/ui/targets")[0] == 200
     finally:
         ui.stop()
+
+
+def test_ui_refuses_foreign_hosts_and_origins(cli, recording, tmp_path):
+    """DNS rebinding (a Host that is not this server) and requests from a page of another
+    origin (another 127.0.0.1 port) are refused even with the token; the page's own origin is
+    served."""
+    ui = UIServer(cli, recording, tmp_path)
+    try:
+        port = ui.base.rsplit(":", 1)[1]
+        for host in (f"evil.example:{port}", "127.0.0.1:1", "127.0.0.1", ""):
+            status, body, _ = ui.get("/ui/targets", headers={"Host": host})
+            assert (status, body.decode()) == (403, FOREIGN_HOST), host
+        for origin in (f"http://127.0.0.1:{int(port) + 1}", "null", f"http://evil.example:{port}"):
+            status, body, _ = ui.get("/ui/query", data=b'{"sql": "SELECT 1"}',
+                                     headers={"Origin": origin, "Content-Type": "text/plain"})
+            assert (status, body.decode()) == (403, FOREIGN_ORIGIN), origin
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+            status, body, _ = ui.get("/ui/query", data=b'{"sql": "SELECT 1"}',
+                                     headers={"Host": host, "Origin": f"http://{host}"})
+            assert (status, json.loads(body)["rows"]) == (200, [[1]]), host
+    finally:
+        ui.stop()
+
+
+def test_ui_serves_on_while_idle_and_slow_sockets_are_open(cli, recording, tmp_path):
+    """70 connections that send nothing, and some that send a request a byte at a time, do not
+    lock the web view out (all local clients are 127.0.0.1, so no per-address limit can tell
+    them from the user): the real request is answered, and the slow ones are closed once their
+    request is late (10 s), however often they send a byte."""
+    ui = UIServer(cli, recording, tmp_path)
+    host, port = ui.base[len("http://"):].rsplit(":", 1)
+    idle, slow = [], []
+    try:
+        for _ in range(70):
+            idle.append(socket.create_connection((host, int(port)), timeout=WAIT_S))
+        for _ in range(3):
+            s = socket.create_connection((host, int(port)), timeout=WAIT_S)
+            s.sendall(b"G")
+            slow.append(s)
+        status, body, _ = ui.get("/ui/targets")
+        assert status == 200 and json.loads(body)["kind"] == "recording"
+        # the slow ones go on sending a byte a second; the server ends them (EOF or reset)
+        closed, deadline = set(), time.monotonic() + 3 * WAIT_S
+        while len(closed) < len(slow) and time.monotonic() < deadline:
+            for i, s in enumerate(slow):
+                if i in closed:
+                    continue
+                try:
+                    s.sendall(b"E")
+                    s.setblocking(False)
+                    try:
+                        if s.recv(1) == b"":
+                            closed.add(i)
+                    except BlockingIOError:
+                        pass
+                    finally:
+                        s.setblocking(True)
+                except OSError:
+                    closed.add(i)
+            time.sleep(1)
+        assert len(closed) == len(slow), "a request sent a byte a second was never cut off"
+        status, _, _ = ui.get("/ui/targets")
+        assert status == 200
+    finally:
+        for s in idle + slow:
+            s.close()
+        assert ui.stop() == 0
 
 
 # ----------------------------------------------------------------------------- browser
@@ -538,3 +626,85 @@ def test_ui_ranks_the_roster_names_but_cannot_reach(cli, env, session_dir, tmp_p
             ui.stop()
         os.rename(sock1 + ".aside", sock1)
         release()
+
+
+class CookieThief:
+    """An HTTP server on another 127.0.0.1 port (another user's, say): it records the Cookie
+    header of every request the browser sends it, and serves a page that tries a no-cors
+    text/plain POST to the web view's capture route (which needs no CORS preflight) and a
+    credentialed read of its targets."""
+
+    def __init__(self, victim_base):
+        import http.server
+        import threading
+        self.cookies = []
+        page = ("<!doctype html><title>attack</title><script>\n"
+                f"const v = {json.dumps(victim_base)};\n"
+                "Promise.allSettled([\n"
+                "  fetch(v + '/ui/capture', {method: 'POST', mode: 'no-cors', credentials: 'include',"
+                "    headers: {'Content-Type': 'text/plain'}, body: '{\"steps\": 2}'}),\n"
+                "  fetch(v + '/ui/targets', {credentials: 'include'}).then((r) => r.text()),\n"
+                "]).then((r) => { window.results = r.map((x) => x.status); document.title = 'done'; });\n"
+                "</script>").encode()
+        thief = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                thief.cookies.append(self.headers.get("Cookie"))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_ui_cookie_and_cross_origin_in_a_browser(cli, held, tmp_path):
+    """In headless Chromium: after the page loads, its URL (and so the history) has no token,
+    and a reload still works; a page from another 127.0.0.1 port that tries a no-cors POST to
+    start a capture is refused (no capture starts); the cookie that the browser sends to that
+    other port's server, replayed to the view, opens none of the job's data."""
+    driver = browser_or_skip()
+    ui = UIServer(cli, held.target(), tmp_path)
+    thief = CookieThief(ui.base)
+    try:
+        capture_before = ui.get("/ui/capture")[:2]
+        driver.get(ui.url)
+        wait_for(driver, "probingUI.overviewPoints > 0", "the overview")
+        assert "token" not in driver.current_url, driver.current_url
+        assert driver.current_url == ui.base + "/"
+        driver.refresh()
+        wait_for(driver, "probingUI.overviewPoints > 0", "the overview after a reload")
+        assert "token" not in driver.current_url
+        assert console_errors(driver) == []
+
+        driver.get(thief.url)
+        wait_for(driver, "document.title === 'done'", "the attacking page")
+        # the browser did send the view's cookie to the other port: cookies are per host
+        port = ui.base.rsplit(":", 1)[1]
+        stolen = [c for c in thief.cookies if c and f"probing_ui_{port}=" in c]
+        assert stolen, thief.cookies
+        assert ui.token not in stolen[0]
+        # no capture started: the agent's capture state is what it was
+        assert ui.get("/ui/capture")[:2] == capture_before
+        # replayed from outside a browser, the cookie opens none of the job's data
+        for path, data in (("/ui/targets", None), ("/ui/capture", b'{"steps": 2}'),
+                           ("/ui/query", b'{"sql": "SELECT 1"}')):
+            status, body, _ = ui.get(path, token=False, cookie=stolen[0], data=data,
+                                     headers={"Content-Type": "text/plain"})
+            assert (status, body.decode()) == (403, COOKIE_ONLY), path
+        assert ui.get("/ui/capture")[:2] == capture_before
+    finally:
+        driver.quit()
+        thief.stop()
+        ui.stop()
