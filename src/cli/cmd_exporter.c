@@ -13,7 +13,8 @@
  * from C, docs/architecture.md). Every request of an agent is bounded by one deadline
  * (--timeout, default 5 s, or less when Prometheus announces a shorter scrape timeout): a
  * stopped or stuck agent costs the scrape that deadline, gets `probing_up 0` and no other
- * series, and the others are reported as usual. Scrapes run one at a time.
+ * series, and the others are reported as usual. Scrapes run one at a time; the wait for the
+ * scrape before counts against the same deadline (503 "busy" when it runs out).
  *
  * Counters: the agent keeps its last rows in rings, so the exporter keeps, per agent (pid and
  * start time), the highest step it has counted and the running sums of every counter and of the
@@ -652,6 +653,22 @@ static enum MHD_Result respond_text(struct MHD_Connection *c, unsigned status, c
     return copy ? respond(c, status, "text/plain; charset=utf-8", copy, strlen(copy)) : MHD_NO;
 }
 
+/* Takes exporter.lock if it comes free within timeout_s, leaving at least a tenth of a second
+ * of it for the scrape. Returns 0 (locked) or -ETIMEDOUT. [server thread] */
+static int lock_within(double timeout_s)
+{
+    double wait_s = timeout_s - 0.1;
+    if (wait_s <= 0) return pthread_mutex_trylock(&exporter.lock) ? -ETIMEDOUT : 0;
+    struct timespec until; /* pthread_mutex_timedlock counts in CLOCK_REALTIME */
+    clock_gettime(CLOCK_REALTIME, &until);
+    long long ns = until.tv_nsec + (long long)((wait_s - (double)(long long)wait_s) * 1e9);
+    until.tv_sec += (time_t)wait_s + (time_t)(ns / 1000000000);
+    until.tv_nsec = (long)(ns % 1000000000);
+    int rc;
+    while ((rc = pthread_mutex_timedlock(&exporter.lock, &until)) == EINTR) {}
+    return rc ? -ETIMEDOUT : 0;
+}
+
 /* [server thread] */
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version,
@@ -676,9 +693,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         double t = strtod(announced, NULL);
         if (isfinite(t) && t - 0.5 > 0.1 && t - 0.5 < timeout_s) timeout_s = t - 0.5;
     }
+    /* Scrapes run one at a time; the wait for the one before counts against this scrape's own
+     * deadline, so an answer (503, which Prometheus records as up 0) still comes in time. */
+    double started = pb_mono_s();
+    if (lock_within(timeout_s)) {
+        char text[200];
+        snprintf(text, sizeof text,
+                 "busy: the previous scrape still runs (an agent is slow to answer); this "
+                 "scrape's %.1f s ran out waiting for it\n", timeout_s);
+        return respond_text(c, MHD_HTTP_SERVICE_UNAVAILABLE, text);
+    }
     pb_buf body = PB_BUF_INIT;
-    pthread_mutex_lock(&exporter.lock);
-    int rc = scrape(timeout_s, &body);
+    int rc = scrape(timeout_s - (pb_mono_s() - started), &body);
     pthread_mutex_unlock(&exporter.lock);
     if (rc) {
         pb_buf_free(&body);

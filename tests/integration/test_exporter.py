@@ -283,6 +283,41 @@ def test_stuck_agent_scrape_answers_by_its_deadline(exporter, job):
     assert elapsed < 30, elapsed
 
 
+def test_scrape_waiting_for_another_answers_by_its_own_deadline(exporter, job):
+    """Scrapes run one at a time. While one is held by a stopped rank (the exporter's --timeout,
+    20 s), a scrape that announces a 2 s timeout does not wait its turn past it: it answers 503
+    and says why, before the slow scrape ends; the slow one is then answered in full."""
+    import threading
+    _, ranks = job
+    done = []  # (which, status, body) in the order the answers came
+    lock = threading.Lock()
+
+    def scrape(which, headers):
+        status, body = http_get(exporter.url + "/metrics", headers=headers, timeout=120)
+        with lock:
+            done.append((which, status, body))
+
+    os.kill(int(ranks[1]), signal.SIGSTOP)
+    try:
+        slow = threading.Thread(target=scrape, args=("slow", {}))
+        slow.start()
+        time.sleep(3)  # the slow scrape holds the lock, waiting for rank 1
+        quick = threading.Thread(target=scrape, args=(
+            "quick", {"X-Prometheus-Scrape-Timeout-Seconds": "2"}))
+        quick.start()
+        quick.join(120)
+        slow.join(120)
+    finally:
+        os.kill(int(ranks[1]), signal.SIGCONT)
+    assert [d[0] for d in done] == ["quick", "slow"], done
+    assert done[0][1:] == (503, "busy: the previous scrape still runs (an agent is slow to "
+                                "answer); this scrape's 1.5 s ran out waiting for it\n")
+    assert done[1][1] == 200
+    samples = parse(done[1][2])
+    assert series(samples, "probing_up", rank=1, pid=ranks[1])[0][1] == 0
+    assert series(samples, "probing_up", rank=0, pid=ranks[0])[0][1] == 1
+
+
 def test_bad_listen_address(cli):
     r = cli("exporter", "--listen", "localhost", check=False)
     assert r.returncode == 2
