@@ -7,6 +7,8 @@
  */
 #include "reaper.h"
 
+#include "log.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -51,6 +53,8 @@ static void *reaper_main(void *arg)
         int64_t limit = now_ns() - (int64_t)(r->deadline_s * 1e9);
         for (pb_reaper_conn *c = r->conns; c; c = c->next)
             if (c->reading && c->request_started_ns < limit) {
+                pb_log_debug("http: closing a connection that sent no whole request within %g s",
+                             r->deadline_s);
                 shutdown(c->fd, SHUT_RDWR);
                 c->reading = 0;
                 r->reaped++;

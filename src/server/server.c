@@ -18,6 +18,7 @@
 #include "error.h"
 #include "log.h"
 #include "pool.h"
+#include "reaper.h"
 #include "routes.h"
 
 #include <arpa/inet.h>
@@ -76,25 +77,9 @@ struct pb_server {
     int nice;                  /* PROBING_SERVER_NICE: added to server threads' nice value */
     double request_deadline_s; /* PROBING_REQUEST_DEADLINE: whole request, headers to body */
     _Atomic int stopping;
-    /* Connections still reading a request, for the deadline watchdog. */
-    pthread_mutex_t conns_lock;
-    struct conn_slot *conns;
-    pthread_t watchdog;
-    int watchdog_running;
-    pthread_cond_t watchdog_wake;
+    pb_reaper *reaper;         /* closes connections whose request is late (reaper.h) */
     int forgotten; /* set in a forked child: the object must not be touched again */
 };
-
-/* One open connection (MHD's socket context): the watchdog closes it when a request is not
- * read in full by its deadline. Linked in pb_server.conns under conns_lock; removed in the
- * close notification, which MHD makes before it closes the socket, so fd is never reused
- * while it is here. */
-typedef struct conn_slot {
-    struct conn_slot *next;
-    int fd;
-    int64_t request_started_ns; /* first byte of the current request (or connection open) */
-    int reading;                /* 1 until the request is read whole (then the handler runs) */
-} conn_slot;
 
 typedef struct request_state {
     pb_buf body;
@@ -105,13 +90,6 @@ typedef struct request_state {
     int fd;                 /* the connection's socket, polled for a client that left */
     size_t results_reserved; /* bytes of the result budget this request holds (pool.c) */
 } request_state;
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* ---- peer credentials ---- */
 
@@ -450,13 +428,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     if (l) pb__pool_results_sent(l->server->pool, &r->results_reserved);
     /* A keep-alive connection's next request gets a deadline of its own. */
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    conn_slot *slot = ci ? ci->socket_context : NULL;
-    if (slot && l) {
-        pthread_mutex_lock(&l->server->conns_lock);
-        slot->request_started_ns = now_ns();
-        slot->reading = 1;
-        pthread_mutex_unlock(&l->server->conns_lock);
-    }
+    if (l) pb_reaper_next(l->server->reaper, ci ? ci->socket_context : NULL);
     pb_buf_free(&r->body);
     free(r);
     *req_cls = NULL;
@@ -471,72 +443,21 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     pb_server *s = l->server;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         atomic_fetch_add(&l->open_connections, 1);
-        conn_slot *slot = calloc(1, sizeof *slot);
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (slot && ci) {
-            slot->fd = ci->connect_fd;
-            slot->request_started_ns = now_ns();
-            slot->reading = 1;
-            pthread_mutex_lock(&s->conns_lock);
-            slot->next = s->conns;
-            s->conns = slot;
-            pthread_mutex_unlock(&s->conns_lock);
-            *socket_context = slot;
-        } else {
-            free(slot);
-        }
+        *socket_context = ci ? pb_reaper_open(s->reaper, ci->connect_fd) : NULL;
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         atomic_fetch_sub(&l->open_connections, 1);
-        conn_slot *slot = *socket_context;
-        if (slot) {
-            pthread_mutex_lock(&s->conns_lock);
-            for (conn_slot **p = &s->conns; *p; p = &(*p)->next)
-                if (*p == slot) {
-                    *p = slot->next;
-                    break;
-                }
-            pthread_mutex_unlock(&s->conns_lock);
-            free(slot);
-            *socket_context = NULL;
-        }
+        pb_reaper_close(s->reaper, *socket_context);
+        *socket_context = NULL;
     }
 }
 
-/* The deadline watchdog: once a second, shuts down connections whose current request has not
- * been read in full within request_deadline_s (a client sending a byte a second keeps MHD's
- * idle timeout from firing). MHD then sees the socket fail and closes the connection. */
-static void *watchdog_main(void *arg)
-{
-    pb_server *s = arg;
-    pthread_mutex_lock(&s->conns_lock);
-    while (!atomic_load(&s->stopping)) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += 1;
-        pthread_cond_timedwait(&s->watchdog_wake, &s->conns_lock, &until);
-        int64_t limit = now_ns() - (int64_t)(s->request_deadline_s * 1e9);
-        for (conn_slot *c = s->conns; c; c = c->next)
-            if (c->reading && c->request_started_ns < limit) {
-                pb_log_debug("http: closing a connection that sent no whole request within %g s",
-                             s->request_deadline_s);
-                shutdown(c->fd, SHUT_RDWR);
-                c->reading = 0;
-            }
-    }
-    pthread_mutex_unlock(&s->conns_lock);
-    return NULL;
-}
-
-/* Called when a whole request has been read: the watchdog leaves the connection alone while
- * its handler runs and its answer is sent. [server thread] */
+/* Called when a whole request has been read: the reaper leaves the connection alone while its
+ * handler runs and its answer is sent. [server thread] */
 static void request_read(pb_server *s, struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    conn_slot *slot = ci ? ci->socket_context : NULL;
-    if (!slot) return;
-    pthread_mutex_lock(&s->conns_lock);
-    slot->reading = 0;
-    pthread_mutex_unlock(&s->conns_lock);
+    pb_reaper_read(s->reaper, ci ? ci->socket_context : NULL);
 }
 
 static void mhd_logger(void *cls, const char *fmt, va_list ap)
@@ -647,14 +568,6 @@ int pb_server_start(pb_server **out, const pb_server_opts *opts)
     pb_server *s = calloc(1, sizeof *s);
     if (!s) return -ENOMEM;
     s->unix_l.fd = s->tcp_l.fd = -1;
-    pthread_mutex_init(&s->conns_lock, NULL);
-    {
-        pthread_condattr_t ca;
-        pthread_condattr_init(&ca);
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        pthread_cond_init(&s->watchdog_wake, &ca);
-        pthread_condattr_destroy(&ca);
-    }
     if ((rc = pb__pool_new(&s->pool))) goto fail;
     s->nice = (int)pb_config_int("PROBING_SERVER_NICE", 19);
     s->request_deadline_s = pb_config_double("PROBING_REQUEST_DEADLINE", 10);
@@ -690,16 +603,12 @@ int pb_server_start(pb_server **out, const pb_server_opts *opts)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = 0;
-    if (s->unix_l.fd >= 0) {
+    rc = pb_reaper_start(&s->reaper, s->request_deadline_s);
+    if (!rc && s->unix_l.fd >= 0) {
         s->unix_l.is_unix = 1;
         rc = start_daemon(s, &s->unix_l);
     }
     if (!rc && s->tcp_l.fd >= 0) rc = start_daemon(s, &s->tcp_l);
-    if (!rc) {
-        rc = -pthread_create(&s->watchdog, NULL, watchdog_main, s);
-        s->watchdog_running = rc == 0;
-    }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc) goto fail;
     *out = s;
@@ -725,15 +634,9 @@ void pb_server_stop(pb_server *s)
      * agent cancels evals itself (pb_eval_shutdown) before it gets here. */
     atomic_store(&s->stopping, 1);
     pb__pool_stop(s->pool);
-    if (s->watchdog_running) {
-        pthread_mutex_lock(&s->conns_lock);
-        pthread_cond_broadcast(&s->watchdog_wake);
-        pthread_mutex_unlock(&s->conns_lock);
-        pthread_join(s->watchdog, NULL);
-        s->watchdog_running = 0;
-    }
     stop_listener(&s->unix_l);
     stop_listener(&s->tcp_l);
+    pb_reaper_stop(s->reaper); /* after the daemons: their connections are closed */
     if (s->unix_path && s->unix_ino) {
         struct stat st; /* another agent may have replaced the file meanwhile: leave theirs */
         if (lstat(s->unix_path, &st) == 0 && st.st_dev == s->unix_dev && st.st_ino == s->unix_ino)
@@ -745,8 +648,6 @@ void pb_server_stop(pb_server *s)
             unlink(s->token_path);
     }
     pb__pool_free(s->pool);
-    pthread_mutex_destroy(&s->conns_lock);
-    pthread_cond_destroy(&s->watchdog_wake);
     free(s->unix_path);
     free(s->tcp_listen);
     free(s->token_path);

@@ -14,9 +14,9 @@
  * run at once, and all results in flight share one budget, PROBING_RESULTS_MB (a query reserves
  * its cap while it runs and the size of its answer until the answer is sent; one that does not
  * fit waits a few seconds, then gets 503 "busy: ..."; pool.h). A query or eval whose client
- * closed its connection is cancelled; a watchdog thread closes connections whose request has not
- * been read whole within PROBING_REQUEST_DEADLINE; on TCP one address holds at most 8
- * connections.
+ * closed its connection is cancelled; a watchdog thread (reaper.h) closes connections whose
+ * request has not been read whole within PROBING_REQUEST_DEADLINE; on TCP one address holds at
+ * most 8 connections.
  *
  * The Unix socket is created here: mode 0600 and, on each request, the peer's uid is checked
  * (SO_PEERCRED): only our own uid and root are served. A socket file left by a dead agent is
