@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -460,6 +461,77 @@ def test_ui_serves_on_while_idle_and_slow_sockets_are_open(cli, recording, tmp_p
         for s in idle + slow:
             s.close()
         assert ui.stop() == 0
+
+
+@pytest.fixture
+def other_user():
+    """A second user of this machine, made for this test and removed after it."""
+    import pwd
+    import uuid
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a second user (useradd); the tests run as an "
+                    "ordinary user")
+    if not shutil.which("useradd"):
+        pytest.skip("useradd is not installed")
+    name = f"pbui{uuid.uuid4().hex[:8]}"
+    subprocess.run(["useradd", "-M", "-N", "-s", "/usr/sbin/nologin", name], check=True,
+                   capture_output=True)
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True)
+
+
+ASK_AS_OTHER = r"""
+import socket, sys
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+socks = [socket.create_connection((host, port), timeout=60) for _ in range(n)]
+got = []
+for s in socks:
+    s.sendall(b"GET / HTTP/1.1\r\nHost: %s:%d\r\n\r\n" % (host.encode(), port))
+    data = b""
+    try:
+        while True:
+            chunk = s.recv(4096)
+            if not chunk or b"\r\n\r\n" in data + chunk:
+                data += chunk
+                break
+            data += chunk
+    except ConnectionResetError:
+        pass
+    got.append(data.split(b"\r\n", 1)[0].decode() or "closed")
+print("\n".join(got))
+"""
+
+
+def test_ui_closes_another_users_connections_at_once(cli, recording, tmp_path, other_user):
+    """A connection from another user of the machine (all local clients are 127.0.0.1: only
+    the owner of the peer socket tells them apart) is closed before any answer, so its sockets
+    hold no slot of the view; the owner is served."""
+    ui = UIServer(cli, recording, tmp_path)
+    host, port = ui.base[len("http://"):].rsplit(":", 1)
+    try:
+        # a Python the other user may run (the test's own may sit where only root reads)
+        def runs(python):
+            try:
+                return subprocess.run([python, "-c", "pass"], user=other_user.pw_uid,
+                                      group=other_user.pw_gid, cwd="/",
+                                      capture_output=True).returncode == 0
+            except OSError:
+                return False
+        python = next((p for p in (sys.executable, "/usr/bin/python3", "/usr/local/bin/python3")
+                       if runs(p)), None)
+        if not python:
+            pytest.skip("no Python that the second user may run")
+        r = subprocess.run([python, "-c", ASK_AS_OTHER, host, port, "5"],
+                           user=other_user.pw_uid, group=other_user.pw_gid, cwd="/",
+                           capture_output=True, text=True, timeout=WAIT_S)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["closed"] * 5
+        status, body, _ = ui.get("/ui/targets")
+        assert status == 200 and json.loads(body)["kind"] == "recording"
+    finally:
+        ui.stop()
 
 
 # ----------------------------------------------------------------------------- browser
