@@ -34,6 +34,9 @@ typedef struct pb_fanout_req {
     long status;         /* HTTP status, 0 when no answer */
     json_t *root;        /* the answer's JSON object (owned), NULL when none */
     char err[512];       /* why there is no answer */
+    int forged;          /* the endpoint failed the checks of a rank of this job (err starts
+                          * "forged roster entry: "): a Unix socket of another uid or pid, or a
+                          * TCP endpoint that did not sign its answer with the job's token */
     double sent, answered; /* wall clock, seconds */
     int file_done;       /* internal: a recording, answered before the network requests */
 } pb_fanout_req;
