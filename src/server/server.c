@@ -384,8 +384,8 @@ static int authorized(pb_server *s, struct MHD_Connection *conn, const char *met
     }
     if (pb_auth_parse(auth, &r->auth) != 0) return 0;
     if (!pb_auth_verify_request(s->token, &r->auth, method, url)) {
-        snprintf(why, whylen, "the request's signature does not match this agent's token (the "
-                 "CLI holds another token: this process was started with a different one)");
+        snprintf(why, whylen, "the request is not signed with this agent's token (the token "
+                 "given to probing is not the one this process was started with)");
         return 0;
     }
     int64_t now = (int64_t)time(NULL), skew = now - r->auth.time_s;
@@ -416,30 +416,32 @@ static int check_request_start(listener *l, struct MHD_Connection *conn, const c
                                const char *url, request_state *r, enum MHD_Result *ret)
 {
     pb_server *s = l->server;
+    /* TCP: the token first, so that every later answer, 503 included, is signed (auth.h) */
+    char why[400];
+    if (!l->is_unix && !authorized(s, conn, method, url, r, why, sizeof why)) {
+        *ret = respond_error(conn, 401, "unauthorized: %s", why);
+        return 1;
+    }
     int open_now = atomic_load(&l->open_connections);
     if (open_now > s->opts.max_connections) {
-        *ret = respond_error(conn, 503,
-                             "too many connections: this agent serves at most %d at once and %d "
-                             "are open; try again when some have finished",
-                             s->opts.max_connections, open_now - 1);
+        char msg[200];
+        snprintf(msg, sizeof msg, "too many connections: this agent serves at most %d at once "
+                 "and %d are open; try again when some have finished",
+                 s->opts.max_connections, open_now - 1);
+        *ret = respond_request_error(conn, r, 503, msg);
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
         return 1;
     }
     if (!l->is_unix) {
-        char why[400];
-        if (!authorized(s, conn, method, url, r, why, sizeof why)) {
-            *ret = respond_error(conn, 401, "unauthorized: %s", why);
-            return 1;
-        }
         if (!s->tcp_eval && strcmp(url, "/api/eval") == 0) {
-            *ret = respond_error(conn, 403,
+            *ret = respond_request_error(conn, r, 403,
                                  "eval over TCP is off: it runs code in the process; use the Unix "
                                  "socket (probing <pid> eval ...), or start the process with "
                                  "PROBING_TCP_EVAL=1 to allow it");
             return 1;
         }
         if (strcmp(url, "/api/record") == 0 || strncmp(url, "/api/record/", 12) == 0) {
-            *ret = respond_error(conn, 403,
+            *ret = respond_request_error(conn, r, 403,
                                  "record is refused over TCP: the agent would write a file on its "
                                  "own machine that a network client names; run probing on that "
                                  "machine");
@@ -459,8 +461,10 @@ static int check_request_start(listener *l, struct MHD_Connection *conn, const c
     }
     const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (length && strtoull(length, NULL, 10) > s->opts.max_request_bytes) {
-        *ret = respond_error(conn, 413, "request body too large: %s bytes, the limit is %zu bytes", length,
-                             s->opts.max_request_bytes);
+        char msg[160];
+        snprintf(msg, sizeof msg, "request body too large: %.24s bytes, the limit is %zu bytes",
+                 length, s->opts.max_request_bytes);
+        *ret = respond_request_error(conn, r, 413, msg);
         return 1;
     }
     return 0;
