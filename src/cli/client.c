@@ -11,6 +11,11 @@
  * process at the other end (SO_PEERCRED) runs as our uid (or root) and, for a pid target, is
  * that pid. Another user who made /tmp/probing-<uid> first, or planted a socket, gets nothing:
  * no eval code, no query.
+ *
+ * Over TCP the token is never sent: each request is signed with it (common/auth.h) and an
+ * answer is used only when it comes back signed with it (a 401 is only shown). The checks live
+ * in pb_client_guard, which fanout.c uses too, so a target from a job's roster gets exactly
+ * those of a target the user typed.
  */
 #include "client.h"
 

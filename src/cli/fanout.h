@@ -10,8 +10,11 @@
  *
  * pb_fanout_roster asks one agent for its job's roster (GET /api/job) and turns each rank's
  * entry into a target: the Unix socket when the rank is on this host (PROBING_HOST or
- * gethostname() equal to the entry's host), else its TCP address with the job's token
- * (--token, PROBING_TOKEN, PROBING_TOKEN_FILE); ranks without either keep a reason.
+ * gethostname() equal to the entry's host), else its TCP address (host:port only, never a path)
+ * signed with the job's token (--token, PROBING_TOKEN, PROBING_TOKEN_FILE) for that rank;
+ * ranks without either keep a reason. The store has no authentication, so every request gets
+ * the checks of a typed target (client.h pb_client_guard) and an endpoint that fails them is
+ * marked forged (pb_fanout_req.forged). See docs/cluster.md and docs/security.md.
  * See docs/cluster.md.
  */
 #ifndef PB_CLI_FANOUT_H

@@ -21,8 +21,9 @@
  * The Unix socket is created here: mode 0600 and, on each request, the peer's uid is checked
  * (SO_PEERCRED): only our own uid and root are served. A socket file left by a dead agent is
  * replaced; one a live agent answers on is not (-EADDRINUSE). TCP is only opened when the user
- * asks for it (PROBING_LISTEN) and then every TCP request must carry the agent's token in
- * "Authorization: Bearer <token>" (else 401). The token is the user's (opts.token or
+ * asks for it (PROBING_LISTEN) and then every TCP request must prove it holds the agent's token:
+ * a "Probing-HMAC-SHA256" signature made with it (common/auth.h; the answer is then signed back)
+ * or, for curl, "Authorization: Bearer <token>" (else 401). The token is the user's (opts.token or
  * PROBING_TOKEN) or 32 random bytes in hex written to <socket dir>/<pid>.token (mode 0600,
  * removed on stop). /api/eval is refused on TCP (403) unless opts.tcp_eval or
  * PROBING_TCP_EVAL=1; /api/record* always is. See docs/security.md.
