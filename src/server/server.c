@@ -72,7 +72,8 @@ struct pb_server {
     char *token_path;                    /* the token file we wrote, or NULL */
     dev_t token_dev;
     ino_t token_ino;
-    int rank;                            /* RANK (0 when unset): a signed request names it */
+    int rank;                            /* RANK (0 when unset): a signed request names it, when
+                                          * opts.self_rank does not know the job's rank */
     /* The nonces of the last SEEN_NONCES signed requests (auth.h): a request seen once is
      * refused the next time, so one that was overheard cannot be replayed. */
     pthread_mutex_t nonce_lock;
@@ -396,9 +397,11 @@ static int authorized(pb_server *s, struct MHD_Connection *conn, const char *met
                  PB_AUTH_WINDOW_S);
         return 0;
     }
-    if (r->auth.rank >= 0 && r->auth.rank != s->rank) {
+    int self = s->opts.self_rank ? s->opts.self_rank(s->opts.ctx) : -1;
+    if (self < 0) self = s->rank;
+    if (r->auth.rank >= 0 && r->auth.rank != self) {
         snprintf(why, whylen, "the request is meant for rank %d and this agent is rank %d: the "
-                 "job's roster names the wrong endpoint for rank %d", r->auth.rank, s->rank,
+                 "job's roster names the wrong endpoint for rank %d", r->auth.rank, self,
                  r->auth.rank);
         return 0;
     }

@@ -312,3 +312,20 @@ def test_tcp_entry_that_is_a_file_is_not_opened_as_a_recording(job, store):
     assert r.returncode == 3, r.stderr
     rows = json.loads(r.stdout)
     assert rows[1]["state"] == f"unreachable: its TCP address '{recording}' is not host:port", rows
+
+
+def test_real_rank_over_tcp_still_answers(job, store):
+    """The same entry with its real TCP address, as a rank on another host is reached: the
+    signed request is served by rank 1 and its signed answer is used."""
+    real = store.entry(1)
+    assert real["tcp"], real
+    store.forge(host="elsewhere")
+    r = job.run_cli("query", "--ranks", "all", "SELECT 1 AS x", "-f", "csv", "--deadline", 10)
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"rank,host,x\n0,{HOST},1\n1,elsewhere,1\n", "")
+    r = job.run_cli("ranks", "-f", "json", "--deadline", 10)
+    assert r.returncode == 0, r.stderr
+    assert [row["host"] for row in json.loads(r.stdout)] == [HOST, "elsewhere"]
+    # the direct TCP target, typed by the user with the job's token, answers too
+    out = subprocess.run([job.cli.binary, real["tcp"], "query", "SELECT 2 AS y", "-f", "csv"],
+                         env=job.env, capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout) == (0, "y\n2\n"), out.stderr
