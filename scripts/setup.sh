@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what probing needs and is missing, then builds and installs probing into .venv.
 #   - Debian packages: a C compiler, pkg-config, SQLite, libmicrohttpd, jansson, libcurl,
-#     libunwind (dev); iproute2 (the `ip netns` of the two-node tests, tests/integration/test_cluster.py)
+#     OpenSSL libcrypto (libssl-dev: HMAC of TCP requests), libunwind (dev); iproute2 (the `ip netns` of the two-node tests, tests/integration/test_cluster.py)
 #   - .venv (Python 3.9+) with torch==2.13.0 (CPU), meson-python, pytest
 #   - probing itself: `pip install .` (the C agent, the `probing` command, the Python package)
 # Idempotent: a second run only rebuilds probing.
@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
-DEBS="build-essential pkg-config libsqlite3-dev libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libunwind-dev iproute2"
+DEBS="build-essential pkg-config libsqlite3-dev libmicrohttpd-dev libjansson-dev libcurl4-openssl-dev libssl-dev libunwind-dev iproute2"
 missing=""
 for p in $DEBS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then

@@ -11,6 +11,11 @@
  * process at the other end (SO_PEERCRED) runs as our uid (or root) and, for a pid target, is
  * that pid. Another user who made /tmp/probing-<uid> first, or planted a socket, gets nothing:
  * no eval code, no query.
+ *
+ * Over TCP the token is never sent: each request is signed with it (common/auth.h) and an
+ * answer is used only when it comes back signed with it (a 401 is only shown). The checks live
+ * in pb_client_guard, which fanout.c uses too, so a target from a job's roster gets exactly
+ * those of a target the user typed.
  */
 #include "client.h"
 
@@ -26,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -47,13 +53,6 @@ static size_t on_body(char *data, size_t size, size_t count, void *user)
     }
     return n;
 }
-
-/* The Unix connection of one request: the target it must reach, and why it was refused. */
-typedef struct unix_connect {
-    const pb_target *target;
-    int fd;            /* the socket libcurl connects (open_unix), or -1 */
-    char refused[768]; /* non-empty: the peer check refused, and why */
-} unix_connect;
 
 int pb_client_check_peer(int fd, pid_t expected_pid, const char *path, char *why, size_t whylen)
 {
@@ -98,7 +97,7 @@ static int in_socket_dir(const char *socket_path, char *dir, size_t dirlen)
  * peer check below knows it. */
 static curl_socket_t open_unix(void *user, curlsocktype purpose, struct curl_sockaddr *addr)
 {
-    unix_connect *uc = user;
+    pb_client_guard *uc = user;
     (void)purpose;
     uc->fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
     return uc->fd < 0 ? CURL_SOCKET_BAD : uc->fd;
@@ -109,7 +108,7 @@ static curl_socket_t open_unix(void *user, curlsocktype purpose, struct curl_soc
 static int check_before_sending(void *user, char *primary_ip, char *local_ip, int primary_port,
                                 int local_port)
 {
-    unix_connect *uc = user;
+    pb_client_guard *uc = user;
     (void)primary_ip;
     (void)local_ip;
     (void)primary_port;
@@ -124,6 +123,86 @@ static int check_before_sending(void *user, char *primary_ip, char *local_ip, in
                              sizeof uc->refused))
         return CURL_PREREQFUNC_ABORT;
     return CURL_PREREQFUNC_OK;
+}
+
+/* CURLOPT_HEADERFUNCTION for TCP targets: keeps the answer's signature header. */
+static size_t on_header(char *data, size_t size, size_t count, void *user)
+{
+    pb_client_guard *g = user;
+    size_t n = size * count, name_len = sizeof PB_AUTH_ANSWER_HEADER - 1;
+    if (n > name_len + 1 && strncasecmp(data, PB_AUTH_ANSWER_HEADER, name_len) == 0 &&
+        data[name_len] == ':') {
+        const char *v = data + name_len + 1;
+        size_t len = n - name_len - 1;
+        while (len && (*v == ' ' || *v == '\t')) v++, len--;
+        while (len && (v[len - 1] == '\r' || v[len - 1] == '\n' || v[len - 1] == ' ')) len--;
+        if (len < sizeof g->signature) {
+            memcpy(g->signature, v, len);
+            g->signature[len] = '\0';
+        }
+    }
+    return n;
+}
+
+int pb_client_guard_setup(pb_client_guard *g, const pb_target *t, CURL *h, const char *method,
+                          const char *path, const char *body, struct curl_slist **headers,
+                          char *err, size_t errlen)
+{
+    memset(g, 0, sizeof *g);
+    g->target = t;
+    g->fd = -1;
+    if (t->kind == PB_TARGET_UNIX) {
+        char dir[PATH_MAX];
+        if (in_socket_dir(t->socket_path, dir, sizeof dir) &&
+            pb_paths_check_dir(dir, err, errlen) != 0)
+            return -1;
+        curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, t->socket_path);
+        curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_unix);
+        curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, g);
+        curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, check_before_sending);
+        curl_easy_setopt(h, CURLOPT_PREREQDATA, g);
+        return 0;
+    }
+    if (t->kind != PB_TARGET_TCP) return 0;
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, g);
+    if (!t->token[0]) return 0; /* the agent answers 401 and says how to give the token */
+    char value[PB_AUTH_HEADER_MAX];
+    int rc = pb_auth_sign_request(t->token, method, path, body, body ? strlen(body) : 0,
+                                  t->rank_known ? t->rank : -1, (int64_t)time(NULL), value,
+                                  sizeof value, g->nonce);
+    if (rc) {
+        snprintf(err, errlen, "cannot sign the request: %s", strerror(-rc));
+        return -1;
+    }
+    snprintf(g->authorization, sizeof g->authorization, "Authorization: %s", value);
+    struct curl_slist *more = curl_slist_append(*headers, g->authorization); /* copies */
+    if (!more) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    *headers = more;
+    g->signed_request = 1;
+    return 0;
+}
+
+int pb_client_guard_answer(const pb_client_guard *g, long status, const char *body, size_t len,
+                           char *err, size_t errlen)
+{
+    const pb_target *t = g->target;
+    if (t->kind != PB_TARGET_TCP || status == 401) return 1;
+    if (!g->signed_request) {
+        snprintf(err, errlen, "%s answered a request that carried no token: no probing agent "
+                 "does; its answer was not used (give the agent's token: --token, PROBING_TOKEN "
+                 "or PROBING_TOKEN_FILE)", t->host_port);
+        return 0;
+    }
+    if (pb_auth_verify_answer(t->token, g->nonce, status, body, len, g->signature)) return 1;
+    snprintf(err, errlen, "%s did not prove that it holds the token: its answer (HTTP %ld) is %s; "
+             "it was not used (an endpoint that is not this job's agent, or an agent older than "
+             "this probing)", t->host_port, status,
+             g->signature[0] ? "signed with another key" : "not signed");
+    return 0;
 }
 
 /* Whether pid is gone, or goes within 200 ms: a dying process closes its sockets a moment
@@ -231,16 +310,10 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
     body_sink sink = {&resp->body, 0};
     if (t->kind == PB_TARGET_FILE)
         return pb_recording_request(t, method, path, body, resp, err, errlen);
-    unix_connect uc = {.target = t, .fd = -1};
+    pb_client_guard uc;
     resp->status = 0;
     memset(&resp->body, 0, sizeof resp->body);
     resp->body.max_len = PB_CLIENT_MAX_BODY;
-    if (t->kind == PB_TARGET_UNIX) {
-        char dir[PATH_MAX];
-        if (in_socket_dir(t->socket_path, dir, sizeof dir) &&
-            pb_paths_check_dir(dir, err, errlen) != 0)
-            return -1;
-    }
     CURL *h = curl_easy_init();
     if (!h) {
         snprintf(err, errlen, "cannot start libcurl (out of memory?)");
@@ -248,13 +321,8 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
     }
     snprintf(url, sizeof url, "%s%s", t->url_base, path);
     curl_easy_setopt(h, CURLOPT_URL, url);
-    if (t->kind == PB_TARGET_UNIX) {
-        curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, t->socket_path);
-        curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_unix);
-        curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, &uc);
-        curl_easy_setopt(h, CURLOPT_PREREQFUNCTION, check_before_sending);
-        curl_easy_setopt(h, CURLOPT_PREREQDATA, &uc);
-    }
+    headers = curl_slist_append(headers, "Expect:"); /* no 100-continue round trip */
+    if (pb_client_guard_setup(&uc, t, h, method, path, body, &headers, err, errlen)) goto done;
     curl_easy_setopt(h, CURLOPT_PROXY, ""); /* never route through http_proxy */
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
@@ -265,12 +333,6 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "probing-cli/" PB_VERSION);
-    headers = curl_slist_append(headers, "Expect:"); /* no 100-continue round trip */
-    if (t->kind == PB_TARGET_TCP && t->token[0]) {
-        char auth[sizeof t->token + 32];
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", t->token);
-        headers = curl_slist_append(headers, auth); /* copies */
-    }
     if (body) {
         headers = curl_slist_append(headers, "Content-Type: application/json");
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
@@ -296,6 +358,11 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
     if (pb_buf_reserve(&resp->body, 0)) { /* an empty body still gets its "" */
         snprintf(err, errlen, "out of memory while reading the target's response");
         pb_buf_free(&resp->body);
+        goto done;
+    }
+    if (!pb_client_guard_answer(&uc, resp->status, resp->body.data, resp->body.len, err, errlen)) {
+        pb_buf_free(&resp->body);
+        resp->status = 0;
         goto done;
     }
     ret = 0;

@@ -9,10 +9,12 @@
 #ifndef PB_CLI_CLIENT_H
 #define PB_CLI_CLIENT_H
 
+#include "auth.h"
 #include "buf.h"
 #include "response.h"
 #include "target.h"
 
+#include <curl/curl.h>
 #include <jansson.h>
 #include <stddef.h>
 
@@ -23,6 +25,35 @@
  * run as our effective uid or as root, and be expected_pid when that is > 0. Returns 0, or -1
  * with a message for the user in why (path names the socket in it). [any thread] */
 int pb_client_check_peer(int fd, pid_t expected_pid, const char *path, char *why, size_t whylen);
+
+/* What one request to a target must show before and after it is sent (one copy for client.c
+ * and fanout.c): on a Unix socket, the socket directory is ours and the peer runs as our uid
+ * (and is the target's pid when known), checked on the connected socket before a byte goes out;
+ * over TCP, the request is signed with the token (common/auth.h: the token itself is never
+ * sent) and the answer must come back signed with it. */
+typedef struct pb_client_guard {
+    const pb_target *target;
+    int fd;                     /* Unix: the socket libcurl connects, or -1 */
+    char refused[768];          /* Unix: non-empty when the peer check refused, and why */
+    int signed_request;         /* TCP: 1 when the request carries a signature */
+    char authorization[PB_AUTH_HEADER_MAX + 32]; /* "Authorization: ..." */
+    char nonce[PB_AUTH_NONCE_HEX + 1];
+    char signature[PB_AUTH_HASH_HEX + 1]; /* the answer's PB_AUTH_ANSWER_HEADER, "" none */
+} pb_client_guard;
+
+/* Prepares g for one request of method path with body (NULL: none) to t (borrowed; g keeps t):
+ * checks what can be checked before connecting (the socket directory), signs a TCP request when
+ * t has a token, and installs on h the Unix peer check and the answer's header callback. Adds
+ * the Authorization header to *headers. Returns 0, or -1 with why in err. */
+int pb_client_guard_setup(pb_client_guard *g, const pb_target *t, CURL *h, const char *method,
+                          const char *path, const char *body, struct curl_slist **headers,
+                          char *err, size_t errlen);
+
+/* After the transfer: 1 when the answer (status, body[0..len)) may be used: any answer on a Unix
+ * socket (its peer was checked), a TCP answer signed with the token, or a TCP 401 (the agent's
+ * refusal, which it cannot sign; nothing in it is trusted). Else 0 with why in err. */
+int pb_client_guard_answer(const pb_client_guard *g, long status, const char *body, size_t len,
+                           char *err, size_t errlen);
 
 /* Sends method path (e.g. "GET", "/api/info") with an optional JSON body (borrowed, may be
  * NULL) to t, waiting at most timeout_ms for the whole exchange. Returns 0 when an HTTP

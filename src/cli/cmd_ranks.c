@@ -80,6 +80,8 @@ int cmd_ranks(const pb_cli_args *a)
                 snprintf(state, sizeof state, "gone: %s", e->why);
             else if (!reqs[r].usable)
                 snprintf(state, sizeof state, "unreachable: %s", e->why);
+            else if (reqs[r].forged)
+                snprintf(state, sizeof state, "%s", reqs[r].err);
             else if (e->heartbeat > 0 && now - e->heartbeat > 3 * hb_period)
                 snprintf(state, sizeof state, "gone (last heartbeat %.0f s ago): %s",
                          now - e->heartbeat, why ? why : reqs[r].err);
@@ -101,6 +103,9 @@ int cmd_ranks(const pb_cli_args *a)
     if (rc == PB_EXIT_OK && missing) {
         fflush(stdout);
         pb_cli_error("%d of %d ranks did not answer (see their state)", missing, n);
+        for (int r = 0; r < n; r++)
+            if (reqs[r].forged)
+                pb_cli_error("rank %d (%s): %s", eps[r].rank, eps[r].host, reqs[r].err);
         rc = PB_EXIT_PARTIAL;
     }
     json_decref(columns);

@@ -18,6 +18,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/stat.h>
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -32,6 +33,7 @@ typedef struct xfer {
     CURL *h;
     struct curl_slist *headers;
     pb_buf body;
+    pb_client_guard guard; /* the checks of a typed target: peer on Unix, signatures on TCP */
 } xfer;
 
 static size_t on_body(char *data, size_t size, size_t count, void *user)
@@ -83,8 +85,10 @@ static int start_xfer(CURLM *m, xfer *x, const char *method, const char *path, c
     x->body.max_len = PB_CLIENT_MAX_BODY;
     snprintf(url, sizeof url, "%s%s", r->target.url_base, path);
     curl_easy_setopt(x->h, CURLOPT_URL, url);
-    if (r->target.kind == PB_TARGET_UNIX)
-        curl_easy_setopt(x->h, CURLOPT_UNIX_SOCKET_PATH, r->target.socket_path);
+    x->headers = curl_slist_append(NULL, "Expect:");
+    if (pb_client_guard_setup(&x->guard, &r->target, x->h, method, path, body, &x->headers,
+                              r->err, sizeof r->err))
+        return -2;
     curl_easy_setopt(x->h, CURLOPT_PROXY, "");
     curl_easy_setopt(x->h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(x->h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
@@ -93,12 +97,6 @@ static int start_xfer(CURLM *m, xfer *x, const char *method, const char *path, c
     curl_easy_setopt(x->h, CURLOPT_WRITEDATA, x);
     curl_easy_setopt(x->h, CURLOPT_PRIVATE, x);
     curl_easy_setopt(x->h, CURLOPT_USERAGENT, "probing-cli/" PB_VERSION);
-    x->headers = curl_slist_append(NULL, "Expect:");
-    if (r->target.kind == PB_TARGET_TCP && r->target.token[0]) {
-        char auth[sizeof r->target.token + 32];
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", r->target.token);
-        x->headers = curl_slist_append(x->headers, auth);
-    }
     if (body) {
         x->headers = curl_slist_append(x->headers, "Content-Type: application/json");
         curl_easy_setopt(x->h, CURLOPT_POSTFIELDS, body);
@@ -114,12 +112,30 @@ static void finish_xfer(CURLM *m, xfer *x, CURLcode cc, long timeout_ms)
 {
     pb_fanout_req *r = x->req;
     r->answered = pb_wall_s();
-    if (cc != CURLE_OK) {
+    long status = 0;
+    char why[600];
+    if (cc == CURLE_OK) curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &status);
+    if (cc != CURLE_OK && x->guard.refused[0]) {
+        /* the Unix peer check of a typed target refused the socket the roster names */
+        r->forged = 1;
+        snprintf(r->err, sizeof r->err, "forged roster entry: %.490s", x->guard.refused);
+    } else if (cc != CURLE_OK) {
         long os_errno = 0;
         curl_easy_getinfo(x->h, CURLINFO_OS_ERRNO, &os_errno);
         describe(r, cc, os_errno, timeout_ms);
+    } else if (r->target.kind == PB_TARGET_TCP &&
+               (status == 401 || !pb_client_guard_answer(&x->guard, status, x->body.data,
+                                                        x->body.len, why, sizeof why))) {
+        /* No signature with the job's token: an endpoint that does not hold it (or refuses
+         * ours), whatever it says; nothing it sent is used. */
+        r->forged = 1;
+        snprintf(r->err, sizeof r->err, "forged roster entry: %s did not prove that it holds the "
+                 "job's token (%s); its answer was not used", r->target.host_port,
+                 status == 401 ? "it refused the request as not signed with its token (HTTP 401)"
+                 : x->guard.signature[0] ? "its answer is signed with another key"
+                                         : "its answer is not signed");
     } else {
-        curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &r->status);
+        r->status = status;
         json_error_t jerr;
         json_t *root = x->body.len ? json_loadb(x->body.data, x->body.len, 0, &jerr) : NULL;
         if (json_is_object(root)) {
@@ -185,6 +201,7 @@ int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *pa
             }
             r->status = 0;
             r->root = NULL;
+            r->forged = 0;
             if (!r->usable) {
                 next++;
                 continue;
@@ -196,8 +213,10 @@ int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *pa
                 next++;
                 continue;
             }
-            if (start_xfer(m, &xs[next], method, path, body, left)) {
-                snprintf(r->err, sizeof r->err, "cannot start libcurl (out of memory?)");
+            int started = start_xfer(m, &xs[next], method, path, body, left);
+            if (started) {
+                if (started != -2)
+                    snprintf(r->err, sizeof r->err, "cannot start libcurl (out of memory?)");
                 if (xs[next].h) curl_easy_cleanup(xs[next].h);
                 curl_slist_free_all(xs[next].headers);
                 xs[next].h = NULL;
@@ -261,25 +280,32 @@ static void fill_endpoint(pb_rank_ep *e, json_t *entry)
     e->node_rank = (int)json_integer_value(json_object_get(entry, "node_rank"));
     e->heartbeat = json_number_value(json_object_get(entry, "hb"));
     int same_host = host && strcmp(host, pb_fanout_local_host()) == 0;
-    if (same_host && unix_path && access(unix_path, F_OK) == 0 &&
+    struct stat st;
+    /* Only the kind of endpoint the entry claims, with the checks of a typed target: a socket
+     * (its directory and peer are checked when connecting, client.h), a host:port (never a
+     * path, so never a recording; its answers must be signed with the job's token). */
+    if (same_host && unix_path && stat(unix_path, &st) == 0 && S_ISSOCK(st.st_mode) &&
         pb_target_for_socket(e->pid, unix_path, &e->target) == 0) {
         snprintf(e->via, sizeof e->via, "unix");
         return;
     }
     if (tcp && *tcp) {
-        /* Prints nothing for a well-formed host:port (what agents write). */
-        if (pb_target_resolve(tcp, &e->target) == 0) {
+        if (pb_target_parse_tcp(tcp, &e->target) == 0) {
+            e->target.rank_known = 1;
+            e->target.rank = e->rank;
             snprintf(e->via, sizeof e->via, "tcp");
             if (!e->target.token[0])
                 snprintf(e->why, sizeof e->why, "no token for %s: set PROBING_TOKEN (or "
                          "PROBING_TOKEN_FILE, or --token) to the job's token", tcp);
             return;
         }
-        snprintf(e->why, sizeof e->why, "its TCP address '%s' is not usable", tcp);
+        snprintf(e->why, sizeof e->why, "its TCP address '%.200s' is not host:port", tcp);
         return;
     }
-    if (same_host)
-        snprintf(e->why, sizeof e->why, "its socket %s is gone (did the process exit?)",
+    if (same_host && unix_path && stat(unix_path, &st) == 0)
+        snprintf(e->why, sizeof e->why, "its entry's socket %.200s is not a socket", unix_path);
+    else if (same_host)
+        snprintf(e->why, sizeof e->why, "its socket %.200s is gone (did the process exit?)",
                  unix_path ? unix_path : "?");
     else
         snprintf(e->why, sizeof e->why, "no TCP endpoint: set PROBING_TOKEN for the job");

@@ -10,8 +10,11 @@
  *
  * pb_fanout_roster asks one agent for its job's roster (GET /api/job) and turns each rank's
  * entry into a target: the Unix socket when the rank is on this host (PROBING_HOST or
- * gethostname() equal to the entry's host), else its TCP address with the job's token
- * (--token, PROBING_TOKEN, PROBING_TOKEN_FILE); ranks without either keep a reason.
+ * gethostname() equal to the entry's host), else its TCP address (host:port only, never a path)
+ * signed with the job's token (--token, PROBING_TOKEN, PROBING_TOKEN_FILE) for that rank;
+ * ranks without either keep a reason. The store has no authentication, so every request gets
+ * the checks of a typed target (client.h pb_client_guard) and an endpoint that fails them is
+ * marked forged (pb_fanout_req.forged). See docs/cluster.md and docs/security.md.
  * See docs/cluster.md.
  */
 #ifndef PB_CLI_FANOUT_H
@@ -34,6 +37,9 @@ typedef struct pb_fanout_req {
     long status;         /* HTTP status, 0 when no answer */
     json_t *root;        /* the answer's JSON object (owned), NULL when none */
     char err[512];       /* why there is no answer */
+    int forged;          /* the endpoint failed the checks of a rank of this job (err starts
+                          * "forged roster entry: "): a Unix socket of another uid or pid, or a
+                          * TCP endpoint that did not sign its answer with the job's token */
     double sent, answered; /* wall clock, seconds */
     int file_done;       /* internal: a recording, answered before the network requests */
 } pb_fanout_req;

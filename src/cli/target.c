@@ -240,7 +240,7 @@ static int valid_host_char(char c)
     return isalnum((unsigned char)c) || c == '.' || c == '-' || c == '_';
 }
 
-static int resolve_tcp(const char *spec, pb_target *t)
+int pb_target_parse_tcp(const char *spec, pb_target *t)
 {
     const char *s = spec, *host, *port;
     size_t host_len;
@@ -264,8 +264,7 @@ static int resolve_tcp(const char *spec, pb_target *t)
         char *colon = strrchr(hostbuf, ':');
         if (!colon) goto bad;
         if (memchr(hostbuf, ':', (size_t)(colon - hostbuf)))
-            return pb_cli_usage_error("'%s' is not a target: write an IPv6 address in brackets, as "
-                                      "[::1]:8080", spec);
+            return -EINVAL;
         host = hostbuf;
         host_len = (size_t)(colon - hostbuf);
         port = colon + 1;
@@ -282,6 +281,17 @@ static int resolve_tcp(const char *spec, pb_target *t)
     find_token(atoi(port), t->token, sizeof t->token);
     return 0;
 bad:
+    return -EINVAL;
+}
+
+static int resolve_tcp(const char *spec, pb_target *t)
+{
+    if (pb_target_parse_tcp(spec, t) == 0) return 0;
+    const char *s = strncmp(spec, "http://", 7) == 0 ? spec + 7 : spec;
+    const char *colon = strrchr(s, ':');
+    if (s[0] != '[' && colon && memchr(s, ':', (size_t)(colon - s)))
+        return pb_cli_usage_error("'%s' is not a target: write an IPv6 address in brackets, as "
+                                  "[::1]:8080", spec);
     return pb_cli_usage_error("'%s' is not a target: give a pid, host:port or a socket path "
                               "(see 'probing list')", spec);
 }

@@ -28,13 +28,22 @@ typedef struct pb_target {
     char socket_path[108];  /* PB_TARGET_UNIX: fits struct sockaddr_un.sun_path */
     char host_port[300];    /* PB_TARGET_TCP: "host:port" as it goes into the URL */
     char url_base[320];     /* "http://localhost" (Unix) or "http://host:port" (TCP) */
-    char token[260];        /* PB_TARGET_TCP: bearer token to send, "" when none was found */
+    char token[260];        /* PB_TARGET_TCP: the token requests are signed with (never sent;
+                             * common/auth.h), "" when none was found */
+    int rank_known;         /* PB_TARGET_TCP from a job's roster: requests name the rank they are
+                             * for, and an agent of another rank refuses them */
+    int rank;
     char file_path[4096];   /* PB_TARGET_FILE: the recording */
 } pb_target;
 
 /* Sets the token for TCP targets (--token; borrowed, must outlive resolution). It wins over
  * PROBING_TOKEN, which wins over the token file of a local agent listening on the port. */
 void pb_target_set_token(const char *token);
+
+/* Parses spec (borrowed) as a TCP target only ("host:port", "[v6]:port", optional "http://")
+ * into t, with the token found as for a typed target; never a path or a file. Prints nothing.
+ * Returns 0 or -EINVAL. */
+int pb_target_parse_tcp(const char *spec, pb_target *t);
 
 /* Resolves spec (borrowed) into t. Returns 0, or prints a "probing: ..." message on stderr and
  * returns the exit code to use: 1 when the target does not exist or is not traced, 2 when spec

@@ -14,6 +14,7 @@
  */
 #include "server.h"
 
+#include "auth.h"
 #include "config.h"
 #include "error.h"
 #include "log.h"
@@ -50,6 +51,7 @@
                                       * stuck clients); a running handler is not idle */
 #define CONNECTION_SPARE 8          /* connections over max_connections still answered (503) */
 #define TCP_PER_PEER 8              /* TCP connections one address may hold (slowloris) */
+#define SEEN_NONCES 2048            /* signed requests remembered, so that none is served twice */
 
 typedef struct listener {
     pb_server *server;
@@ -71,6 +73,13 @@ struct pb_server {
     char *token_path;                    /* the token file we wrote, or NULL */
     dev_t token_dev;
     ino_t token_ino;
+    int rank;                            /* RANK (0 when unset): a signed request names it, when
+                                          * opts.self_rank does not know the job's rank */
+    /* The nonces of the last SEEN_NONCES signed requests (auth.h): a request seen once is
+     * refused the next time, so one that was overheard cannot be replayed. */
+    pthread_mutex_t nonce_lock;
+    char seen_nonce[SEEN_NONCES][PB_AUTH_NONCE_HEX + 1];
+    int seen_next;
     listener unix_l, tcp_l;
     pb__pool *pool;            /* SQL connections, query slots and the result budget */
     pb__routes_env routes;     /* what the routes get: opts' callbacks and limits, the pool */
@@ -89,6 +98,8 @@ typedef struct request_state {
     pb_server *server;
     int fd;                 /* the connection's socket, polled for a client that left */
     size_t results_reserved; /* bytes of the result budget this request holds (pool.c) */
+    int signed_request;      /* 1: TCP with a valid HMAC header (auth.h): the answer is signed */
+    pb_auth_request auth;    /* that header */
 } request_state;
 
 /* ---- peer credentials ---- */
@@ -248,7 +259,10 @@ static void lower_priority(pb_server *s)
     if (errno == 0 && now < 19) setpriority(PRIO_PROCESS, (id_t)tid, now + s->nice > 19 ? 19 : now + s->nice);
 }
 
-static enum MHD_Result respond(struct MHD_Connection *conn, int status, pb_buf *body, const char *allow)
+/* Queues body (taken) as the answer. request: a signed request's state, whose answer then
+ * carries PB_AUTH_ANSWER_HEADER (auth.h), or NULL. */
+static enum MHD_Result respond_signed(struct MHD_Connection *conn, int status, pb_buf *body,
+                                      const char *allow, const request_state *request)
 {
     static const char oom[] = "{\"error\":\"out of memory\"}";
     struct MHD_Response *resp = NULL;
@@ -257,6 +271,8 @@ static enum MHD_Result respond(struct MHD_Connection *conn, int status, pb_buf *
     if (data) resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(data);
+        data = (char *)oom;
+        len = sizeof oom - 1;
         status = 500;
         resp = MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
         if (!resp) return MHD_NO;
@@ -264,6 +280,11 @@ static enum MHD_Result respond(struct MHD_Connection *conn, int status, pb_buf *
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    char signature[PB_AUTH_HASH_HEX + 1];
+    if (request && request->signed_request &&
+        pb_auth_sign_answer(request->server->token, request->auth.nonce, status, data, len,
+                            signature) == 0)
+        MHD_add_response_header(resp, PB_AUTH_ANSWER_HEADER, signature);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
     return ret;
@@ -281,7 +302,17 @@ static enum MHD_Result respond_error(struct MHD_Connection *conn, int status, co
     va_end(ap);
     pb_buf out = PB_BUF_INIT;
     pb_api_error(&out, status, "%s", msg);
-    return respond(conn, status, &out, NULL);
+    return respond_signed(conn, status, &out, NULL, NULL);
+}
+
+/* respond_error() for a request whose headers were accepted: its answer is signed when the
+ * request was (the CLI uses no unsigned answer to a signed request). */
+static enum MHD_Result respond_request_error(struct MHD_Connection *conn, const request_state *r,
+                                             int status, const char *msg)
+{
+    pb_buf out = PB_BUF_INIT;
+    pb_api_error(&out, status, "%s", msg);
+    return respond_signed(conn, status, &out, NULL, r);
 }
 
 /* Compares without stopping at the first difference, so that the time taken says nothing about
@@ -295,51 +326,103 @@ int pb_server_token_equal(const char *given, size_t given_len, const char *expec
     return expected_len > 0 && diff == 0;
 }
 
-/* Whether the request carries "Authorization: Bearer <our token>". */
-static int authorized(pb_server *s, struct MHD_Connection *conn)
+/* Remembers nonce; 0 when it is new, -1 when it was seen (a replay). */
+static int nonce_fresh(pb_server *s, const char *nonce)
+{
+    int fresh = 1;
+    pthread_mutex_lock(&s->nonce_lock);
+    for (int i = 0; i < SEEN_NONCES && fresh; i++)
+        fresh = strcmp(s->seen_nonce[i], nonce) != 0;
+    if (fresh) {
+        memcpy(s->seen_nonce[s->seen_next], nonce, PB_AUTH_NONCE_HEX + 1);
+        s->seen_next = (s->seen_next + 1) % SEEN_NONCES;
+    }
+    pthread_mutex_unlock(&s->nonce_lock);
+    return fresh ? 0 : -1;
+}
+
+/* Whether a TCP request proves it holds our token: a valid "Probing-HMAC-SHA256" header for its
+ * method and path (its body is checked once read), within PB_AUTH_WINDOW_S of our clock, with a
+ * nonce not seen before and meant for our rank (r stores it, so that the answer is signed); or,
+ * for curl and scripts, "Bearer <our token>" (answered unsigned). Returns 1, or 0 with why. */
+static int authorized(pb_server *s, struct MHD_Connection *conn, const char *method,
+                      const char *url, request_state *r, char *why, size_t whylen)
 {
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!auth || strncasecmp(auth, "Bearer ", 7) != 0) return 0;
-    auth += 7;
-    while (*auth == ' ') auth++;
-    size_t len = strlen(auth);
-    while (len && auth[len - 1] == ' ') len--;
-    return pb_server_token_equal(auth, len, s->token);
+    snprintf(why, whylen, "this agent's TCP endpoint needs proof of its token: the probing CLI "
+             "signs each request with it (--token, PROBING_TOKEN, PROBING_TOKEN_FILE or the token "
+             "file in the agent's socket directory when it may read it); curl may send "
+             "'Authorization: Bearer <token>'");
+    if (!auth) return 0;
+    if (strncasecmp(auth, "Bearer ", 7) == 0) {
+        auth += 7;
+        while (*auth == ' ') auth++;
+        size_t len = strlen(auth);
+        while (len && auth[len - 1] == ' ') len--;
+        return pb_server_token_equal(auth, len, s->token);
+    }
+    if (pb_auth_parse(auth, &r->auth) != 0) return 0;
+    if (!pb_auth_verify_request(s->token, &r->auth, method, url)) {
+        snprintf(why, whylen, "the request is not signed with this agent's token (the token "
+                 "given to probing is not the one this process was started with)");
+        return 0;
+    }
+    int64_t now = (int64_t)time(NULL), skew = now - r->auth.time_s;
+    if (skew > PB_AUTH_WINDOW_S || skew < -PB_AUTH_WINDOW_S) {
+        snprintf(why, whylen, "the request was signed %lld s %s this agent's clock (at most %d s "
+                 "apart are accepted): set the clocks of the two machines right",
+                 (long long)(skew < 0 ? -skew : skew), skew < 0 ? "ahead of" : "behind",
+                 PB_AUTH_WINDOW_S);
+        return 0;
+    }
+    int self = s->opts.self_rank ? s->opts.self_rank(s->opts.ctx) : -1;
+    if (self < 0) self = s->rank;
+    if (r->auth.rank >= 0 && r->auth.rank != self) {
+        snprintf(why, whylen, "the request is meant for rank %d and this agent is rank %d: the "
+                 "job's roster names the wrong endpoint for rank %d", r->auth.rank, self,
+                 r->auth.rank);
+        return 0;
+    }
+    if (nonce_fresh(s, r->auth.nonce)) {
+        snprintf(why, whylen, "this signed request was already served once (a replay)");
+        return 0;
+    }
+    r->signed_request = 1;
+    return 1;
 }
 
 /* First call for a request: may answer at once (401, 403, 413) before any body is read.
  * Returns 1 when it did. */
-static int check_request_start(listener *l, struct MHD_Connection *conn, const char *url,
-                               enum MHD_Result *ret)
+static int check_request_start(listener *l, struct MHD_Connection *conn, const char *method,
+                               const char *url, request_state *r, enum MHD_Result *ret)
 {
     pb_server *s = l->server;
+    /* TCP: the token first, so that every later answer, 503 included, is signed (auth.h) */
+    char why[400];
+    if (!l->is_unix && !authorized(s, conn, method, url, r, why, sizeof why)) {
+        *ret = respond_error(conn, 401, "unauthorized: %s", why);
+        return 1;
+    }
     int open_now = atomic_load(&l->open_connections);
     if (open_now > s->opts.max_connections) {
-        *ret = respond_error(conn, 503,
-                             "too many connections: this agent serves at most %d at once and %d "
-                             "are open; try again when some have finished",
-                             s->opts.max_connections, open_now - 1);
+        char msg[200];
+        snprintf(msg, sizeof msg, "too many connections: this agent serves at most %d at once "
+                 "and %d are open; try again when some have finished",
+                 s->opts.max_connections, open_now - 1);
+        *ret = respond_request_error(conn, r, 503, msg);
         MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 1u);
         return 1;
     }
     if (!l->is_unix) {
-        if (!authorized(s, conn)) {
-            *ret = respond_error(conn, 401,
-                                 "unauthorized: this agent's TCP endpoint needs its token in an "
-                                 "'Authorization: Bearer <token>' header (the probing CLI sends "
-                                 "--token or PROBING_TOKEN, or reads the token file in the agent's "
-                                 "socket directory when it may)");
-            return 1;
-        }
         if (!s->tcp_eval && strcmp(url, "/api/eval") == 0) {
-            *ret = respond_error(conn, 403,
+            *ret = respond_request_error(conn, r, 403,
                                  "eval over TCP is off: it runs code in the process; use the Unix "
                                  "socket (probing <pid> eval ...), or start the process with "
                                  "PROBING_TCP_EVAL=1 to allow it");
             return 1;
         }
         if (strcmp(url, "/api/record") == 0 || strncmp(url, "/api/record/", 12) == 0) {
-            *ret = respond_error(conn, 403,
+            *ret = respond_request_error(conn, r, 403,
                                  "record is refused over TCP: the agent would write a file on its "
                                  "own machine that a network client names; run probing on that "
                                  "machine");
@@ -359,8 +442,10 @@ static int check_request_start(listener *l, struct MHD_Connection *conn, const c
     }
     const char *length = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (length && strtoull(length, NULL, 10) > s->opts.max_request_bytes) {
-        *ret = respond_error(conn, 413, "request body too large: %s bytes, the limit is %zu bytes", length,
-                             s->opts.max_request_bytes);
+        char msg[160];
+        snprintf(msg, sizeof msg, "request body too large: %.24s bytes, the limit is %zu bytes",
+                 length, s->opts.max_request_bytes);
+        *ret = respond_request_error(conn, r, 413, msg);
         return 1;
     }
     return 0;
@@ -383,7 +468,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (ci) r->fd = ci->connect_fd;
         enum MHD_Result ret;
-        if (check_request_start(l, conn, url, &ret)) {
+        if (check_request_start(l, conn, method, url, r, &ret)) {
             request_read(s, conn);
             return ret;
         }
@@ -403,10 +488,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     request_read(s, conn);
-    if (r->too_big)
-        return respond_error(conn, 413, "request body too large: the limit is %zu bytes",
-                             s->opts.max_request_bytes);
-    if (r->out_of_memory) return respond_error(conn, 500, "out of memory while reading the request");
+    if (r->too_big) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "request body too large: the limit is %zu bytes",
+                 s->opts.max_request_bytes);
+        return respond_request_error(conn, r, 413, msg);
+    }
+    if (r->out_of_memory)
+        return respond_request_error(conn, r, 500, "out of memory while reading the request");
+    if (r->signed_request && !pb_auth_body_matches(&r->auth, r->body.data, r->body.len)) {
+        r->signed_request = 0; /* whoever changed the body gets no signed answer */
+        return respond_error(conn, 401, "unauthorized: the request's body is not the one its "
+                             "signature was made for");
+    }
     pb_buf out = PB_BUF_INIT;
     const char *allow = NULL;
     pb__routes_request req = {.method = method, .path = url, .body = r->body.data,
@@ -414,7 +508,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                               .cancel_ctx = r, .results_reserved = &r->results_reserved};
     int status = pb__routes_answer(&s->routes, &req, &out, &allow);
     r->detach_after = status == 200 && strcmp(method, "POST") == 0 && strcmp(url, "/api/detach") == 0;
-    return respond(conn, status, &out, allow);
+    return respond_signed(conn, status, &out, allow, r);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
@@ -568,6 +662,7 @@ int pb_server_start(pb_server **out, const pb_server_opts *opts)
     pb_server *s = calloc(1, sizeof *s);
     if (!s) return -ENOMEM;
     s->unix_l.fd = s->tcp_l.fd = -1;
+    pthread_mutex_init(&s->nonce_lock, NULL);
     if ((rc = pb__pool_new(&s->pool))) goto fail;
     s->nice = (int)pb_config_int("PROBING_SERVER_NICE", 19);
     s->request_deadline_s = pb_config_double("PROBING_REQUEST_DEADLINE", 10);
@@ -597,6 +692,9 @@ int pb_server_start(pb_server **out, const pb_server_opts *opts)
         const char *tcp_eval = pb_config_str("PROBING_TCP_EVAL");
         s->tcp_eval = s->opts.tcp_eval || (tcp_eval && strcmp(tcp_eval, "1") == 0);
         if ((rc = setup_token(s))) goto fail;
+        /* The rank a signed request must name (auth.h), as /api/info reports it. */
+        const char *rank = getenv("RANK");
+        s->rank = rank && *rank ? atoi(rank) : 0;
     }
 
     /* Threads inherit the creator's mask: MHD's threads start with every signal blocked. */
@@ -648,6 +746,7 @@ void pb_server_stop(pb_server *s)
             unlink(s->token_path);
     }
     pb__pool_free(s->pool);
+    pthread_mutex_destroy(&s->nonce_lock);
     free(s->unix_path);
     free(s->tcp_listen);
     free(s->token_path);

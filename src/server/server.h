@@ -21,8 +21,9 @@
  * The Unix socket is created here: mode 0600 and, on each request, the peer's uid is checked
  * (SO_PEERCRED): only our own uid and root are served. A socket file left by a dead agent is
  * replaced; one a live agent answers on is not (-EADDRINUSE). TCP is only opened when the user
- * asks for it (PROBING_LISTEN) and then every TCP request must carry the agent's token in
- * "Authorization: Bearer <token>" (else 401). The token is the user's (opts.token or
+ * asks for it (PROBING_LISTEN) and then every TCP request must prove it holds the agent's token:
+ * a "Probing-HMAC-SHA256" signature made with it (common/auth.h; the answer is then signed back)
+ * or, for curl, "Authorization: Bearer <token>" (else 401). The token is the user's (opts.token or
  * PROBING_TOKEN) or 32 random bytes in hex written to <socket dir>/<pid>.token (mode 0600,
  * removed on stop). /api/eval is refused on TCP (403) unless opts.tcp_eval or
  * PROBING_TCP_EVAL=1; /api/record* always is. See docs/security.md.
@@ -64,6 +65,9 @@ typedef struct pb_server_opts {
     pb_info_fn job;           /* GET /api/job (the job's roster); NULL: 503 */
     pb_info_fn rank;          /* GET /api/rank (this rank's step and collectives); NULL: 503 */
     pb_info_fn stack;         /* GET /api/stack (this process's Python stacks); NULL: 503 */
+    int (*self_rank)(void *ctx); /* the rank the process registered as in its job, or -1: a
+                                  * signed TCP request for another rank is refused (common/auth.h).
+                                  * NULL or -1: RANK, else 0 [server thread] */
 } pb_server_opts;
 
 /* Opens the listeners and starts serving. *out is owned by the caller (pb_server_stop).

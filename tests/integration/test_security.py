@@ -15,9 +15,12 @@ from conftest import PYTHON, free_tcp_port
 
 NOBODY = 65534
 
-UNAUTHORIZED = ("unauthorized: this agent's TCP endpoint needs its token in an 'Authorization: "
-                "Bearer <token>' header (the probing CLI sends --token or PROBING_TOKEN, or reads "
-                "the token file in the agent's socket directory when it may)")
+UNAUTHORIZED = ("unauthorized: this agent's TCP endpoint needs proof of its token: the probing "
+                "CLI signs each request with it (--token, PROBING_TOKEN, PROBING_TOKEN_FILE or the "
+                "token file in the agent's socket directory when it may read it); curl may send "
+                "'Authorization: Bearer <token>'")
+WRONG_TOKEN = ("unauthorized: the request is not signed with this agent's token (the token given "
+               "to probing is not the one this process was started with)")
 EVAL_OFF = ("eval over TCP is off: it runs code in the process; use the Unix socket (probing "
             "<pid> eval ...), or start the process with PROBING_TCP_EVAL=1 to allow it")
 
@@ -142,10 +145,10 @@ def test_tcp_without_token_is_401(listening):
 
 def test_tcp_with_wrong_token_is_401(cli, listening):
     r = cli(listening.hostport, "query", "SELECT 1", "--token", "0" * 64, check=False)
-    assert (r.returncode, r.stdout, r.stderr) == (1, "", f"probing: {UNAUTHORIZED}\n")
+    assert (r.returncode, r.stdout, r.stderr) == (1, "", f"probing: {WRONG_TOKEN}\n")
     env = dict(cli.env, PROBING_TOKEN="f" * 64)
     r = cli(listening.hostport, "info", check=False, env=env)
-    assert (r.returncode, r.stderr) == (1, f"probing: {UNAUTHORIZED}\n")
+    assert (r.returncode, r.stderr) == (1, f"probing: {WRONG_TOKEN}\n")
 
 
 def test_cli_without_readable_token_file_is_401(cli, listening, session_dir):

@@ -10,6 +10,7 @@
 #include "config.h"
 #include "error.h"
 #include "registry.h"
+#include "auth.h"
 #include "server.h"
 
 #include <curl/curl.h>
@@ -127,6 +128,9 @@ typedef struct reply {
     long status;
     pb_buf body;
     char allow[32];
+    char signature[80];   /* the answer's Probing-Signature header, "" none */
+    char kept[4096];      /* the body's first bytes, for checking the signature */
+    size_t kept_len;
 } reply;
 
 static size_t on_body(char *data, size_t size, size_t n, void *ctx)
@@ -139,6 +143,8 @@ static size_t on_header(char *data, size_t size, size_t n, void *ctx)
     reply *r = ctx;
     if (size * n > 7 && strncasecmp(data, "Allow: ", 7) == 0)
         sscanf(data + 7, "%31[^\r\n]", r->allow);
+    if (size * n > 19 && strncasecmp(data, PB_AUTH_ANSWER_HEADER ": ", 19) == 0)
+        sscanf(data + 19, "%79[^\r\n]", r->signature);
     return size * n;
 }
 
@@ -184,6 +190,8 @@ static json_t *http(const char *unix_path, const char *url_or_path, const char *
     curl_easy_cleanup(c);
     curl_slist_free_all(headers);
     json_t *j = r->body.data ? json_loadb(r->body.data, r->body.len, 0, NULL) : NULL;
+    r->kept_len = r->body.len < sizeof r->kept ? r->body.len : 0;
+    if (r->kept_len) memcpy(r->kept, r->body.data, r->kept_len);
     pb_buf_free(&r->body);
     return j;
 }
@@ -652,6 +660,80 @@ static int tcp_connects(int port)
     return ok;
 }
 
+/* A request signed with the token (common/auth.h) is served and its answer signed; a replay, a
+ * request for another rank, an old one, a changed body or another key are refused, unsigned. */
+static void test_tcp_signed(int port, const char *token)
+{
+    char url[64], query_url[64], header[PB_AUTH_HEADER_MAX + 32], value[PB_AUTH_HEADER_MAX];
+    char nonce[PB_AUTH_NONCE_HEX + 1];
+    reply r;
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/api/info", port);
+    snprintf(query_url, sizeof query_url, "http://127.0.0.1:%d/api/query", port);
+    int64_t now = (int64_t)time(NULL);
+    const char *was = bearer;
+    bearer = header;
+
+    CHECK(pb_auth_sign_request(token, "GET", "/api/info", NULL, 0, -1, now, value, sizeof value,
+                               nonce) == 0, "sign a request");
+    CHECK(strstr(value, token) == NULL, "the signed header does not hold the token");
+    snprintf(header, sizeof header, "Authorization: %s", value);
+    json_decref(http(NULL, url, "GET", NULL, 0, &r));
+    CHECK(r.status == 200, "a signed GET /api/info is served (got %ld)", r.status);
+    CHECK(pb_auth_verify_answer(token, nonce, r.status, r.kept, r.kept_len, r.signature),
+          "its answer is signed with the token for this request's nonce");
+    CHECK(!pb_auth_verify_answer("another-token-0123456789", nonce, r.status, r.kept, r.kept_len,
+                                 r.signature), "the signature does not verify with another key");
+    json_t *j = http(NULL, url, "GET", NULL, 0, &r);
+    CHECK(r.status == 401 && !r.signature[0], "the same signed request again -> 401 (got %ld)", r.status);
+    CHECK_STR(error_of(j), "unauthorized: this signed request was already served once (a replay)",
+              "replay message");
+    json_decref(j);
+
+    pb_auth_sign_request(token, "GET", "/api/info", NULL, 0, 3, now, value, sizeof value, nonce);
+    snprintf(header, sizeof header, "Authorization: %s", value);
+    j = http(NULL, url, "GET", NULL, 0, &r);
+    CHECK(r.status == 401, "a request meant for rank 3 -> 401 on rank 0 (got %ld)", r.status);
+    CHECK_STR(error_of(j), "unauthorized: the request is meant for rank 3 and this agent is rank 0: the "
+              "job's roster names the wrong endpoint for rank 3", "wrong-rank message");
+    json_decref(j);
+    pb_auth_sign_request(token, "GET", "/api/info", NULL, 0, 0, now, value, sizeof value, nonce);
+    snprintf(header, sizeof header, "Authorization: %s", value);
+    json_decref(http(NULL, url, "GET", NULL, 0, &r));
+    CHECK(r.status == 200, "a request meant for rank 0 is served by rank 0 (got %ld)", r.status);
+
+    pb_auth_sign_request(token, "GET", "/api/info", NULL, 0, -1, now - 3600, value, sizeof value,
+                         nonce);
+    snprintf(header, sizeof header, "Authorization: %s", value);
+    json_decref(http(NULL, url, "GET", NULL, 0, &r));
+    CHECK(r.status == 401, "a request signed an hour ago -> 401 (got %ld)", r.status);
+    pb_auth_sign_request(token, "GET", "/api/tables", NULL, 0, -1, now, value, sizeof value, nonce);
+    snprintf(header, sizeof header, "Authorization: %s", value);
+    json_decref(http(NULL, url, "GET", NULL, 0, &r));
+    CHECK(r.status == 401, "a signature for another path -> 401 (got %ld)", r.status);
+    pb_auth_sign_request("another-token-0123456789", "GET", "/api/info", NULL, 0, -1, now, value,
+                         sizeof value, nonce);
+    snprintf(header, sizeof header, "Authorization: %s", value);
+    json_decref(http(NULL, url, "GET", NULL, 0, &r));
+    CHECK(r.status == 401, "a signature with another key -> 401 (got %ld)", r.status);
+
+    const char *sql = "{\"sql\":\"SELECT 1\"}", *other = "{\"sql\":\"SELECT 2\"}";
+    pb_auth_sign_request(token, "POST", "/api/query", sql, strlen(sql), -1, now, value,
+                         sizeof value, nonce);
+    snprintf(header, sizeof header, "Authorization: %s", value);
+    j = http(NULL, query_url, "POST", other, strlen(other), &r);
+    CHECK(r.status == 401 && !r.signature[0], "a signed request with another body -> 401 (got %ld)",
+          r.status);
+    json_decref(j);
+    pb_auth_sign_request(token, "POST", "/api/query", sql, strlen(sql), -1, now, value,
+                         sizeof value, nonce);
+    snprintf(header, sizeof header, "Authorization: %s", value);
+    json_decref(http(NULL, query_url, "POST", sql, strlen(sql), &r));
+    CHECK(r.status == 200 && pb_auth_verify_answer(token, nonce, r.status, r.kept, r.kept_len,
+                                                   r.signature),
+          "a signed query is served and its answer signed (got %ld)", r.status);
+    bearer = was;
+}
+
 static void test_tcp_and_fork(void)
 {
     pb_server_opts o = test_opts();
@@ -671,9 +753,9 @@ static void test_tcp_and_fork(void)
     json_t *j = http(NULL, url, "GET", NULL, 0, &r);
     CHECK(r.status == 401, "TCP without a token -> 401 (got %ld)", r.status);
     CHECK_STR(error_of(j),
-              "unauthorized: this agent's TCP endpoint needs its token in an 'Authorization: Bearer <token>' header "
-              "(the probing CLI sends --token or PROBING_TOKEN, or reads the token file in the agent's socket "
-              "directory when it may)",
+              "unauthorized: this agent's TCP endpoint needs proof of its token: the probing CLI signs each "
+              "request with it (--token, PROBING_TOKEN, PROBING_TOKEN_FILE or the token file in the agent's "
+              "socket directory when it may read it); curl may send 'Authorization: Bearer <token>'",
               "401 message");
     json_decref(j);
     bearer = "Authorization: Bearer 0123456789abcdef0123456789abcdeX";
@@ -688,6 +770,8 @@ static void test_tcp_and_fork(void)
     bearer = "Authorization: Bearer 0123456789abcdef0123456789abcdef";
     json_decref(http(NULL, url, "GET", NULL, 0, &r));
     CHECK(r.status == 200, "GET /api/info over TCP with the token");
+    CHECK(!r.signature[0], "an answer to a Bearer request is not signed");
+    test_tcp_signed(port, o.token);
     j = http(NULL, eval_url, "POST", "{\"code\":\"x\"}", 12, &r);
     CHECK(r.status == 403, "eval over TCP -> 403 (got %ld)", r.status);
     CHECK_STR(error_of(j),

@@ -166,6 +166,7 @@ static char job_id[256];
 static char key_prefix[320];
 static char self_key[340];
 static int world, my_rank, local_rank, node_rank;
+static _Atomic int rank_registered = -1; /* my_rank while registered, else -1 [any thread] */
 static pid_t registered_pid;
 static double started_unix;
 static PyObject *store; /* strong ref, used by the thread with the GIL */
@@ -594,7 +595,14 @@ static int register_with(PyObject *st, int rank, int size)
     pthread_mutex_unlock(&mu);
     if (rc) return rc;
     registered = 1;
+    atomic_store(&rank_registered, rank);
     return 0;
+}
+
+int pb_job_registered_rank(void *ctx)
+{
+    (void)ctx;
+    return atomic_load(&rank_registered);
 }
 
 int pb_job_register_store(PyObject *st, int rank, int size)
@@ -637,6 +645,7 @@ void pb_job_stop(void)
 {
     if (!registered || registered_pid != getpid()) return;
     registered = 0;
+    atomic_store(&rank_registered, -1);
     int joined = 0;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&mu);
@@ -663,6 +672,7 @@ void pb_job_forget_after_fork(void)
     agent_unix_set = 0; /* the child is no agent: it advertises nothing */
     agent_tcp_port = 0;
     registered = 0;
+    atomic_store(&rank_registered, -1);
     thread_running = 0;
     pthread_mutex_init(&mu, NULL);
     pthread_cond_init(&cv, NULL);

@@ -42,6 +42,11 @@ int pb_job_register(void);
  * -EALREADY (registered, or the agent is off) or -EINVAL. [GIL held] */
 int pb_job_register_store(PyObject *store, int rank, int world);
 
+/* The rank this process registered as in its job, or -1 when it is not registered (for the
+ * server: a signed TCP request names the rank it is meant for). ctx is unused (a pb_server_opts
+ * callback). [any thread] */
+int pb_job_registered_rank(void *ctx);
+
 /* Stops the heartbeat thread and deletes this rank's key, waiting at most 200 ms for the store.
  * [GIL held; lets go of it while waiting] */
 void pb_job_stop(void);

@@ -405,6 +405,7 @@ int pb_agent_start(void)
     if (job_tcp(job_token, sizeof job_token, &opts)) pb_buf_printf(&off, "%sTCP for the job (cannot read PROBING_TOKEN_FILE)", off.len ? ", " : "");
     opts.job = pb_job_json;
     opts.rank = pb_job_rank_json;
+    opts.self_rank = pb_job_registered_rank;
     opts.stack = pb_job_stack_json;
     opts.eval = pb_eval_run;
     opts.info = info_json;

@@ -1,0 +1,71 @@
+/*
+ * auth.h - proving knowledge of a TCP token without sending it (HMAC-SHA256, OpenSSL's libcrypto).
+ *
+ * Every TCP request of the probing CLI carries
+ *     Authorization: Probing-HMAC-SHA256 t=<unix s>,n=<nonce>,r=<rank or ->,b=<body hash>,m=<mac>
+ * where m = HMAC-SHA256(token, "probing-request-v1\n" METHOD "\n" PATH "\n" t "\n" n "\n" r "\n" b),
+ * n is 16 random bytes in hex, b the SHA-256 of the body in hex and r the rank of the job the
+ * request is meant for ("-": any, a target the user typed). The agent checks m, that t is within
+ * PB_AUTH_WINDOW_S of its clock, that it has not seen n before and that r is its rank; then, and
+ * only then, it signs its answer:
+ *     Probing-Signature: HMAC-SHA256(token, "probing-answer-v1\n" n "\n" status "\n" sha256(body))
+ * and the CLI uses no answer that does not carry the right signature. So the token never goes on
+ * the wire; an endpoint that does not hold it learns nothing it can use for another request (a
+ * request names its method, path, body, time, nonce and rank), and cannot make an answer that
+ * the CLI takes for an agent's. docs/security.md, "Round three".
+ *
+ * Used by the transport (src/server/server.c) and the CLI (src/cli/client.c, fanout.c), so that
+ * both sides share one definition of the strings that are signed. [any thread]
+ */
+#ifndef PB_COMMON_AUTH_H
+#define PB_COMMON_AUTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PB_AUTH_SCHEME "Probing-HMAC-SHA256"
+#define PB_AUTH_ANSWER_HEADER "Probing-Signature"
+#define PB_AUTH_WINDOW_S 300   /* how far a request's time may be from the agent's clock */
+#define PB_AUTH_NONCE_HEX 32   /* 16 random bytes */
+#define PB_AUTH_HASH_HEX 64    /* SHA-256 and HMAC-SHA256 in hex */
+#define PB_AUTH_HEADER_MAX 256 /* the Authorization value, scheme included */
+
+/* A parsed Authorization value. rank is -1 for "any". */
+typedef struct pb_auth_request {
+    int64_t time_s;
+    char nonce[PB_AUTH_NONCE_HEX + 1];
+    int rank;
+    char body_hash[PB_AUTH_HASH_HEX + 1];
+    char mac[PB_AUTH_HASH_HEX + 1];
+} pb_auth_request;
+
+/* Writes the Authorization value (without "Authorization: ") for method path (the part before
+ * any '?' is signed) with body[0..body_len) (NULL: empty), meant for rank (-1: any), at now_s,
+ * into header; the nonce it chose into nonce (for pb_auth_verify_answer). Borrows everything.
+ * Returns 0, or a negative errno (no randomness, too long). */
+int pb_auth_sign_request(const char *token, const char *method, const char *path, const char *body,
+                         size_t body_len, int rank, int64_t now_s, char *header, size_t headerlen,
+                         char nonce[PB_AUTH_NONCE_HEX + 1]);
+
+/* Parses an Authorization value of the scheme above into out. Returns 0, or -EINVAL when it is
+ * not one (another scheme, a field missing or malformed). */
+int pb_auth_parse(const char *header, pb_auth_request *out);
+
+/* 1 when a's mac is the token's for method and path (constant time), else 0. The body is
+ * checked apart, once read: pb_auth_body_matches(). */
+int pb_auth_verify_request(const char *token, const pb_auth_request *a, const char *method,
+                           const char *path);
+
+/* 1 when body[0..len) hashes to a->body_hash, else 0. */
+int pb_auth_body_matches(const pb_auth_request *a, const char *body, size_t len);
+
+/* The answer's signature (hex, into out) for the request's nonce, the status and the body.
+ * Returns 0 or a negative errno. */
+int pb_auth_sign_answer(const char *token, const char *nonce, long status, const char *body,
+                        size_t len, char out[PB_AUTH_HASH_HEX + 1]);
+
+/* 1 when signature (borrowed, may be NULL) is pb_auth_sign_answer()'s for these, else 0. */
+int pb_auth_verify_answer(const char *token, const char *nonce, long status, const char *body,
+                          size_t len, const char *signature);
+
+#endif
