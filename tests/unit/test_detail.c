@@ -316,7 +316,7 @@ static void descheduled(void)
     CHECK(fooled >= 4, "wall time alone: descheduled steps fool the estimate in %d of 8 runs (left every step or "
           "estimated over 3 %%)", fooled);
     int right = 0, rejected = 1;
-    double worst = 0;
+    double worst = truth;
     for (uint64_t seed = 1; seed <= 8; seed++) {
         busy_run(&d, 0.01, 1, 100000, seed, &added);
         right += d.mode == PB_DETAIL_EVERY_STEP && d.switches == 0 && fabs(d.cost - truth) < 0.005;
