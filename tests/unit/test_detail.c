@@ -286,6 +286,8 @@ static void unmeasured(void)
  * for up to 40 % of a step more, on top of 20 % of every step spent waiting for data. Detail costs
  * 1 % (CPU time, as probes do). know_cpu: the policy is given the thread's CPU time. Returns the
  * policy after `steps` steps in *d; *added: the average cost detail added. */
+static int cost_off_cpu; /* busy_run: detail's cost is time waiting (GIL hand-offs), not CPU time */
+
 static void busy_run(pb_detail *d, double cost, int know_cpu, int64_t steps, uint64_t seed, double *added)
 {
     const double base = 10e6;
@@ -294,7 +296,7 @@ static void busy_run(pb_detail *d, double cost, int know_cpu, int64_t steps, uin
     pb_detail_init(d, "auto", 8, PB_DETAIL_DEFAULT_BUDGET_PCT);
     for (int64_t st = 0; st < steps; st++) {
         int on = pb_detail_on(d, st);
-        double cpu = base * (on ? 1 + cost : 1), wait = 0.2 * base;
+        double cpu = base * (on && !cost_off_cpu ? 1 + cost : 1), wait = base * (on && cost_off_cpu ? 0.2 + cost : 0.2);
         double u = noise_factor(&s) / 2, v = noise_factor(&s) / 2; /* noise 1: [0, 1) each */
         if (u < 0.3) wait += 0.4 * base * v;                     /* descheduled */
         plain += base;
@@ -343,6 +345,16 @@ static void descheduled(void)
     CHECK(d.mode == PB_DETAIL_WINDOWS && d.cost > 0.25 && d.cost < 0.33 && added <= 0.03,
           "a true cost of 35 %% of the CPU time (29 %% of the wall) is not rejected as descheduling: windows, "
           "estimate %.3f, average %.2f %%", d.cost, added * 100);
+    /* Python-level probes: much of their cost is waiting for the GIL in backward (off-CPU), in
+     * every detail step */
+    cost_off_cpu = 1;
+    busy_run(&d, 0.35, 1, 20000, 3, &added);
+    int off_windows = d.mode == PB_DETAIL_WINDOWS && d.cost > 0.25 && d.cost < 0.33;
+    busy_run(&d, 0.35, 1, 150, 5, NULL);
+    off_windows &= d.mode == PB_DETAIL_WINDOWS;
+    cost_off_cpu = 0;
+    CHECK(off_windows, "a true cost of 35 %% spent off-CPU in every detail step (GIL hand-offs) is not "
+          "rejected either: windows, after 150 steps too (estimate %.3f)", d.cost);
 }
 
 int main(void)

@@ -183,8 +183,8 @@ static int64_t median_off(const int64_t *a, int na, const int64_t *b, int nb)
     return n ? (int64_t)median_i64(known, n) : -1;
 }
 
-/* A step that spent more than its share of the budget off-CPU beyond `least` (the group's median)
- * was descheduled: it is left out. Unknown CPU time (off < 0) is never descheduled. */
+/* A step that spent more than its share of the budget off-CPU beyond `least` (the median of its
+ * kind: detail or summary steps) was descheduled: it is left out. Unknown CPU time (off < 0) is never descheduled. */
 static int descheduled(const pb_detail *d, int64_t wall_ns, int64_t off_ns, int64_t least)
 {
     return off_ns >= 0 && least >= 0 &&
@@ -213,11 +213,18 @@ static void every_step_done(pb_detail *d, int64_t step, int64_t wall_ns, int64_t
         if (d->nneighbours < PB_DETAIL_NEIGHBOURS) d->nneighbours++;
     } else if (measured && step >= PB_DETAIL_WARMUP && d->nneighbours >= 2 && wall_ns > 0 &&
                d->nsamples < PB_DETAIL_MAX_WINDOW) {
-        int64_t least = median_off(d->neighbours_off, d->nneighbours, &off_ns, 1), kept[PB_DETAIL_NEIGHBOURS];
-        if (descheduled(d, wall_ns, off_ns, least)) {
+        /* detail steps against detail steps, summary steps against summary steps: a cost of
+         * detail that shows as off-CPU time (GIL hand-offs of Python-level probes) is in all of
+         * them and stays; descheduling hits some steps and not the others */
+        d->summary_recent_off[d->summary_recent_next] = off_ns;
+        d->summary_recent_next = (d->summary_recent_next + 1) % PB_DETAIL_NEIGHBOURS;
+        if (d->nsummary_recent < PB_DETAIL_NEIGHBOURS) d->nsummary_recent++;
+        int64_t kept[PB_DETAIL_NEIGHBOURS];
+        if (descheduled(d, wall_ns, off_ns, median_off(d->summary_recent_off, d->nsummary_recent, NULL, 0))) {
             d->rejected++;
         } else {
-            int n = keep_scheduled(d, d->neighbours, d->neighbours_off, d->nneighbours, least, kept);
+            int64_t usual = median_off(d->neighbours_off, d->nneighbours, NULL, 0);
+            int n = keep_scheduled(d, d->neighbours, d->neighbours_off, d->nneighbours, usual, kept);
             if (n >= 2) d->samples[d->nsamples++] = median_i64(kept, n) / (double)wall_ns - 1;
         }
     }
@@ -247,10 +254,11 @@ static void windows_step_done(pb_detail *d, int64_t step, int64_t wall_ns, int64
         if (d->nsummary < d->window) d->nsummary++;
     }
     if (was_detail && step % d->period == d->window - 1) {
-        int64_t least = median_off(d->summary_off, d->nsummary, d->window_off, d->nwindow);
         int64_t summary[PB_DETAIL_MAX_WINDOW], window[PB_DETAIL_MAX_WINDOW];
-        int nsummary = keep_scheduled(d, d->summary_walls, d->summary_off, d->nsummary, least, summary);
-        int nwindow = keep_scheduled(d, d->window_walls, d->window_off, d->nwindow, least, window);
+        int nsummary = keep_scheduled(d, d->summary_walls, d->summary_off, d->nsummary,
+                                      median_off(d->summary_off, d->nsummary, NULL, 0), summary);
+        int nwindow = keep_scheduled(d, d->window_walls, d->window_off, d->nwindow,
+                                     median_off(d->window_off, d->nwindow, NULL, 0), window);
         int usable = step >= PB_DETAIL_WARMUP && nwindow * 2 >= d->window && nsummary * 2 >= d->window;
         double base = usable ? median_i64(summary, nsummary) : 0;
         d->nwindow = 0;

@@ -32,10 +32,13 @@
  * (other processes ran on its core) is longer for reasons of its own. So each step also comes with
  * the training thread's CPU time (CLOCK_THREAD_CPUTIME_ID), and its off-CPU time (wall - CPU:
  * waiting for the GPU, data, locks, or the run queue) is compared with the median off-CPU time
- * of the steps it is compared with: a step with more than PB_DETAIL_DESCHEDULED_SHARE of the
- * budget (of its wall time) off-CPU beyond that median is descheduled and takes no part in the
- * comparison. Probes cost CPU time, not off-CPU time, so a true cost is not rejected this way; a
- * machine so busy that every step waits differently gives fewer samples, not wrong ones. `rejected` counts
+ * of the steps of its kind it is compared with (detail steps with the other detail steps,
+ * summary steps with the last summary steps): a step with more than PB_DETAIL_DESCHEDULED_SHARE
+ * of the budget (of its wall time) off-CPU beyond that median is descheduled and takes no part in
+ * the comparison. A cost of detail is in every detail step, whether CPU time or off-CPU time (the
+ * GIL hand-offs of Python-level probes), so it is not rejected this way; descheduling hits some
+ * steps and not others. A machine so busy that every step waits differently gives fewer
+ * samples, not wrong ones. `rejected` counts
  * such steps; `spread_lo` and `spread_hi` are the quartiles of the per-step samples behind the
  * latest estimate.
  *
@@ -88,6 +91,8 @@ typedef struct pb_detail {
     /* every step: the last detail walls (and their off-CPU times), and the samples of this period */
     int64_t neighbours[PB_DETAIL_NEIGHBOURS], neighbours_off[PB_DETAIL_NEIGHBOURS];
     int nneighbours, neighbour_next;
+    int64_t summary_recent_off[PB_DETAIL_NEIGHBOURS]; /* off-CPU times of the last summary steps */
+    int nsummary_recent, summary_recent_next;
     double samples[PB_DETAIL_MAX_WINDOW];
     int nsamples;
     /* windows: the walls of the summary steps before the window, and of the window */
