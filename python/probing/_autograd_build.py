@@ -7,7 +7,8 @@ installs its torch hooks without the shim it calls load() here, which, like
 torch.utils.cpp_extension and DeepSpeed's ops:
 
 - looks in a cache for a build made for this very torch: the folder is keyed by torch's version,
-  its C++ ABI flag, the Python ABI tag, probing's version and a hash of the shim's source;
+  its C++ ABI flag, the Python ABI tag, probing's version and a hash of the shim's source and
+  the compiler flags;
 - if there is one, imports it as probing._autograd and the agent uses it (the fast path);
 - if there is none, starts one compiler process in the background (a child process in its own
   session, at low priority, never waited for by the training thread) and returns at once: this
@@ -34,6 +35,8 @@ import time
 SOURCE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_autograd_src")
 SOURCES = ("autograd.cpp", "autograd_api.h")
 LOCK_STALE_S = 1800  # a build lock older than this belongs to a build that died
+# as meson builds it with the package (release: -O3, NDEBUG); part of the cache key
+FLAGS = ["-O3", "-DNDEBUG", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", "-w"]
 
 
 def cache_root():
@@ -45,7 +48,7 @@ def cache_root():
 
 
 def _source_hash():
-    h = hashlib.sha256()
+    h = hashlib.sha256(" ".join(FLAGS).encode())
     for name in SOURCES:
         with open(os.path.join(SOURCE_DIR, name), "rb") as f:
             h.update(f.read())
@@ -231,8 +234,7 @@ def _build(d, torch_dir, abi, version):
     if not cxx:
         sys.stderr.write("probing: no C++ compiler found (install g++, or set CXX)\n")
         return 1
-    cmd = cxx.split() + [
-        "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden", "-w",
+    cmd = cxx.split() + FLAGS + [
         "-D_GLIBCXX_USE_CXX11_ABI=" + abi, '-DPB_TORCH_VERSION="%s"' % version,
         "-I", SOURCE_DIR, "-isystem", py_include,
         "-isystem", os.path.join(torch_dir, "include"),
