@@ -9,7 +9,9 @@ step; backward timed by the C++ extension probing._autograd), probing-all-py (th
 backward timed by Python-level probes, PROBING_AUTOGRAD_EXT=0), probing-summary (the cost between detail windows), pyhooks, torchprof (torch.profiler
 every step), torchprof-sched (schedule wait=1 warmup=1 active=3), anchor (Probing 0.2.4 from
 PyPI with torch tracing at full rate, in its own virtual environment bench/out/anchor-venv,
-created on first use), pyspy (the plain run under `py-spy record --rate 100`).
+created on first use), pyspy (the plain run under `py-spy record --rate 100`). MODE@pip runs MODE
+in the Python named by BENCH_PIP_PYTHON (a venv where `pip install .` ran with build isolation, so
+probing._autograd is the build made on first use) in the same run, beside the other modes.
 
 Method: lockstep turns. For each repetition and model, one process per mode is started and
 warmed up (--warmup steps); then, round after round, each process in turn (a new random order
@@ -52,7 +54,7 @@ MODELS = {
     "resnet": "ResNet-style CNN with inplace ReLU, 33 modules, batch 16 x 3x32x32, SGD",
     "noop": "1,000 no-op modules, forward only under no_grad (per-call cost)",
 }
-LONG_MODES = ("plain", "plain-2", "probing", "probing-windows", "probing-summary")
+LONG_MODES = ("plain", "plain-2", "probing", "probing-windows", "probing-summary", "probing@pip")
 ALL_MODES = "plain,plain-2,probing,probing-windows,probing-all,probing-all-py,probing-summary,pyhooks,torchprof,torchprof-sched,anchor,pyspy"
 
 ANCHOR_VENV = os.path.join(HERE, "out", "anchor-venv")
@@ -88,6 +90,11 @@ class Child:
             if k.startswith("PROBING"):
                 del env[k]
         child_mode, prefix, python = mode, [], sys.executable
+        if mode.endswith("@pip"):
+            # the same mode in the Python of another install (BENCH_PIP_PYTHON: a venv where
+            # `pip install .` ran with build isolation), in the same lockstep run
+            child_mode, python = mode[:-len("@pip")], os.environ["BENCH_PIP_PYTHON"]
+            env.pop("PYTHONPATH", None)
         if mode == "anchor":
             python = anchor_python()
             env["PROBING"] = "1"

@@ -118,3 +118,24 @@ int pb_cli_find_package(char *out, size_t outlen)
     (void)outlen;
     return -1;
 }
+
+void pb_cli_find_python(char *out, size_t outlen)
+{
+    const char *env = getenv("PROBING_PYTHON");
+    char exe[PATH_MAX - 16];
+    if (env && *env) {
+        snprintf(out, outlen, "%s", env);
+        return;
+    }
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(out, outlen, "%s/python3", exe);
+            if (access(out, X_OK) == 0) return;
+        }
+    }
+    snprintf(out, outlen, "python3");
+}

@@ -44,4 +44,8 @@ int pb_cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)
  * found. */
 int pb_cli_find_package(char *out, size_t outlen);
 
+/* Writes the Python to run the package's helpers with into out: $PROBING_PYTHON, else the python3
+ * beside this executable (a virtual environment's bin/), else "python3" (PATH). (export, doctor) */
+void pb_cli_find_python(char *out, size_t outlen);
+
 #endif

@@ -141,28 +141,6 @@ static json_t *fetch_target(const char *spec, const pb_target *t, const char *st
     return doc;
 }
 
-/* The Python that runs _export.py (see the header). */
-static void find_python(char *out, size_t outlen)
-{
-    const char *env = getenv("PROBING_PYTHON");
-    char exe[PATH_MAX - 16];
-    if (env && *env) {
-        snprintf(out, outlen, "%s", env);
-        return;
-    }
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n > 0) {
-        exe[n] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(out, outlen, "%s/python3", exe);
-            if (access(out, X_OK) == 0) return;
-        }
-    }
-    snprintf(out, outlen, "python3");
-}
-
 /* Removes the staging directory and every file in it (only files this command wrote). */
 static void remove_staging(const char *dir)
 {
@@ -190,7 +168,7 @@ int cmd_export(const pb_cli_args *a)
                             "Parquet files); set PROBING_PYTHONPATH to the directory that "
                             "contains probing/");
     snprintf(script, sizeof script, "%s/probing/_export.py", package);
-    find_python(python, sizeof python);
+    pb_cli_find_python(python, sizeof python);
     const char *tmp = getenv("TMPDIR");
     snprintf(staging, sizeof staging, "%s/probing-export-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(staging))

@@ -19,7 +19,8 @@ static const struct {
     {"pid", "pid"},         {"cmdline", "command"}, {"python", "python"},
     {"torch", "torch"},     {"started_unix", "started"}, {"uptime_s", "uptime"},
     {"endpoint", "endpoint"}, {"tcp", "tcp"},       {"rank", "rank"},
-    {"detail", "detail"},   {"version", "probing"}, {"ended", "ended"},
+    {"detail", "detail"},   {"paths", "paths"},     {"version", "probing"},
+    {"ended", "ended"},
 };
 
 static int is_known(const char *key)
@@ -115,8 +116,32 @@ static void put_value(pb_buf *b, const char *key, json_t *v)
             else
                 snprintf(text, sizeof text, ": cost not measured yet, budget %.2g%%", budget);
             pb_buf_puts(b, text);
+            json_t *spread = json_object_get(v, "spread"), *desch = json_object_get(v, "descheduled");
+            if (json_is_array(spread) && json_array_size(spread) == 2) {
+                snprintf(text, sizeof text, "; samples %+.1f..%+.1f%%",
+                         json_number_value(json_array_get(spread, 0)) * 100,
+                         json_number_value(json_array_get(spread, 1)) * 100);
+                pb_buf_puts(b, text);
+            }
+            if (json_integer_value(desch) > 0) {
+                snprintf(text, sizeof text, ", %lld descheduled step%s left out", (long long)json_integer_value(desch),
+                         json_integer_value(desch) == 1 ? "" : "s");
+                pb_buf_puts(b, text);
+            }
         }
         pb_buf_puts(b, json_is_true(json_object_get(v, "now")) ? "); this step: detail" : "); this step: summary");
+    } else if (strcmp(key, "paths") == 0 && json_is_object(v)) {
+        /* one line per path, under the label (lifecycle.c's "paths") */
+        static const struct { const char *key, *label; } paths[] = {
+            {"backward", "backward timing"}, {"gil", "GIL sampler"}, {"nvml", "NVML"}};
+        for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+            const char *s = json_string_value(json_object_get(v, paths[i].key));
+            if (!s) continue;
+            pb_buf_puts(b, i ? "\n           " : "");
+            pb_buf_puts(b, paths[i].label);
+            pb_buf_puts(b, ": ");
+            pb_format_sanitize(b, s, strlen(s));
+        }
     } else if (strcmp(key, "ended") == 0 && json_is_object(v)) {
         put_ended(b, v);
     } else if (json_is_string(v)) {

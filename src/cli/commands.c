@@ -199,6 +199,13 @@ const pb_command pb_commands_table[] = {
      "grouped, and mismatched collectives (docs/cluster.md).\n"
      "  --deadline S  wait at most S seconds for the ranks (default 5)\n"
      "Exit status 3 when some ranks did not answer (they are named).\n"},
+    {"doctor", cmd_doctor, PB_OPT_FORMAT, 0, "probing doctor [-f table|json]",
+     "say which measurement paths this machine, Python and torch give, and what enables the rest",
+     "No target: runs the Python that would run the training ($PROBING_PYTHON, else the python3\n"
+     "beside this program, else python3 on PATH) and says, for module backward timing (the C++\n"
+     "extension probing._autograd or Python-level probes; a build made on first use for this\n"
+     "torch), the GIL sampler, NVML and CUDA device timing, whether each is active and what\n"
+     "would enable it. Builds and installs nothing. A running job's paths: probing <target> info.\n"},
 };
 
 const size_t pb_commands_count = sizeof pb_commands_table / sizeof pb_commands_table[0];

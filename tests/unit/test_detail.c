@@ -39,7 +39,7 @@ static double run(pb_detail *d, sim *s, int64_t from, int64_t steps)
         s->steps++;
         int64_t before = d->period;
         pb_detail_mode mode = d->mode;
-        pb_detail_step_done(d, st, (int64_t)wall, on, 1);
+        pb_detail_step_done(d, st, (int64_t)wall, (int64_t)wall, on, 1); /* never off-CPU */
         if (d->period != before || d->mode != mode) {
             s->changes++;
             int64_t o = (st + 1) % d->period;
@@ -58,7 +58,7 @@ static void fixed_periods(void)
     int all = 1;
     for (int64_t s = 0; s < 1000; s++) {
         all &= pb_detail_on(&d, s);
-        pb_detail_step_done(&d, s, 1000, 1, 1);
+        pb_detail_step_done(&d, s, 1000, 1000, 1, 1);
     }
     CHECK(all && d.period == 1 && d.cost < 0, "with period 1 all 1000 steps are detail steps, nothing is measured");
 
@@ -143,7 +143,8 @@ static void drift(void)
     for (int64_t st = 0; st < 20000; st++) {
         int on = pb_detail_on(&d, st);
         double speed = (st / 40) % 2 ? 1.8 : 1.0;
-        pb_detail_step_done(&d, st, (int64_t)(base * speed * (on ? 1 + cost : 1)), on, 1);
+        int64_t wall = (int64_t)(base * speed * (on ? 1 + cost : 1));
+        pb_detail_step_done(&d, st, wall, wall, on, 1);
     }
     CHECK(d.mode == PB_DETAIL_EVERY_STEP && d.switches == 0 && d.cost < 0.02,
           "speed drifting by 1.8x every 40 steps, cost 1 %%: every step throughout, estimate %.3f", d.cost);
@@ -152,7 +153,8 @@ static void drift(void)
     for (int64_t st = 0; st < 20000; st++) {
         int on = pb_detail_on(&d, st);
         double pause = st % 8 == 2 ? 30 : 1;
-        pb_detail_step_done(&d, st, (int64_t)(base * pause * (on ? 1 + cost : 1)), on, 1);
+        int64_t wall = (int64_t)(base * pause * (on ? 1 + cost : 1));
+        pb_detail_step_done(&d, st, wall, wall, on, 1);
     }
     CHECK(d.mode == PB_DETAIL_EVERY_STEP && d.cost < 0.02, "one step in 8 thirty times as long: estimate %.3f",
           d.cost);
@@ -160,7 +162,8 @@ static void drift(void)
     for (int64_t st = 0; st < 20000; st++) {
         int on = pb_detail_on(&d, st);
         double speed = (st / 40) % 2 ? 1.8 : 1.0;
-        pb_detail_step_done(&d, st, (int64_t)(base * speed * (on ? 1.35 : 1)), on, 1);
+        int64_t wall = (int64_t)(base * speed * (on ? 1.35 : 1));
+        pb_detail_step_done(&d, st, wall, wall, on, 1);
     }
     CHECK(d.cost > 0.3 && d.cost < 0.4 && d.period == 128,
           "windows, cost 35 %%, drifting speed: estimate %.3f, period %lld (8 x 0.35 / 3 %% -> 128)", d.cost,
@@ -273,10 +276,85 @@ static void unmeasured(void)
     for (int64_t st = 0; st < 128 * 3; st++) {
         /* a capture (profiler on) records every step in detail and makes it 5x slower; no step
          * under it is a measurement */
-        pb_detail_step_done(&d, st, 50000000, 1, 0);
+        pb_detail_step_done(&d, st, 50000000, 50000000, 1, 0);
     }
     CHECK(d.cost < 0 && d.period == 128 && d.mode == PB_DETAIL_EVERY_STEP,
           "periods under a capture give no estimate");
+}
+
+/* A busy machine: in 30 % of the steps (at random) the training thread waits on the run queue
+ * for up to 40 % of a step more, on top of 20 % of every step spent waiting for data. Detail costs
+ * 1 % (CPU time, as probes do). know_cpu: the policy is given the thread's CPU time. Returns the
+ * policy after `steps` steps in *d; *added: the average cost detail added. */
+static int cost_off_cpu; /* busy_run: detail's cost is time waiting (GIL hand-offs), not CPU time */
+
+static void busy_run(pb_detail *d, double cost, int know_cpu, int64_t steps, uint64_t seed, double *added)
+{
+    const double base = 10e6;
+    sim s = {.noise = 1, .rng = seed};
+    double plain = 0, extra = 0;
+    pb_detail_init(d, "auto", 8, PB_DETAIL_DEFAULT_BUDGET_PCT);
+    for (int64_t st = 0; st < steps; st++) {
+        int on = pb_detail_on(d, st);
+        double cpu = base * (on && !cost_off_cpu ? 1 + cost : 1), wait = base * (on && cost_off_cpu ? 0.2 + cost : 0.2);
+        double u = noise_factor(&s) / 2, v = noise_factor(&s) / 2; /* noise 1: [0, 1) each */
+        if (u < 0.3) wait += 0.4 * base * v;                     /* descheduled */
+        plain += base;
+        if (on) extra += base * cost;
+        pb_detail_step_done(d, st, (int64_t)(cpu + wait), know_cpu ? (int64_t)cpu : -1, on, 1);
+    }
+    if (added) *added = extra / plain;
+}
+
+static void descheduled(void)
+{
+    pb_detail d;
+    double added, truth = 0.01 / 1.2; /* 1 % of the CPU time is 0.83 % of the wall time */
+    int fooled = 0;
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        busy_run(&d, 0.01, 0, 100000, seed, NULL);
+        fooled += d.switches > 0 || d.cost > 0.03;
+    }
+    CHECK(fooled >= 4, "wall time alone: descheduled steps fool the estimate in %d of 8 runs (left every step or "
+          "estimated over 3 %%)", fooled);
+    int right = 0, rejected = 1;
+    double worst = truth;
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        busy_run(&d, 0.01, 1, 100000, seed, &added);
+        right += d.mode == PB_DETAIL_EVERY_STEP && d.switches == 0 && fabs(d.cost - truth) < 0.005;
+        rejected &= d.rejected > 100;
+        if (fabs(d.cost - truth) > fabs(worst - truth)) worst = d.cost;
+    }
+    CHECK(right == 8 && rejected, "with the thread's CPU time: every step in all 8 runs of 100,000 steps, cost "
+          "estimated within 0.5 %% of the true %.2f %% (worst %.2f %%), descheduled steps rejected (%lld in the "
+          "last run)", truth * 100, worst * 100, (long long)d.rejected);
+    CHECK(d.spread_lo <= truth + 1e-9 && d.spread_hi >= truth - 1e-9 && d.spread_hi - d.spread_lo < 0.02,
+          "the spread of the last estimate's samples: %+.2f %% .. %+.2f %%", d.spread_lo * 100,
+          d.spread_hi * 100);
+    int short_right = 0, short_windows = 0;
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        busy_run(&d, 0.01, 1, 150, seed, NULL);
+        short_right += d.estimated == 1 && d.mode == PB_DETAIL_EVERY_STEP && fabs(d.cost - truth) < 0.005;
+        busy_run(&d, 0.35, 1, 150, seed, NULL);
+        short_windows += d.estimated == 1 && d.mode == PB_DETAIL_WINDOWS;
+    }
+    CHECK(short_right == 8 && short_windows == 8, "150-step runs on the busy machine settle at their first "
+          "estimate (step 127): every step for a 1 %% cost (%d of 8), windows for 35 %% (%d of 8)", short_right,
+          short_windows);
+    busy_run(&d, 0.35, 1, 20000, 3, &added);
+    CHECK(d.mode == PB_DETAIL_WINDOWS && d.cost > 0.25 && d.cost < 0.33 && added <= 0.03,
+          "a true cost of 35 %% of the CPU time (29 %% of the wall) is not rejected as descheduling: windows, "
+          "estimate %.3f, average %.2f %%", d.cost, added * 100);
+    /* Python-level probes: much of their cost is waiting for the GIL in backward (off-CPU), in
+     * every detail step */
+    cost_off_cpu = 1;
+    busy_run(&d, 0.35, 1, 20000, 3, &added);
+    int off_windows = d.mode == PB_DETAIL_WINDOWS && d.cost > 0.25 && d.cost < 0.33;
+    busy_run(&d, 0.35, 1, 150, 5, NULL);
+    off_windows &= d.mode == PB_DETAIL_WINDOWS;
+    cost_off_cpu = 0;
+    CHECK(off_windows, "a true cost of 35 %% spent off-CPU in every detail step (GIL hand-offs) is not "
+          "rejected either: windows, after 150 steps too (estimate %.3f)", d.cost);
 }
 
 int main(void)
@@ -289,5 +367,6 @@ int main(void)
     adapts();
     ranks_align();
     unmeasured();
+    descheduled();
     return check_summary();
 }

@@ -108,6 +108,20 @@ int pb_gil_start(void)
 #endif
 }
 
+const char *pb_gil_status(void)
+{
+    static char text[64];
+#if !PB_GIL_READABLE
+    return "not supported on this Python (CPython 3.9-3.13 with a GIL); python.gil stays empty";
+#else
+    long period = (long)pb_config_int("PROBING_GIL_SAMPLE_MS", 10);
+    if (period <= 0) return "off (PROBING_GIL_SAMPLE_MS=0)";
+    if (!sampler.running) return "starts at the first step (python.gil)";
+    snprintf(text, sizeof text, "every %ld ms (python.gil)", period);
+    return text;
+#endif
+}
+
 void pb_gil_stop(void) { pb_sampler_stop(&sampler); }
 
 void pb_gil_forget_after_fork(void)

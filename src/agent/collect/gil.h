@@ -28,6 +28,11 @@ typedef struct pb_gil_row {
  * when this Python has no readable GIL state. [GIL held] */
 int pb_gil_start(void);
 
+/* What the sampler does, in words for `probing <target> info`: "every 10 ms", "off
+ * (PROBING_GIL_SAMPLE_MS=0)", "not supported on this Python (...)" or "starts at the first
+ * step". Static text. [any thread] */
+const char *pb_gil_status(void);
+
 /* Stops and joins the sampler. [GIL held or not] */
 void pb_gil_stop(void);
 

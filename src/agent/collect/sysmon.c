@@ -188,6 +188,13 @@ static void nvml_load(void)
     else set_gpu_reason("empty until the first sample (PROBING_SYSTEM_SAMPLE_MS after start)");
 }
 
+void pb_sysmon_nvml_status(char *out, size_t outlen)
+{
+    if (gpu_count) snprintf(out, outlen, "%u GPU%s (system.gpu)", gpu_count, gpu_count == 1 ? "" : "s");
+    else if (!nvml_tried) snprintf(out, outlen, "not loaded");
+    else snprintf(out, outlen, "%s", gpu_empty_reason);
+}
+
 /* ---------------------------------------------------------------- sampling [sampler thread] */
 
 static pb_sampler sampler;

@@ -50,6 +50,10 @@ void pb_sysmon_tables_free(void);
  * a missing or failing NVML is not an error (it only empties system.gpu). [start-up] */
 int pb_sysmon_start(void);
 
+/* NVML in words for `probing <target> info`: "N GPUs (system.gpu)" or why system.gpu is empty.
+ * Written into out (borrowed). [any thread, after pb_sysmon_start] */
+void pb_sysmon_nvml_status(char *out, size_t outlen);
+
 /* Stops and joins the sampler; NVML stays loaded. Idempotent. [any thread, not the sampler] */
 void pb_sysmon_stop(void);
 

@@ -54,10 +54,12 @@
 #include "log.h"
 #include "wrap.h"
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int pb_autograd_pass_active, pb_autograd_paused;
 static PyObject *queue_callback;   /* bound Variable._execution_engine.queue_callback */
@@ -138,7 +140,7 @@ static probe *ext_probe(uint64_t tag);
 /* The extension probing._autograd (autograd_api.h), or NULL: probes are then Python callables
  * on grad_fn objects (PROBING_AUTOGRAD_EXT=0, or the extension is missing). */
 const pb_autograd_api *pb_autograd_ext;
-static char ext_status[160] = "python"; /* pb_autograd_backward_probes() */
+static char ext_status[512] = "python"; /* pb_autograd_backward_probes() */
 
 /* Time since the previous event goes to the execution whose node ran in it: the owner of the
  * node whose probe fired last (the engine runs one node at a time per device; nodes without a
@@ -667,8 +669,44 @@ void pb_autograd_probe_root(PyObject *gf, uint64_t handle)
     if (!probe_for(gf, handle)) PyErr_Clear();
 }
 
+/* The file a background build of probing._autograd will write (_autograd_build.py), or "": the
+ * step boundary looks for it every EXT_PENDING_EVERY steps and switches to the extension. */
+static char ext_pending[PATH_MAX];
+static unsigned ext_pending_steps;
+#define EXT_PENDING_EVERY 16
+
+/* probing._autograd_build.load(torch): imports the build made on first use for this torch, or
+ * starts one in the background. 0 when probing._autograd is now importable; 1 when the probes
+ * stay Python-level (ext_status says why). [GIL held] */
+static int ext_build_load(void)
+{
+    PyObject *builder = NULL, *torch = NULL, *r = NULL;
+    int python = 1;
+    if (!(builder = PyImport_ImportModule("probing._autograd_build")) || !(torch = PyImport_ImportModule("torch")) ||
+        !(r = PyObject_CallMethod(builder, "load", "O", torch))) {
+        snprintf(ext_status, sizeof ext_status, "python (probing._autograd not built with this install)");
+        PyErr_Clear();
+        goto done;
+    }
+    PyObject *text = PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2 ? PyTuple_GET_ITEM(r, 0) : NULL;
+    PyObject *pending = text ? PyTuple_GET_ITEM(r, 1) : NULL;
+    if (text == Py_None) python = 0;
+    else if (text && PyUnicode_Check(text) && PyUnicode_AsUTF8(text))
+        snprintf(ext_status, sizeof ext_status, "%s", PyUnicode_AsUTF8(text));
+    if (pending && PyUnicode_Check(pending) && PyUnicode_AsUTF8(pending))
+        snprintf(ext_pending, sizeof ext_pending, "%s", PyUnicode_AsUTF8(pending));
+    PyErr_Clear();
+done:
+    Py_XDECREF(r);
+    Py_XDECREF(torch);
+    Py_XDECREF(builder);
+    if (python) pb_log_debug("backward is timed by Python-level probes: %s", ext_status);
+    return python;
+}
+
 void pb_autograd_load_ext(int record_backward)
 {
+    int built_on_first_use = 0;
     pb_autograd_ext = NULL;
     if (!record_backward) {
         snprintf(ext_status, sizeof ext_status, "off (PROBING_BACKWARD=0)");
@@ -679,6 +717,14 @@ void pb_autograd_load_ext(int record_backward)
         return;
     }
     PyObject *mod = PyImport_ImportModule("probing._autograd"); /* PyCapsule_Import does not */
+    if (!mod && PyErr_ExceptionMatches(PyExc_ModuleNotFoundError)) {
+        /* not built with the package (pip's build isolation hides torch): a build made on first
+         * use for this torch, or one started now in the background (_autograd_build.py) */
+        PyErr_Clear();
+        if (ext_build_load()) return;
+        built_on_first_use = 1;
+        mod = PyImport_ImportModule("probing._autograd");
+    }
     const pb_autograd_api *a = mod ? PyCapsule_Import(PB_AUTOGRAD_CAPSULE, 0) : NULL;
     Py_XDECREF(mod);
     if (!a || a->version != PB_AUTOGRAD_API_VERSION || !backward_done_fn) {
@@ -698,14 +744,30 @@ void pb_autograd_load_ext(int record_backward)
     a->set_pass_end(backward_done_fn);
     a->reset();
     pb_autograd_ext = a;
-    snprintf(ext_status, sizeof ext_status, "extension (probing._autograd, torch %s)", a->torch_version);
+    snprintf(ext_status, sizeof ext_status, "extension (probing._autograd, torch %s%s)", a->torch_version,
+             built_on_first_use ? "; built on first use" : "");
 }
 
 const char *pb_autograd_backward_probes(void) { return ext_status; }
 
 void pb_autograd_step_end(void)
 {
-    if (!pb_autograd_paused) pb_autograd_abandon();
+    if (pb_autograd_paused) return;
+    pb_autograd_abandon();
+    /* Python-level probes while the extension is built in the background: at a step boundary,
+     * with no pass and no probed node left, switch to it once it is there. */
+    if (*ext_pending && ++ext_pending_steps % EXT_PENDING_EVERY == 0 && access(ext_pending, R_OK) == 0) {
+        int64_t step = pb_step_current();
+        ext_pending[0] = '\0';
+        pb_autograd_load_ext(1);
+        if (pb_autograd_ext) {
+            size_t len = strlen(ext_status);
+            if (len > 1 && len < sizeof ext_status - 1)
+                snprintf(ext_status + len - 1, sizeof ext_status - len + 1, ", in use from step %lld)",
+                         (long long)step);
+            pb_log_debug("backward: switched to probing._autograd at step %lld", (long long)step);
+        }
+    }
 }
 
 void pb_autograd_reset(void)
@@ -714,6 +776,7 @@ void pb_autograd_reset(void)
     node_map_free();
     pb_autograd_paused = 0;
     backward_done_ns = 0;
+    ext_pending[0] = '\0';
     Py_CLEAR(queue_callback);
 }
 

@@ -161,48 +161,123 @@ static void estimate(pb_detail *d, double c)
     }
 }
 
-static void every_step_done(pb_detail *d, int64_t step, int64_t wall_ns, int was_detail, int measured)
+/* The quartiles of n samples into spread_lo and spread_hi. */
+static void set_spread(pb_detail *d, const double *v, int n)
+{
+    double tmp[PB_DETAIL_MAX_WINDOW];
+    memcpy(tmp, v, (size_t)n * sizeof *v);
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_double);
+    d->spread_lo = tmp[n / 4];
+    d->spread_hi = tmp[(3 * n) / 4 < n ? (3 * n) / 4 : n - 1];
+}
+
+/* The median off-CPU time of a group of steps (two lists; < 0: none known). */
+static int64_t median_off(const int64_t *a, int na, const int64_t *b, int nb)
+{
+    int64_t known[2 * PB_DETAIL_MAX_WINDOW];
+    int n = 0;
+    for (int i = 0; i < na; i++)
+        if (a[i] >= 0) known[n++] = a[i];
+    for (int i = 0; i < nb; i++)
+        if (b[i] >= 0) known[n++] = b[i];
+    return n ? (int64_t)median_i64(known, n) : -1;
+}
+
+/* A step that spent more than its share of the budget off-CPU beyond `least` (the median of its
+ * kind: detail or summary steps) was descheduled: it is left out. Unknown CPU time (off < 0) is never descheduled. */
+static int descheduled(const pb_detail *d, int64_t wall_ns, int64_t off_ns, int64_t least)
+{
+    return off_ns >= 0 && least >= 0 &&
+           (double)(off_ns - least) > d->budget * PB_DETAIL_DESCHEDULED_SHARE * (double)wall_ns;
+}
+
+/* Of the walls of n steps, those not descheduled into kept; returns their number. */
+static int keep_scheduled(pb_detail *d, const int64_t *walls, const int64_t *off, int n, int64_t least,
+                          int64_t *kept)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (descheduled(d, walls[i], off[i], least)) d->rejected++;
+        else kept[k++] = walls[i];
+    }
+    return k;
+}
+
+static void every_step_done(pb_detail *d, int64_t step, int64_t wall_ns, int64_t off_ns, int was_detail,
+                            int measured)
 {
     if (measured && was_detail) {
         d->neighbours[d->neighbour_next] = wall_ns;
+        d->neighbours_off[d->neighbour_next] = off_ns;
         d->neighbour_next = (d->neighbour_next + 1) % PB_DETAIL_NEIGHBOURS;
         if (d->nneighbours < PB_DETAIL_NEIGHBOURS) d->nneighbours++;
     } else if (measured && step >= PB_DETAIL_WARMUP && d->nneighbours >= 2 && wall_ns > 0 &&
                d->nsamples < PB_DETAIL_MAX_WINDOW) {
-        d->samples[d->nsamples++] = median_i64(d->neighbours, d->nneighbours) / (double)wall_ns - 1;
+        /* detail steps against detail steps, summary steps against summary steps: a cost of
+         * detail that shows as off-CPU time (GIL hand-offs of Python-level probes) is in all of
+         * them and stays; descheduling hits some steps and not the others */
+        d->summary_recent_off[d->summary_recent_next] = off_ns;
+        d->summary_recent_next = (d->summary_recent_next + 1) % PB_DETAIL_NEIGHBOURS;
+        if (d->nsummary_recent < PB_DETAIL_NEIGHBOURS) d->nsummary_recent++;
+        int64_t kept[PB_DETAIL_NEIGHBOURS];
+        if (descheduled(d, wall_ns, off_ns, median_off(d->summary_recent_off, d->nsummary_recent, NULL, 0))) {
+            d->rejected++;
+        } else {
+            int64_t usual = median_off(d->neighbours_off, d->nneighbours, NULL, 0);
+            int n = keep_scheduled(d, d->neighbours, d->neighbours_off, d->nneighbours, usual, kept);
+            if (n >= 2) d->samples[d->nsamples++] = median_i64(kept, n) / (double)wall_ns - 1;
+        }
     }
     if (!was_detail) d->nneighbours = d->neighbour_next = 0; /* neighbours are the steps since */
     if (step % d->period == d->period - 1) {
         int n = d->nsamples;
         d->nsamples = 0;
-        if (n * 2 >= PB_DETAIL_SAMPLES) estimate(d, upper_median(d->samples, n, NULL));
+        if (n >= PB_DETAIL_MIN_SAMPLES) {
+            set_spread(d, d->samples, n);
+            estimate(d, upper_median(d->samples, n, NULL));
+        }
     }
 }
 
-static void windows_step_done(pb_detail *d, int64_t step, int64_t wall_ns, int was_detail, int measured)
+static void windows_step_done(pb_detail *d, int64_t step, int64_t wall_ns, int64_t off_ns, int was_detail,
+                              int measured)
 {
     if (was_detail) {
-        if (measured && d->nwindow < PB_DETAIL_MAX_WINDOW) d->window_walls[d->nwindow++] = wall_ns;
+        if (measured && d->nwindow < PB_DETAIL_MAX_WINDOW) {
+            d->window_off[d->nwindow] = off_ns;
+            d->window_walls[d->nwindow++] = wall_ns;
+        }
     } else if (measured) {
         d->summary_walls[d->summary_next] = wall_ns;
+        d->summary_off[d->summary_next] = off_ns;
         d->summary_next = (int)((d->summary_next + 1) % d->window);
         if (d->nsummary < d->window) d->nsummary++;
     }
     if (was_detail && step % d->period == d->window - 1) {
-        int usable = step >= PB_DETAIL_WARMUP && d->nwindow * 2 >= d->window && d->nsummary * 2 >= d->window;
-        double base = usable ? median_i64(d->summary_walls, d->nsummary) : 0;
-        double c = base > 0 ? median_i64(d->window_walls, d->nwindow) / base - 1 : 0;
+        int64_t summary[PB_DETAIL_MAX_WINDOW], window[PB_DETAIL_MAX_WINDOW];
+        int nsummary = keep_scheduled(d, d->summary_walls, d->summary_off, d->nsummary,
+                                      median_off(d->summary_off, d->nsummary, NULL, 0), summary);
+        int nwindow = keep_scheduled(d, d->window_walls, d->window_off, d->nwindow,
+                                     median_off(d->window_off, d->nwindow, NULL, 0), window);
+        int usable = step >= PB_DETAIL_WARMUP && nwindow * 2 >= d->window && nsummary * 2 >= d->window;
+        double base = usable ? median_i64(summary, nsummary) : 0;
         d->nwindow = 0;
         d->nsummary = d->summary_next = 0; /* the next window compares with the steps before it */
-        if (base > 0) estimate(d, c);
+        if (base > 0) {
+            double each[PB_DETAIL_MAX_WINDOW];
+            for (int i = 0; i < nwindow; i++) each[i] = (double)window[i] / base - 1;
+            set_spread(d, each, nwindow);
+            estimate(d, median_i64(window, nwindow) / base - 1);
+        }
     }
 }
 
-void pb_detail_step_done(pb_detail *d, int64_t step, int64_t wall_ns, int was_detail, int measured)
+void pb_detail_step_done(pb_detail *d, int64_t step, int64_t wall_ns, int64_t cpu_ns, int was_detail, int measured)
 {
     if (step < 0) return;
-    if (d->mode == PB_DETAIL_EVERY_STEP) every_step_done(d, step, wall_ns, was_detail, measured);
-    else if (d->period > d->window) windows_step_done(d, step, wall_ns, was_detail, measured); /* else all detail */
+    int64_t off_ns = cpu_ns < 0 ? -1 : wall_ns > cpu_ns ? wall_ns - cpu_ns : 0;
+    if (d->mode == PB_DETAIL_EVERY_STEP) every_step_done(d, step, wall_ns, off_ns, was_detail, measured);
+    else if (d->period > d->window) windows_step_done(d, step, wall_ns, off_ns, was_detail, measured); /* else all detail */
 }
 
 double pb_detail_average_cost(const pb_detail *d)

@@ -28,6 +28,20 @@
  * largest. `cost` shows the estimate the mode followed. Samples from the first 32 steps are
  * warm-up and not taken.
  *
+ * A busy machine must not fool the estimate: a step in which the training thread was descheduled
+ * (other processes ran on its core) is longer for reasons of its own. So each step also comes with
+ * the training thread's CPU time (CLOCK_THREAD_CPUTIME_ID), and its off-CPU time (wall - CPU:
+ * waiting for the GPU, data, locks, or the run queue) is compared with the median off-CPU time
+ * of the steps of its kind it is compared with (detail steps with the other detail steps,
+ * summary steps with the last summary steps): a step with more than PB_DETAIL_DESCHEDULED_SHARE
+ * of the budget (of its wall time) off-CPU beyond that median is descheduled and takes no part in
+ * the comparison. A cost of detail is in every detail step, whether CPU time or off-CPU time (the
+ * GIL hand-offs of Python-level probes), so it is not rejected this way; descheduling hits some
+ * steps and not others. A machine so busy that every step waits differently gives fewer
+ * samples, not wrong ones. `rejected` counts
+ * such steps; `spread_lo` and `spread_hi` are the quartiles of the per-step samples behind the
+ * latest estimate.
+ *
  * Spacings and periods are powers of two, a spacing is never under 2 * window and changes take
  * effect at a period's end, so the ranks of a job agree on which steps are detail steps: whatever
  * modes and periods two ranks settle on, the detail steps of the one recording less are detail
@@ -51,10 +65,12 @@
 #define PB_DETAIL_MIN_SPACING 16      /* every step: one summary step per this many, at first */
 #define PB_DETAIL_MAX_SPACING 128     /* ... and at most (8 of every 1,024 steps) */
 #define PB_DETAIL_SAMPLES 8           /* every step: samples per period */
+#define PB_DETAIL_MIN_SAMPLES 3       /* every step: the fewest a period's estimate is made from */
 #define PB_DETAIL_NEIGHBOURS 4        /* every step: detail steps a summary step is compared with */
 #define PB_DETAIL_WARMUP 32           /* no sample from steps before this */
 #define PB_DETAIL_ESTIMATES 3         /* estimates kept */
 #define PB_DETAIL_DEFAULT_BUDGET_PCT 3.0
+#define PB_DETAIL_DESCHEDULED_SHARE 0.5 /* off-CPU beyond the group's least, as a share of the budget */
 
 typedef enum pb_detail_mode {
     PB_DETAIL_EVERY_STEP = 0, /* automatic: every step but one per `spacing` */
@@ -72,15 +88,17 @@ typedef struct pb_detail {
     int64_t window;     /* detail steps per period (every step: period - PB_DETAIL_SAMPLES) */
     double budget;      /* fraction of step time detail may cost on average (automatic mode) */
 
-    /* every step: the last detail walls, and the samples of this period */
-    int64_t neighbours[PB_DETAIL_NEIGHBOURS];
+    /* every step: the last detail walls (and their off-CPU times), and the samples of this period */
+    int64_t neighbours[PB_DETAIL_NEIGHBOURS], neighbours_off[PB_DETAIL_NEIGHBOURS];
     int nneighbours, neighbour_next;
+    int64_t summary_recent_off[PB_DETAIL_NEIGHBOURS]; /* off-CPU times of the last summary steps */
+    int nsummary_recent, summary_recent_next;
     double samples[PB_DETAIL_MAX_WINDOW];
     int nsamples;
     /* windows: the walls of the summary steps before the window, and of the window */
-    int64_t summary_walls[PB_DETAIL_MAX_WINDOW];
+    int64_t summary_walls[PB_DETAIL_MAX_WINDOW], summary_off[PB_DETAIL_MAX_WINDOW];
     int nsummary, summary_next;
-    int64_t window_walls[PB_DETAIL_MAX_WINDOW];
+    int64_t window_walls[PB_DETAIL_MAX_WINDOW], window_off[PB_DETAIL_MAX_WINDOW];
     int nwindow;
 
     double estimates[PB_DETAIL_ESTIMATES]; /* newest last */
@@ -88,6 +106,8 @@ typedef struct pb_detail {
     double cost;      /* the estimate the mode and period were set from; < 0 when none yet */
     int64_t estimated; /* estimates made */
     int64_t switches;  /* changes between every step and windows */
+    int64_t rejected;  /* steps left out of comparisons as descheduled */
+    double spread_lo, spread_hi; /* quartiles of the samples of the latest estimate */
 } pb_detail;
 
 /* Sets d up. every: NULL, "" or "auto" for the automatic mode, "windows" for automatic windows
@@ -105,9 +125,11 @@ static inline int pb_detail_on(const pb_detail *d, int64_t step)
     return step % d->period < d->window;
 }
 
-/* Step `step` ended after wall_ns; was_detail: it was recorded in detail; measured: 0 when the
- * step must not count as a measurement (a capture ran in it). May change the mode and period. */
-void pb_detail_step_done(pb_detail *d, int64_t step, int64_t wall_ns, int was_detail, int measured);
+/* Step `step` ended after wall_ns, of which the training thread ran cpu_ns on a CPU (< 0: not
+ * known, no step is then found descheduled); was_detail: it was recorded in detail; measured: 0
+ * when the step must not count as a measurement (a capture ran in it). May change the mode and
+ * period. */
+void pb_detail_step_done(pb_detail *d, int64_t step, int64_t wall_ns, int64_t cpu_ns, int was_detail, int measured);
 
 /* The average share of step time detail costs under the current mode and period, from the
  * current estimate: cost * window / period; < 0 when there is no estimate. */

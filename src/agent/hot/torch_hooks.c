@@ -77,6 +77,7 @@ static int detail_measured; /* no capture ran in the current step: it counts for
 static _Atomic int64_t shown_period, shown_window, shown_cost_ppm = -1, shown_budget_pct_e6;
 static _Atomic int shown_automatic, shown_windows_only, shown_every_step, shown_now;
 static _Atomic int64_t shown_steps;
+static _Atomic int64_t shown_spread_lo_ppm, shown_spread_hi_ppm, shown_rejected;
 
 static void show_detail(void)
 {
@@ -90,6 +91,9 @@ static void show_detail(void)
     atomic_store_explicit(&shown_every_step, detail_policy.mode == PB_DETAIL_EVERY_STEP, memory_order_relaxed);
     atomic_store_explicit(&shown_steps, detail_policy.steps, memory_order_relaxed);
     atomic_store_explicit(&shown_now, detail, memory_order_relaxed);
+    atomic_store_explicit(&shown_spread_lo_ppm, (int64_t)(detail_policy.spread_lo * 1e6), memory_order_relaxed);
+    atomic_store_explicit(&shown_spread_hi_ppm, (int64_t)(detail_policy.spread_hi * 1e6), memory_order_relaxed);
+    atomic_store_explicit(&shown_rejected, detail_policy.rejected, memory_order_relaxed);
 }
 
 
@@ -407,11 +411,21 @@ static mod_entry *discover(PyObject *mod, pb_tstate *ts, mod_entry *fallback)
 
 
 
+/* The training thread's CPU time at the last step boundary, and which thread that was: the
+ * step's CPU time tells the detail policy whether the step was descheduled (detail.h). */
+static int64_t step_start_cpu_ns = -1;
+static unsigned long step_cpu_thread;
+
 static void end_step(int64_t now)
 {
     int64_t done = atomic_load_explicit(&pb_step_number, memory_order_relaxed), wall = now - pb_step_start_ns;
+    int64_t cpu_now = pb_thread_cpu_ns(), cpu = -1;
+    unsigned long thread = PyThread_get_thread_ident();
+    if (cpu_now >= 0 && step_start_cpu_ns >= 0 && thread == step_cpu_thread) cpu = cpu_now - step_start_cpu_ns;
+    step_start_cpu_ns = cpu_now;
+    step_cpu_thread = thread;
     pb_collect_step_end(done, wall, detail);
-    pb_detail_step_done(&detail_policy, done, wall, detail, detail_measured && !pb_capture_ranges);
+    pb_detail_step_done(&detail_policy, done, wall, cpu, detail, detail_measured && !pb_capture_ranges);
     atomic_fetch_add_explicit(&pb_step_number, 1, memory_order_relaxed);
     pb_step_start_ns = now;
     pb_step_seq = 0;
@@ -1027,4 +1041,7 @@ void pb_torch_detail(pb_torch_detail_info *out)
     out->budget_pct = (double)atomic_load_explicit(&shown_budget_pct_e6, memory_order_relaxed) / 1e6;
     int64_t ppm = atomic_load_explicit(&shown_cost_ppm, memory_order_relaxed);
     out->cost = ppm < 0 ? -1 : (double)ppm / 1e6;
+    out->spread_lo = (double)atomic_load_explicit(&shown_spread_lo_ppm, memory_order_relaxed) / 1e6;
+    out->spread_hi = (double)atomic_load_explicit(&shown_spread_hi_ppm, memory_order_relaxed) / 1e6;
+    out->rejected = atomic_load_explicit(&shown_rejected, memory_order_relaxed);
 }

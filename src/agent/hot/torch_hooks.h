@@ -47,6 +47,8 @@ typedef struct pb_torch_detail_info {
     int64_t period, window, steps; /* steps: PROBING_DETAIL_STEPS */
     double budget_pct;
     double cost;     /* measured cost of a detail step (fraction of a summary step); < 0 none yet */
+    double spread_lo, spread_hi; /* quartiles of the samples behind `cost` (detail.h) */
+    int64_t rejected; /* steps left out of the comparisons as descheduled */
 } pb_torch_detail_info;
 
 /* [any thread] */

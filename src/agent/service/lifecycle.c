@@ -145,6 +145,17 @@ static int info_json(void *ctx, pb_buf *out)
         pb_jsonw_key(&w, "cost");
         if (d.cost < 0) pb_jsonw_null(&w);
         else pb_jsonw_double(&w, d.cost);
+        pb_jsonw_key(&w, "spread"); /* quartiles of the samples behind cost */
+        if (d.cost < 0) {
+            pb_jsonw_null(&w);
+        } else {
+            pb_jsonw_arr_begin(&w);
+            pb_jsonw_double(&w, d.spread_lo);
+            pb_jsonw_double(&w, d.spread_hi);
+            pb_jsonw_arr_end(&w);
+        }
+        pb_jsonw_key(&w, "descheduled"); /* steps the estimate left out */
+        pb_jsonw_int(&w, d.rejected);
         pb_jsonw_key(&w, "now");
         pb_jsonw_bool(&w, d.now);
         pb_jsonw_key(&w, "backward"); /* how backward nodes are timed (torch_hooks.h) */
@@ -153,6 +164,18 @@ static int info_json(void *ctx, pb_buf *out)
     } else {
         pb_jsonw_null(&w);
     }
+    /* which measurement paths are active, in words (`probing doctor` says what enables them) */
+    char nvml[400];
+    pb_sysmon_nvml_status(nvml, sizeof nvml);
+    pb_jsonw_key(&w, "paths");
+    pb_jsonw_obj_begin(&w);
+    pb_jsonw_key(&w, "backward");
+    pb_jsonw_str(&w, d.installed ? pb_torch_backward_probes() : "torch hooks not installed (torch not imported)");
+    pb_jsonw_key(&w, "gil");
+    pb_jsonw_str(&w, pb_gil_status());
+    pb_jsonw_key(&w, "nvml");
+    pb_jsonw_str(&w, nvml);
+    pb_jsonw_obj_end(&w);
     pb_jsonw_key(&w, "version");
     pb_jsonw_str(&w, PB_VERSION);
     return pb_jsonw_obj_end(&w);
