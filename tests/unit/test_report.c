@@ -1173,6 +1173,29 @@ static void test_leak_projection(void)
     CHECK_STR(severity(doc, "memory_growth"), "ok", "filled caches, then flat: no leak");
     json_decref(doc);
 
+    /* A short run's leak (issue 28): 36 steps of 100 ms at +0.35 MB each, ~15 min from the
+     * limit. Under 16 MB in all, yet never "no steady memory growth" beside its own numbers. */
+    fresh_now();
+    for (int s = 0; s < 36; s++)
+        step_now(s, 100, 0.1, 30, 40, 5, 0, 32, 1, "cpu", 2000 + 0.35 * s, 5160);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "warning", "short leak near the limit: a warning");
+    CHECK(strstr(claim(doc, "memory_growth"), "memory climbs steadily: +0.35 MB/step") != NULL,
+          "short leak: the claim gives the pace");
+    CHECK(strstr(claim(doc, "memory_growth"), "out of memory in ~15 min") != NULL,
+          "short leak: and the time left");
+    CHECK_STR(primary(doc), "memory_growth", "short leak: the primary finding");
+    json_decref(doc);
+
+    fresh_now(); /* the same short climb with a terabyte to go: too few steps to tell */
+    for (int s = 0; s < 36; s++)
+        step_now(s, 100, 0.1, 30, 40, 5, 0, 32, 1, "cpu", 2000 + 0.35 * s, 1e6);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "info", "short climb, limit far: info");
+    CHECK(strstr(claim(doc, "memory_growth"), "too few steps to tell") != NULL,
+          "short climb, limit far: too few steps to tell");
+    json_decref(doc);
+
     double x[6] = {0, 1, 2, 3, 4, 5}, y[6] = {1, 3, 5, 7, 9, 100}, m, b, r2;
     pb__report_theil_sen(x, y, 6, &m, &b, &r2);
     CHECK(m == 2 && b == 1, "Theil-Sen: one wild point does not tilt the line");
