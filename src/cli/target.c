@@ -108,9 +108,36 @@ static int is_recording(const char *s)
     return n == (ssize_t)sizeof header && memcmp(header, "SQLite format 3", 16) == 0;
 }
 
+/* A name a user gives a recording (run.db, run.sqlite): such a target that is not a recording
+ * gets a file's error ("no such file"), not a socket's or an address's. */
+static int is_recording_name(const char *s)
+{
+    return ends_with(s, ".db") || ends_with(s, ".sqlite") || ends_with(s, ".sqlite3");
+}
+
 int pb_target_looks_like(const char *s)
 {
-    return pb_target_is_pid(s) || strchr(s, ':') || is_path_spec(s) || is_recording(s);
+    return pb_target_is_pid(s) || strchr(s, ':') || is_path_spec(s) || is_recording(s) ||
+           is_recording_name(s);
+}
+
+/* A recording's name that is no recording: missing, unreadable, or another kind of file. Returns
+ * the exit status of the error printed, or 0 for a socket so named (an agent after all). */
+static int recording_name_error(const char *spec)
+{
+    struct stat st;
+    if (stat(spec, &st) != 0) {
+        if (errno == ENOENT)
+            return pb_cli_error("no such file: %s (a recording is written by 'probing run -o %s "
+                                "-- <command>' or 'probing <pid> record -o %s')",
+                                spec, spec, spec);
+        return pb_cli_error("cannot read %s: %s", spec, strerror(errno));
+    }
+    if (S_ISSOCK(st.st_mode)) return 0;
+    if (S_ISDIR(st.st_mode)) return pb_cli_error("%s is a directory, not a recording", spec);
+    if (access(spec, R_OK) != 0) return pb_cli_error("cannot read %s: %s", spec, strerror(errno));
+    return pb_cli_error("%s is not a recording: it does not start with SQLite's header (recordings "
+                        "are written by 'probing run -o FILE.db')", spec);
 }
 
 int pb_target_pid_alive(pid_t pid)
@@ -297,6 +324,10 @@ int pb_target_resolve(const char *spec, pb_target *t)
         snprintf(t->file_path, sizeof t->file_path, "%s", spec);
         snprintf(t->url_base, sizeof t->url_base, "file:");
         return 0;
+    }
+    if (is_recording_name(spec)) {
+        int rc = recording_name_error(spec);
+        if (rc) return rc;
     }
     if (strncmp(spec, "http://", 7) != 0 && is_path_spec(spec)) return resolve_path(spec, t);
     return resolve_tcp(spec, t);
