@@ -140,20 +140,46 @@ static int recording_name_error(const char *spec)
                         "are written by 'probing run -o FILE.db')", spec);
 }
 
-int pb_target_pid_alive(pid_t pid)
+/* The state letter of /proc/<pid>/stat; 0 when absent, '?' when present but unreadable. */
+static char read_pid_state(pid_t pid)
 {
     char path[64], stat_line[512];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT ? 0 : 1; /* unreadable but present: call it alive */
+    if (fd < 0) return errno == ENOENT ? 0 : '?';
     ssize_t n = read(fd, stat_line, sizeof stat_line - 1);
     close(fd);
     if (n <= 0) return 0;
     stat_line[n] = '\0';
     /* "pid (comm) S ...": the state follows the last ')' (comm may contain parentheses). */
     const char *p = strrchr(stat_line, ')');
-    if (p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X')) return 0;
-    return 1;
+    return p && p[1] == ' ' && p[2] ? p[2] : '?';
+}
+
+int pb_target_pid_alive(pid_t pid)
+{
+    char state = read_pid_state(pid);
+    return state && state != 'Z' && state != 'X'; /* unreadable but present: call it alive */
+}
+
+char pb_target_pid_state(pid_t pid)
+{
+    char state = read_pid_state(pid);
+    return state == '?' ? 0 : state;
+}
+
+const char *pb_target_state_text(char state)
+{
+    switch (state) {
+    case 0: return "";
+    case 'R': return "running (state R)";
+    case 'S': return "sleeping (state S)";
+    case 'D': return "waiting in the kernel (state D)";
+    case 'T': return "stopped (state T: SIGSTOP or Ctrl-Z; kill -CONT resumes it)";
+    case 't': return "stopped by a debugger (state t)";
+    case 'Z': case 'X': return "gone (a zombie: it exited, its parent has not reaped it)";
+    default: return "in an unusual state";
+    }
 }
 
 void pb_target_cmdline(pid_t pid, char *out, size_t outlen, size_t max_chars)
