@@ -1225,16 +1225,56 @@ static void test_grad_sync(void)
  * with a small share. */
 static void test_periodic(void)
 {
+    /* The evaluation steps also took the validation loader's batches (2048 samples more, as
+     * Lightning's validation every 40 batches): the evidence for "an evaluation pass"; the
+     * batch size and throughput are the training steps' (issue 28). */
     fresh_now();
+    double wall = 0;
     for (int s = 0; s < 200; s++) {
         int eval = s % 40 == 39;
-        step_now(s, eval ? 1200 : 20, 0.2, eval ? 1185 : 6, 9, 2, 0, 32, 1, "cpu", 500, 24000);
+        step_now(s, eval ? 1200 : 20, 0.2, eval ? 1185 : 6, 9, 2, 0, eval ? 32 + 2048 : 32, 1,
+                 "cpu", 500, 24000);
     }
     json_t *doc = build(0, NULL);
     CHECK_STR(primary(doc), "outlier_steps", "eval: the slow steps are the headline");
     CHECK(finding_num(doc, "outlier_steps", "period_steps") == 40, "eval: period 40");
-    CHECK(strstr(claim(doc, "outlier_steps"), "an evaluation pass") != NULL,
-          "eval: forwards without backward");
+    CHECK(strstr(claim(doc, "outlier_steps"),
+                 "over 2048 more samples than a training step: an evaluation pass") != NULL,
+          "eval: forwards without backward, with the evaluation's batches as evidence");
+    json_t *base = json_object_get(doc, "baseline");
+    CHECK(json_number_value(json_object_get(base, "batch_size")) == 32,
+          "eval: the batch size is the training batch, not inflated by the validation batches");
+    wall = 0;
+    {
+        json_t *rows = NULL;
+        char *err = NULL;
+        size_t warm = (size_t)json_integer_value(json_object_get(base, "warmup_steps"));
+        char sql[256];
+        snprintf(sql, sizeof sql, "SELECT SUM(wall) AS w, COUNT(*) AS n FROM python.steps WHERE "
+                 "step >= %zu", warm);
+        query_sqlite(NULL, sql, &rows, &err);
+        double w = json_number_value(json_object_get(json_array_get(rows, 0), "w"));
+        double n = json_number_value(json_object_get(json_array_get(rows, 0), "n"));
+        wall = 32 * n / w;
+        json_decref(rows);
+        free(err);
+    }
+    double per_s = json_number_value(json_object_get(base, "samples_per_s"));
+    CHECK(per_s > wall * 0.999 && per_s < wall * 1.001,
+          "eval: throughput counts 32 training samples per step over the whole wall time");
+    CHECK(json_integer_value(json_object_get(base, "steps_with_extra_samples")) >= 4,
+          "eval: the evaluation steps are counted at the batch size");
+    json_decref(doc);
+
+    fresh_now(); /* the same slow forwards without extra batches: no evaluation claimed */
+    for (int s = 0; s < 200; s++) {
+        int slow = s % 40 == 39;
+        step_now(s, slow ? 1200 : 20, 0.2, slow ? 1185 : 6, 9, 2, 0, 32, 1, "cpu", 500, 24000);
+    }
+    doc = build(0, NULL);
+    CHECK(strstr(claim(doc, "outlier_steps"), "evaluation pass") == NULL &&
+              strstr(claim(doc, "outlier_steps"), "not shown to be an evaluation") != NULL,
+          "slow forwards without extra batches: no evaluation claimed without its evidence");
     json_decref(doc);
 
     fresh_now();
