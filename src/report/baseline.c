@@ -332,6 +332,48 @@ static double extra_samples_of(const pb__report *r, int kind, const size_t *slow
     return extra;
 }
 
+/* The machine's, not the job's: in the slow steps (window indexes slow[0..nslow)) the training
+ * thread got under MACHINE_CPU_SHARE of the CPU time per second of wall time it got in the
+ * other timing steps of the same kind, and the kernel descheduled it for other threads more
+ * often (python.steps.cpu and involuntary_switches, medians). A step blocked in its own waits
+ * (data, I/O, a sleep, a lock) also runs less, but gives up the CPU itself: its involuntary
+ * switches do not grow. m receives {slow share, other share, slow switches, other switches}.
+ * Returns 1 when the evidence is there. */
+#define MACHINE_CPU_SHARE 0.5
+
+static int descheduled(const pb__report *r, int kind, const size_t *slow, size_t nslow,
+                       double m[4])
+{
+    size_t cap = r->count + 1, ns = 0, nr = 0, at = 0;
+    double *v[4];
+    int found = 0;
+    for (int k = 0; k < 4; k++) v[k] = malloc(cap * sizeof *v[k]);
+    memset(m, 0, 4 * sizeof *m);
+    for (size_t i = r->warmup; v[0] && v[1] && v[2] && v[3] && i < r->count; i++) {
+        const pb__step_row *s = &r->steps[i];
+        if (!pb__report_timing_step(r, i) || (kind >= 0 && s->detail != kind)) continue;
+        while (at < nslow && slow[at] < i) at++;
+        if (!s->has_cpu || !(s->wall > 0)) continue;
+        if (at < nslow && slow[at] == i) {
+            v[0][ns] = s->cpu / s->wall;
+            v[2][ns++] = s->switches;
+        } else {
+            v[1][nr] = s->cpu / s->wall;
+            v[3][nr++] = s->switches;
+        }
+    }
+    if (ns && nr >= 3) {
+        for (int k = 0; k < 4; k++) {
+            size_t c = k % 2 ? nr : ns;
+            qsort(v[k], c, sizeof *v[k], pb__report_cmp_double);
+            m[k] = pb__report_percentile(v[k], c, 50);
+        }
+        found = m[1] > 0 && m[0] < MACHINE_CPU_SHARE * m[1] && m[2] > m[3];
+    }
+    for (int k = 0; k < 4; k++) free(v[k]);
+    return found;
+}
+
 /* Slow steady steps: every timing step over SLOW_FACTOR x their median, whether their step
  * numbers repeat with a period, their share of the wall time, and which part of the step grew
  * in them. Over OUTLIER_FACTOR x the median they are also left out of the bottleneck's means.
@@ -400,11 +442,14 @@ void pb__report_slow_steps(pb__report *r)
      * step's (python.steps.samples, which every step has), e.g. Lightning's validation loader. */
     double extra_samples = extra_samples_of(r, kind, slow, nslow);
     int evaluation = grew == 0 && extra_samples > 0;
+    double mach[4];
+    int machine = !evaluation && descheduled(r, kind, slow, nslow, mach);
     double share = total > 0 ? slow_wall / total : 0;
     /* one or two slow steps without a period are a one-off (a GC pause, the machine), not a
      * pattern of the program; without a period they can be the machine's (other processes on
      * the cores), so never more than a warning */
-    const char *severity = !periodic && nslow < PERIOD_MIN ? "info"
+    const char *severity = machine ? "info"
+                           : !periodic && nslow < PERIOD_MIN ? "info"
                            : share >= SLOW_CRITICAL_SHARE && periodic ? "critical"
                            : share >= SLOW_WARNING_SHARE              ? "warning"
                                                                       : "info";
@@ -419,6 +464,13 @@ void pb__report_slow_steps(pb__report *r)
     json_object_set_new(nums, "grew", json_string(part_key[grew]));
     json_object_set_new(nums, "grew_s", pb__report_real(delta[grew]));
     json_object_set_new(nums, "extra_samples", pb__report_real(extra_samples));
+    json_object_set_new(nums, "machine", json_boolean(machine));
+    if (machine) {
+        json_object_set_new(nums, "cpu_share_slow", pb__report_real(mach[0]));
+        json_object_set_new(nums, "cpu_share_other", pb__report_real(mach[1]));
+        json_object_set_new(nums, "involuntary_switches_slow", pb__report_real(mach[2]));
+        json_object_set_new(nums, "involuntary_switches_other", pb__report_real(mach[3]));
+    }
     char sql[SQL_MAX];
     if (r->from_steps_table)
         pb__report_sqlf(sql,
@@ -450,9 +502,24 @@ void pb__report_slow_steps(pb__report *r)
             "step %lld, took %.1fx; in them %s takes %.3g ms more",
             nslow, nslow == 1 ? "" : "s", OUTLIER_FACTOR, 100 * share, r->steps[worst].step,
             r->steps[worst].wall / median, grew_text, 1e3 * delta[grew]);
+    if (machine) {
+        /* The part that grew is where the thread was when the kernel took its core: not a
+         * cause. */
+        free(claim);
+        claim = pb__report_textf(
+            "%zu steady step%s took over %.1fx the median (%.0f%% of the wall time): the "
+            "machine's, not the job's: in them the training thread ran %.0f%% of the wall time "
+            "(%.0f%% in the other steps) and the kernel descheduled it %.0f times a step (%.0f "
+            "in the others): other processes had its core",
+            nslow, nslow == 1 ? "" : "s", periodic ? SLOW_FACTOR : OUTLIER_FACTOR, 100 * share,
+            100 * mach[0], 100 * mach[1], mach[2], mach[3]);
+    }
     pb__report_finding(
         r, "outlier_steps", "baseline", severity, claim, nums, sql,
-        evaluation ? "Evaluate less often or on fewer batches, or run evaluation in its own "
+        machine ? "Nothing to change in the job for these steps: the median and p95 above "
+                  "describe it; compare runs on a quiet machine, or give the job its own cores "
+                  "(taskset, cgroup cpusets) (docs/report.md, \"Slow steps\")."
+        : evaluation ? "Evaluate less often or on fewer batches, or run evaluation in its own "
                     "process; the median and p95 above describe the training steps only "
                     "(docs/report.md, \"Slow steps\")."
         : grew == 5 ? "Checkpoint less often, or save asynchronously (copy the state_dict, "

@@ -1201,6 +1201,54 @@ static void test_leak_projection(void)
     CHECK(m == 2 && b == 1, "Theil-Sen: one wild point does not tilt the line");
 }
 
+/* A busy machine (issue 28): steps stretched because the kernel gave the training thread's core
+ * to other processes (CPU time far below wall, many involuntary switches) are the machine's,
+ * said so at info, never the primary finding; the same slow steps with the thread blocked in
+ * its own wait (few involuntary switches) stay the job's. */
+static void machine_run(int descheduled_steps)
+{
+    static const int slow[] = {23, 31, 47, 58, 66, 79, 91, 104, 117, 129, 142, 153, 168, 177, 191};
+    fresh(1);
+    exec("CREATE TABLE python.steps (step INTEGER, wall REAL, data_wait REAL, forward REAL,"
+         " backward REAL, optimizer REAL, collectives REAL, grad_sync REAL, other REAL,"
+         " samples INTEGER, syncs INTEGER, rank INTEGER, batches INTEGER, detail INTEGER,"
+         " cpu REAL, involuntary_switches INTEGER)");
+    for (int st = 0; st < 200; st++) {
+        int is_slow = 0;
+        for (size_t k = 0; k < sizeof slow / sizeof slow[0]; k++) is_slow |= slow[k] == st;
+        double wall = is_slow ? 0.120 : 0.020, fwd = is_slow ? 0.106 : 0.006;
+        char sql[512];
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO python.steps VALUES (%d, %.6f, 0.0002, %.6f, 0.009, 0.002, 0, 0,"
+                 " %.6f, 32, 0, 0, 1, 0, %.6f, %d)",
+                 st, wall, fwd, wall - 0.0002 - fwd - 0.011, is_slow ? 0.017 : 0.018,
+                 is_slow && descheduled_steps ? 40 : 2);
+        exec(sql);
+    }
+}
+
+static void test_machine_noise(void)
+{
+    machine_run(1);
+    json_t *doc = build(0, NULL);
+    CHECK_STR(severity(doc, "outlier_steps"), "info", "descheduled steps: info");
+    CHECK(strcmp(primary(doc), "outlier_steps") != 0, "descheduled steps: not the primary finding");
+    CHECK(strstr(claim(doc, "outlier_steps"), "the machine's, not the job's: in them the training "
+                                              "thread ran 14% of the wall time (90% in the other "
+                                              "steps) and the kernel descheduled it 40 times a "
+                                              "step (2 in the others)") != NULL,
+          "descheduled steps: the claim gives the evidence");
+    CHECK(strstr(claim(doc, "outlier_steps"), "evaluation") == NULL,
+          "descheduled steps: no evaluation claimed");
+    json_decref(doc);
+
+    machine_run(0); /* the same steps blocked in the job's own wait: the job's */
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "outlier_steps"), "warning", "blocked steps: still the job's, a warning");
+    CHECK(strstr(claim(doc, "outlier_steps"), "machine") == NULL, "blocked steps: not the machine");
+    json_decref(doc);
+}
+
 /* DDP's gradient all-reduce is communication; a single 2-rank job of the same shape without
  * it is not flagged. */
 static void test_grad_sync(void)
@@ -1418,6 +1466,7 @@ int main(void)
     test_load_imbalance();
     test_host_time();
     test_leak_projection();
+    test_machine_noise();
     test_grad_sync();
     test_periodic();
     test_causes_throughput_sample();
