@@ -32,6 +32,7 @@
 #define MB (1024.0 * 1024.0)
 #define LEAK_MIN_STEPS 5
 #define LEAK_MIN_GROWTH_MB 16.0 /* growth over the fitted steps below this is allocator noise */
+#define LEAK_SHORT_GROWTH_MB 4.0 /* a steady climb under LEAK_MIN_GROWTH_MB warns from here */
 #define LEAK_MIN_R2 0.9         /* a steady climb: the robust line explains it */
 #define LEAK_SETTLE 0.1         /* share of the steady steps left out of the fit (caches fill) */
 #define LEAK_CRITICAL_H 6.0     /* out of memory sooner than this: critical */
@@ -654,9 +655,11 @@ void pb__report_memory_growth(pb__report *r)
     } else if (steady && growth > 0) {
         /* A steady climb still below LEAK_MIN_GROWTH_MB: a short run's leak looks like this
          * (36 steps at 0.35 MB each), and so do caches still filling. Never "no growth" beside
-         * a line that fits: a warning when the limit is near at this pace, else too early to
-         * tell. */
-        int near = !isnan(hours) && hours < LEAK_WARNING_H;
+         * a line that fits: a warning when the limit is near at this pace and the climb is over
+         * LEAK_SHORT_GROWTH_MB, else too early to tell. */
+        /* A warning needs a climb that is more than an allocator's first megabytes: a healthy
+         * 20-step run's RSS climbs +1 MB as steadily (r² 1.00) as a leak does. */
+        int near = !isnan(hours) && hours < LEAK_WARNING_H && growth >= LEAK_SHORT_GROWTH_MB;
         char when[160];
         if (isnan(hours))
             snprintf(when, sizeof when, "the memory available is unknown");
