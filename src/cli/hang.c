@@ -29,6 +29,14 @@
  *   ranks 0-1 are in train.py:27 load_batch      (the stack follows)
  *   rank 2 (node-a, pid 4242) is the odd one: it is in train.py:33 wait_for_lock
  *
+ * A running job is not a hang: when every rank answered and no wait in a collective is as long
+ * as a stall (stall_limit: 10 median steps, at least 5 s), the screen is one line, "nothing is
+ * stuck: ...", with the longest wait; ranks a few milliseconds apart (FSDP's all-gathers) are
+ * never named as what the job waits for. A rank that does not answer is named first; when it
+ * runs on this host its process state (/proc, e.g. T for SIGSTOP) and its stack are read from
+ * outside, and while other ranks wait in a collective it is the rank the job waits for. Stacks
+ * are whole (every frame), so the user's own line under a framework's is there.
+ *
  * When the job has PyTorch's flight recorder on (TORCH_FR_BUFFER_SIZE) and every rank that
  * answered sent a fresh reading of it in /api/rank (job.c), the comparison runs on the
  * recorder's per-group last enqueued / last completed numbers instead (use_flight_recorder),
