@@ -23,6 +23,10 @@ def _probing_example():
             continue
         for attr, inner in list(getattr(value, "__dict__", {}).items()):
             add(f"{name}.{attr}", inner)
+    # a module inside another one (a loop variable left over from `for m in model.modules()`)
+    # is that model's part, not a model
+    inside = {id(sub) for _, m in roots for sub in m.modules() if sub is not m}
+    roots = [(name, m) for name, m in roots if id(m) not in inside]
     if not roots:
         print("no nn.Module among the script's globals (or one level down)")
         return

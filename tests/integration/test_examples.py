@@ -313,7 +313,8 @@ def test_compiled_finds_a_compiled_model_under_any_name(cli, traced):
     another name, a compiled submodule, a model kept in another object."""
     run = traced("resnet_inplace.py", "--steps", 3, "--print-every", 0)
     run.wait_holding()
-    cli.eval(run.target(), "import torch; fast = torch.compile(model, backend='eager')")
+    cli.eval(run.target(), "import torch; fast = torch.compile(model, backend='eager')\n"
+                           "for part in model.modules(): pass")  # a part left in a global
     assert evaluate(cli, run, "compiled.py") == (
         "fast: ResNetSmall, compiled with torch.compile (OptimizedModule)\n")
     cli.eval(run.target(), "del fast, model; "
