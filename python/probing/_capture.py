@@ -20,6 +20,7 @@ stack), so a capture is thousands of rows, not one per op call. See docs/tables.
 (python.torch_ops) for what each column means and how ops are given a module.
 """
 import bisect
+import os
 import sys
 import threading
 import time
@@ -71,12 +72,21 @@ def start(memory, shapes, stack):
             and hasattr(getattr(call, "__wrapped__", None), "__code__"))
     if lent:
         call.__code__ = call.__wrapped__.__code__
+    # Kineto, as it initialises on the process's first profiler start, prints two "USDT: ...
+    # profiler_start / profiler_stop" lines per profile into the job's stderr (at its highest
+    # severity, above its errors). KINETO_LOG_LEVEL=6 silences it; read once, there and then,
+    # so it is set only around that start and only when the program did not set it itself.
+    quiet = "KINETO_LOG_LEVEL" not in os.environ
+    if quiet:
+        os.environ["KINETO_LOG_LEVEL"] = "6"
     try:
         prof.__enter__()
     except BaseException:
         _quietly_stop(prof)  # a start that failed halfway must not leave the profiler on
         raise
     finally:
+        if quiet:
+            os.environ.pop("KINETO_LOG_LEVEL", None)
         if lent:
             del call.__code__
     _profiler = (prof, device, bool(memory), bool(shapes), bool(stack), enter, exit_)

@@ -13,6 +13,7 @@
 #include "clock.h"
 #include "fanout.h"
 #include "format.h"
+#include "target.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,7 +77,13 @@ int cmd_ranks(const pb_cli_args *a)
         } else {
             missing++;
             const char *why = reqs[r].root ? json_string_value(json_object_get(reqs[r].root, "error")) : NULL;
-            if (!e->registered)
+            /* On this host the process itself says whether it is gone: a stopped one (SIGSTOP)
+             * sends no heartbeat and cannot answer, yet it is there. */
+            char pstate = strcmp(e->via, "unix") == 0 && e->pid > 0 ? pb_target_pid_state(e->pid) : 0;
+            if (pstate && pstate != 'Z' && pstate != 'X')
+                snprintf(state, sizeof state, "not answering: its process is %s: %s",
+                         pb_target_state_text(pstate), why ? why : reqs[r].err);
+            else if (!e->registered)
                 snprintf(state, sizeof state, "gone: %s", e->why);
             else if (!reqs[r].usable)
                 snprintf(state, sizeof state, "unreachable: %s", e->why);

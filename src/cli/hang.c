@@ -29,6 +29,14 @@
  *   ranks 0-1 are in train.py:27 load_batch      (the stack follows)
  *   rank 2 (node-a, pid 4242) is the odd one: it is in train.py:33 wait_for_lock
  *
+ * A running job is not a hang: when every rank answered and no wait in a collective is as long
+ * as a stall (stall_limit: 10 median steps, at least 5 s), the screen is one line, "nothing is
+ * stuck: ...", with the longest wait; ranks a few milliseconds apart (FSDP's all-gathers) are
+ * never named as what the job waits for. A rank that does not answer is named first; when it
+ * runs on this host its process state (/proc, e.g. T for SIGSTOP) and its stack are read from
+ * outside, and while other ranks wait in a collective it is the rank the job waits for. Stacks
+ * are whole (every frame), so the user's own line under a framework's is there.
+ *
  * When the job has PyTorch's flight recorder on (TORCH_FR_BUFFER_SIZE) and every rank that
  * answered sent a fresh reading of it in /api/rank (job.c), the comparison runs on the
  * recorder's per-group last enqueued / last completed numbers instead (use_flight_recorder),
@@ -38,6 +46,7 @@
 
 #include "cli.h"
 #include "pystack.h"
+#include "target.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,6 +103,31 @@ static void short_file(const char *file, char *out, size_t outlen)
     snprintf(out, outlen, "%s", slash ? slash + 1 : file);
 }
 
+/* Appends one frame line ("      file:line function") to st->text, grown as needed; the first
+ * frame is also st->top. Returns -1 out of memory. */
+static int add_frame(stack_text *st, size_t *cap, size_t *len, const char *path, int line,
+                     const char *fn)
+{
+    char file[256];
+    short_file(path ? path : "?", file, sizeof file);
+    if (!fn) fn = "?";
+    if (*len == 0) snprintf(st->top, sizeof st->top, "%s:%d %s", file, line, fn);
+    for (;;) {
+        int w = snprintf(st->text + *len, *cap - *len, "      %s:%d %s\n", file, line, fn);
+        if (w < 0) return -1;
+        if ((size_t)w < *cap - *len) {
+            *len += (size_t)w;
+            return 0;
+        }
+        char *bigger = realloc(st->text, *cap * 2);
+        if (!bigger) return -1;
+        st->text = bigger;
+        *cap *= 2;
+    }
+}
+
+/* Every frame of the main thread: the user's own line sits under the framework's (FSDP, a
+ * Lightning loop), so the stack is never cut. */
 static int stack_from_local(int pid, stack_text *st, char *err, size_t errlen)
 {
     pb_pystack *s = NULL;
@@ -109,17 +143,10 @@ static int stack_from_local(int pid, stack_text *st, char *err, size_t errlen)
     if (!main_thread && s->thread_count) main_thread = &s->threads[0];
     size_t cap = 4096, len = 0;
     st->text = calloc(1, cap);
-    for (int f = 0; main_thread && st->text && f < main_thread->frame_count && f < 8; f++) {
-        char file[256];
-        short_file(main_thread->frames[f].file ? main_thread->frames[f].file : "?", file, sizeof file);
-        int w = snprintf(st->text + len, cap - len, "      %s:%d %s\n", file, main_thread->frames[f].line,
-                         main_thread->frames[f].function ? main_thread->frames[f].function : "?");
-        if (f == 0)
-            snprintf(st->top, sizeof st->top, "%s:%d %s", file, main_thread->frames[f].line,
-                     main_thread->frames[f].function ? main_thread->frames[f].function : "?");
-        if (w < 0 || (size_t)w >= cap - len) break;
-        len += (size_t)w;
-    }
+    for (int f = 0; main_thread && st->text && f < main_thread->frame_count; f++)
+        if (add_frame(st, &cap, &len, main_thread->frames[f].file, main_thread->frames[f].line,
+                      main_thread->frames[f].function))
+            break;
     pb_pystack_free(s);
     return 0;
 }
@@ -145,15 +172,10 @@ static int stack_from_answer(json_t *ans, stack_text *st, char *err, size_t errl
     st->text = calloc(1, cap);
     json_t *frames = json_object_get(main_thread, "frames"), *f;
     json_array_foreach(frames, i, f) {
-        if (i >= 8 || !st->text) break;
-        char file[256];
-        short_file(json_string_value(json_object_get(f, "file")) ?: "?", file, sizeof file);
-        const char *fn = json_string_value(json_object_get(f, "function")) ?: "?";
-        int line = (int)json_integer_value(json_object_get(f, "line"));
-        int w = snprintf(st->text + len, cap - len, "      %s:%d %s\n", file, line, fn);
-        if (i == 0) snprintf(st->top, sizeof st->top, "%s:%d %s", file, line, fn);
-        if (w < 0 || (size_t)w >= cap - len) break;
-        len += (size_t)w;
+        if (!st->text || add_frame(st, &cap, &len, json_string_value(json_object_get(f, "file")),
+                                   (int)json_integer_value(json_object_get(f, "line")),
+                                   json_string_value(json_object_get(f, "function"))))
+            break;
     }
     return 0;
 }
@@ -438,7 +460,41 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long dea
 
     int any_hang = 0;
     double wait_limit = stall_limit(reqs, answered, n);
-    for (int k = 0; k < ngroups; k++) {
+    /* A running job: every rank answered and no wait in a collective is as long as a stall
+     * (wait_limit). Ranks a few milliseconds apart are in and out of collectives all the time
+     * (FSDP's all-gathers); a rank that has not entered one yet is then not what anyone waits
+     * for. */
+    double longest_all = -1;
+    int longest_rank = -1;
+    json_t *longest_c = NULL;
+    for (int r = 0; r < n; r++) {
+        json_t *c;
+        size_t i;
+        json_array_foreach(answered[r] ? json_object_get(reqs[r].root, "collectives") : NULL, i, c) {
+            const char *state = json_string_value(json_object_get(c, "state"));
+            double f = json_number_value(json_object_get(c, "for_s"));
+            if (state && strcmp(state, "entered") == 0 && f > longest_all) {
+                longest_all = f;
+                longest_rank = r;
+                longest_c = c;
+            }
+        }
+    }
+    int running = count(answered, n) == n && longest_rank >= 0 && longest_all <= wait_limit;
+    if (running) {
+        char wait[64];
+        if (longest_all < 1) snprintf(wait, sizeof wait, "%.0f ms", longest_all * 1e3);
+        else snprintf(wait, sizeof wait, "%.1f s", longest_all);
+        fprintf(out, "nothing is stuck: the job is running (%d of %d ranks answered); the longest "
+                     "wait in a collective is %s (rank %d in %s #%lld on group %s), under the "
+                     "%.3g s that makes a stall (10 times the median step, at least 5 s)\n",
+                count(answered, n), n, wait, longest_rank,
+                json_string_value(json_object_get(longest_c, "op")) ?: "?",
+                (long long)json_integer_value(json_object_get(longest_c, "seq")),
+                json_string_value(json_object_get(longest_c, "group")) ?: "?", wait_limit);
+        if (sum) json_object_set_new(sum, "longest_wait_s", json_real(longest_all));
+    }
+    for (int k = 0; !running && k < ngroups; k++) {
         long long max_seq = 0;
         for (int r = 0; r < n; r++) {
             json_t *c = answered[r] ? group_of(reqs[r].root, groups[k]) : NULL;
@@ -530,7 +586,7 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long dea
         for (int r = 0; r < n; r++) need_stack[r] |= waiting[r];
     }
     int stalled_outside = 0;
-    if (!any_hang) {
+    if (!any_hang && !running) {
         int na = count(answered, n);
         stall st;
         if (stall_check(reqs, answered, n, &st)) {
@@ -566,6 +622,32 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long dea
         else if (!stack_err[r][0])
             snprintf(stack_err[r], sizeof stack_err[r], "%s", sreqs[r].err);
     }
+    /* The ranks that did not answer: on this host, their process state and stack are read from
+     * outside (a stopped process cannot answer, but its memory can be read); while other ranks
+     * wait in a collective, such a rank is the one the job waits for. */
+    for (int r = 0; r < n; r++) {
+        if (answered[r]) continue;
+        const char *why = reqs[r].root ? json_string_value(json_object_get(reqs[r].root, "error")) : NULL;
+        int local = strcmp(eps[r].via, "unix") == 0 && eps[r].pid > 0;
+        char state = local ? pb_target_pid_state(eps[r].pid) : 0;
+        stack_text lost = {.top = "", .text = NULL};
+        char lost_err[512] = "";
+        if (state && state != 'Z' && state != 'X')
+            stack_from_local(eps[r].pid, &lost, lost_err, sizeof lost_err);
+        char pid_text[32] = "";
+        if (eps[r].pid) snprintf(pid_text, sizeof pid_text, ", pid %d", eps[r].pid);
+        fprintf(out, "rank %d (%s%s) did not answer: %s", r, eps[r].host[0] ? eps[r].host : "host unknown",
+                pid_text, why ? why : reqs[r].err);
+        if (any_hang) fprintf(out, "; the job waits for it");
+        if (local)
+            fprintf(out, "; its process is %s", state ? pb_target_state_text(state) : "gone");
+        if (lost.text && lost.top[0]) fprintf(out, ", in %s\n%s", lost.top, lost.text);
+        else if (lost_err[0]) fprintf(out, "; no stack: %s\n", lost_err);
+        else fprintf(out, "\n");
+        free(lost.text);
+        if (sum) json_array_append_new(json_object_get(sum, "not_answered"), json_integer(r));
+        rc = PB_EXIT_PARTIAL;
+    }
     if (stalled_outside) stall_stacks(eps, reqs, stacks, stack_err, need_stack, n, out, sum);
     /* The odd ranks, each with its stack. */
     for (int r = 0; r < n; r++) {
@@ -590,14 +672,6 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long dea
         fprintf(out, "waiting rank%s %s %s in %s\n%s", count(same, n) > 1 ? "s" : "", list,
                count(same, n) > 1 ? "are" : "is", stacks[r].top, stacks[r].text);
         free(same);
-    }
-    for (int r = 0; r < n; r++) {
-        if (answered[r]) continue;
-        const char *why = reqs[r].root ? json_string_value(json_object_get(reqs[r].root, "error")) : NULL;
-        fprintf(out, "rank %d (%s) did not answer: %s\n", r, eps[r].host[0] ? eps[r].host : "host unknown",
-               why ? why : reqs[r].err);
-        if (sum) json_array_append_new(json_object_get(sum, "not_answered"), json_integer(r));
-        rc = PB_EXIT_PARTIAL;
     }
     if (from_fr)
         fprintf(out, "source: PyTorch's flight recorder (TORCH_FR_BUFFER_SIZE): each process group's "

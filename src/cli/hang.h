@@ -33,7 +33,10 @@ int pb_hang_answered(const pb_fanout_req *asked, int r);
  * rank for as long: then "groups" is empty and the summary adds "no_step_for_s",
  * "median_step_s" and "odd_ranks". "source" says whose sequence numbers were compared:
  * "flight_recorder" (PyTorch's, when every rank that answered sent a fresh reading) or
- * "probing" (the agent's own counters). Returns PB_EXIT_OK, PB_EXIT_PARTIAL when some ranks did
+ * "probing" (the agent's own counters). A running job (every rank answered, no wait as long
+ * as a stall) is one line, "nothing is stuck: ...", with "longest_wait_s" in the summary and
+ * no groups. A rank that did not answer and runs on this host is named with its process state
+ * and its stack, read from outside. Returns PB_EXIT_OK, PB_EXIT_PARTIAL when some ranks did
  * not answer (named in the text), or PB_EXIT_ERROR after printing "out of memory".
  * [main thread] */
 int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long deadline_ms, FILE *out,

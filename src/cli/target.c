@@ -108,25 +108,78 @@ static int is_recording(const char *s)
     return n == (ssize_t)sizeof header && memcmp(header, "SQLite format 3", 16) == 0;
 }
 
-int pb_target_looks_like(const char *s)
+/* A name a user gives a recording (run.db, run.sqlite): such a target that is not a recording
+ * gets a file's error ("no such file"), not a socket's or an address's. */
+static int is_recording_name(const char *s)
 {
-    return pb_target_is_pid(s) || strchr(s, ':') || is_path_spec(s) || is_recording(s);
+    return ends_with(s, ".db") || ends_with(s, ".sqlite") || ends_with(s, ".sqlite3");
 }
 
-int pb_target_pid_alive(pid_t pid)
+int pb_target_looks_like(const char *s)
+{
+    return pb_target_is_pid(s) || strchr(s, ':') || is_path_spec(s) || is_recording(s) ||
+           is_recording_name(s);
+}
+
+/* A recording's name that is no recording: missing, unreadable, or another kind of file. Returns
+ * the exit status of the error printed, or 0 for a socket so named (an agent after all). */
+static int recording_name_error(const char *spec)
+{
+    struct stat st;
+    if (stat(spec, &st) != 0) {
+        if (errno == ENOENT)
+            return pb_cli_error("no such file: %s (a recording is written by 'probing run -o %s "
+                                "-- <command>' or 'probing <pid> record -o %s')",
+                                spec, spec, spec);
+        return pb_cli_error("cannot read %s: %s", spec, strerror(errno));
+    }
+    if (S_ISSOCK(st.st_mode)) return 0;
+    if (S_ISDIR(st.st_mode)) return pb_cli_error("%s is a directory, not a recording", spec);
+    if (access(spec, R_OK) != 0) return pb_cli_error("cannot read %s: %s", spec, strerror(errno));
+    return pb_cli_error("%s is not a recording: it does not start with SQLite's header (recordings "
+                        "are written by 'probing run -o FILE.db')", spec);
+}
+
+/* The state letter of /proc/<pid>/stat; 0 when absent, '?' when present but unreadable. */
+static char read_pid_state(pid_t pid)
 {
     char path[64], stat_line[512];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT ? 0 : 1; /* unreadable but present: call it alive */
+    if (fd < 0) return errno == ENOENT ? 0 : '?';
     ssize_t n = read(fd, stat_line, sizeof stat_line - 1);
     close(fd);
     if (n <= 0) return 0;
     stat_line[n] = '\0';
     /* "pid (comm) S ...": the state follows the last ')' (comm may contain parentheses). */
     const char *p = strrchr(stat_line, ')');
-    if (p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X')) return 0;
-    return 1;
+    return p && p[1] == ' ' && p[2] ? p[2] : '?';
+}
+
+int pb_target_pid_alive(pid_t pid)
+{
+    char state = read_pid_state(pid);
+    return state && state != 'Z' && state != 'X'; /* unreadable but present: call it alive */
+}
+
+char pb_target_pid_state(pid_t pid)
+{
+    char state = read_pid_state(pid);
+    return state == '?' ? 0 : state;
+}
+
+const char *pb_target_state_text(char state)
+{
+    switch (state) {
+    case 0: return "";
+    case 'R': return "running (state R)";
+    case 'S': return "sleeping (state S)";
+    case 'D': return "waiting in the kernel (state D)";
+    case 'T': return "stopped (state T: SIGSTOP or Ctrl-Z; kill -CONT resumes it)";
+    case 't': return "stopped by a debugger (state t)";
+    case 'Z': case 'X': return "gone (a zombie: it exited, its parent has not reaped it)";
+    default: return "in an unusual state";
+    }
 }
 
 void pb_target_cmdline(pid_t pid, char *out, size_t outlen, size_t max_chars)
@@ -307,6 +360,10 @@ int pb_target_resolve(const char *spec, pb_target *t)
         snprintf(t->file_path, sizeof t->file_path, "%s", spec);
         snprintf(t->url_base, sizeof t->url_base, "file:");
         return 0;
+    }
+    if (is_recording_name(spec)) {
+        int rc = recording_name_error(spec);
+        if (rc) return rc;
     }
     if (strncmp(spec, "http://", 7) != 0 && is_path_spec(spec)) return resolve_path(spec, t);
     return resolve_tcp(spec, t);

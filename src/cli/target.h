@@ -62,6 +62,15 @@ int pb_target_scan(const char *dir, pid_t **out);
 /* Returns 1 when the process exists and is not a zombie, else 0. */
 int pb_target_pid_alive(pid_t pid);
 
+/* The state letter of /proc/<pid>/stat ('R' running, 'S' sleeping, 'D' in the kernel, 'T'
+ * stopped by a signal, 't' stopped by a tracer, 'Z' zombie, ...), or 0 when the process does
+ * not exist or its state cannot be read. */
+char pb_target_pid_state(pid_t pid);
+
+/* What a state letter means to a user: "stopped (state T: SIGSTOP or Ctrl-Z; kill -CONT
+ * resumes it)", "running (state R)", ...; "" for 0. Static text. */
+const char *pb_target_state_text(char state);
+
 /* Writes the command line of pid (arguments joined by spaces, control characters replaced)
  * into out, shortened to at most max_chars bytes with a trailing "..." when longer. Writes ""
  * when it cannot be read. */

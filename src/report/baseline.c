@@ -40,21 +40,45 @@ static void set_text(json_t *obj, const char *key, const char *fmt, ...)
 
 /* Samples per step: python.steps.samples (what the loop consumed each step, gradient
  * accumulation and several loaders included), else the DataLoader's batches in the window, else
- * the batch size eval found. Throughput is samples over the time of the same steps. */
+ * the batch size eval found. Throughput is training samples over the time of the same steps.
+ *
+ * A step that also ran an evaluation (Lightning's validation every N batches, a loop's own) took
+ * the evaluation's batches too: its samples are far above the median step's. The batch size is
+ * the median of the steps' samples, and such a step counts as that many training samples
+ * (*extra_steps says how many steps were counted so), so the evaluation's samples neither
+ * inflate the batch size nor the throughput, while its time stays in the wall time. */
+#define EXTRA_SAMPLES_FACTOR 1.5 /* a step with over 1.5x the median samples took extra batches */
+
 static double batch_size_fallback(pb__report *r, const char **source);
 
-static double batch_size(pb__report *r, const char **source, double *per_s)
+static double batch_size(pb__report *r, const char **source, double *per_s, size_t *extra_steps)
 {
     double samples = 0, wall = 0;
+    size_t n = 0;
     *per_s = 0;
+    *extra_steps = 0;
+    double *v = malloc((r->count + 1) * sizeof *v);
+    for (size_t i = r->warmup; v && i < r->count; i++)
+        if (pb__report_timing_step(r, i) && r->steps[i].samples > 0) v[n++] = r->steps[i].samples;
+    double median = 0;
+    if (n) {
+        qsort(v, n, sizeof *v, pb__report_cmp_double);
+        median = pb__report_percentile(v, n, 50);
+    }
+    free(v);
+    n = 0;
     for (size_t i = r->warmup; i < r->count; i++) {
         if (!pb__report_timing_step(r, i)) continue;
-        samples += r->steps[i].samples;
+        double s = r->steps[i].samples;
+        if (median > 0 && s > EXTRA_SAMPLES_FACTOR * median) {
+            s = median;
+            (*extra_steps)++;
+        }
+        samples += s;
         wall += r->steps[i].wall;
+        n++;
     }
     if (samples > 0 && wall > 0) {
-        size_t n = 0;
-        for (size_t i = r->warmup; i < r->count; i++) n += pb__report_timing_step(r, i);
         *source = r->from_steps_table ? "python.steps samples" : "python.dataloader_trace";
         *per_s = samples / wall;
         return samples / (double)n;
@@ -140,10 +164,14 @@ void pb__report_baseline(pb__report *r)
         json_object_set_new(b, "step_time", st);
         const char *source;
         double per_s;
-        double batch = batch_size(r, &source, &per_s);
+        size_t extra_steps;
+        double batch = batch_size(r, &source, &per_s, &extra_steps);
         if (batch > 0) {
             json_object_set_new(b, "batch_size", pb__report_real(batch));
             json_object_set_new(b, "batch_size_source", json_string(source));
+            /* steps that took extra batches (an evaluation's), counted at the training batch */
+            json_object_set_new(b, "steps_with_extra_samples",
+                                json_integer((json_int_t)extra_steps));
             json_object_set_new(b, "samples_per_s", pb__report_real(per_s > 0 ? per_s : batch / mean));
         } else {
             json_object_set_new(b, "samples_per_s", json_null());
@@ -279,6 +307,73 @@ static int what_grew(const pb__report *r, int kind, const size_t *slow, size_t n
     return 0;
 }
 
+/* How many samples more the slow steps (window indexes slow[0..nslow)) took than the other
+ * timing steps of the same kind, medians of python.steps.samples; 0 unless over
+ * EXTRA_SAMPLES_FACTOR x the others' median (extra batches: an evaluation's loader). */
+static double extra_samples_of(const pb__report *r, int kind, const size_t *slow, size_t nslow)
+{
+    size_t cap = r->count + 1, ns = 0, nr = 0, at = 0;
+    double *sv = malloc(cap * sizeof *sv), *rv = malloc(cap * sizeof *rv), extra = 0;
+    for (size_t i = r->warmup; sv && rv && i < r->count; i++) {
+        const pb__step_row *s = &r->steps[i];
+        if (!pb__report_timing_step(r, i) || (kind >= 0 && s->detail != kind)) continue;
+        while (at < nslow && slow[at] < i) at++;
+        if (at < nslow && slow[at] == i) sv[ns++] = s->samples;
+        else rv[nr++] = s->samples;
+    }
+    if (ns && nr) {
+        qsort(sv, ns, sizeof *sv, pb__report_cmp_double);
+        qsort(rv, nr, sizeof *rv, pb__report_cmp_double);
+        double slow_median = pb__report_percentile(sv, ns, 50), rest = pb__report_percentile(rv, nr, 50);
+        if (rest > 0 && slow_median > EXTRA_SAMPLES_FACTOR * rest) extra = slow_median - rest;
+    }
+    free(sv);
+    free(rv);
+    return extra;
+}
+
+/* The machine's, not the job's: in the slow steps (window indexes slow[0..nslow)) the training
+ * thread got under MACHINE_CPU_SHARE of the CPU time per second of wall time it got in the
+ * other timing steps of the same kind, and the kernel descheduled it for other threads more
+ * often (python.steps.cpu and involuntary_switches, medians). A step blocked in its own waits
+ * (data, I/O, a sleep, a lock) also runs less, but gives up the CPU itself: its involuntary
+ * switches do not grow. m receives {slow share, other share, slow switches, other switches}.
+ * Returns 1 when the evidence is there. */
+#define MACHINE_CPU_SHARE 0.5
+
+static int descheduled(const pb__report *r, int kind, const size_t *slow, size_t nslow,
+                       double m[4])
+{
+    size_t cap = r->count + 1, ns = 0, nr = 0, at = 0;
+    double *v[4];
+    int found = 0;
+    for (int k = 0; k < 4; k++) v[k] = malloc(cap * sizeof *v[k]);
+    memset(m, 0, 4 * sizeof *m);
+    for (size_t i = r->warmup; v[0] && v[1] && v[2] && v[3] && i < r->count; i++) {
+        const pb__step_row *s = &r->steps[i];
+        if (!pb__report_timing_step(r, i) || (kind >= 0 && s->detail != kind)) continue;
+        while (at < nslow && slow[at] < i) at++;
+        if (!s->has_cpu || !(s->wall > 0)) continue;
+        if (at < nslow && slow[at] == i) {
+            v[0][ns] = s->cpu / s->wall;
+            v[2][ns++] = s->switches;
+        } else {
+            v[1][nr] = s->cpu / s->wall;
+            v[3][nr++] = s->switches;
+        }
+    }
+    if (ns && nr >= 3) {
+        for (int k = 0; k < 4; k++) {
+            size_t c = k % 2 ? nr : ns;
+            qsort(v[k], c, sizeof *v[k], pb__report_cmp_double);
+            m[k] = pb__report_percentile(v[k], c, 50);
+        }
+        found = m[1] > 0 && m[0] < MACHINE_CPU_SHARE * m[1] && m[2] > m[3];
+    }
+    for (int k = 0; k < 4; k++) free(v[k]);
+    return found;
+}
+
 /* Slow steady steps: every timing step over SLOW_FACTOR x their median, whether their step
  * numbers repeat with a period, their share of the wall time, and which part of the step grew
  * in them. Over OUTLIER_FACTOR x the median they are also left out of the bottleneck's means.
@@ -329,7 +424,8 @@ void pb__report_slow_steps(pb__report *r)
     double delta[6];
     if (what_grew(r, kind, slow, nslow, delta)) goto done;
     static const char *const part_text[6] = {
-        "the forward, without a backward to match: an evaluation pass (forwards under no_grad)",
+        "the forward, without a backward to match (no extra batches: not shown to be an "
+        "evaluation)",
         "backward",
         "the optimizer step",
         "data loading",
@@ -342,11 +438,18 @@ void pb__report_slow_steps(pb__report *r)
     for (int k = 0; k < 6; k++)
         if (delta[k] > delta[grew]) grew = k;
     if (grew == 0 && delta[1] > 0.5 * delta[0]) grew = 1; /* forward and backward: more work */
+    /* An evaluation only with its evidence: the slow steps took batches beyond the training
+     * step's (python.steps.samples, which every step has), e.g. Lightning's validation loader. */
+    double extra_samples = extra_samples_of(r, kind, slow, nslow);
+    int evaluation = grew == 0 && extra_samples > 0;
+    double mach[4];
+    int machine = !evaluation && descheduled(r, kind, slow, nslow, mach);
     double share = total > 0 ? slow_wall / total : 0;
     /* one or two slow steps without a period are a one-off (a GC pause, the machine), not a
      * pattern of the program; without a period they can be the machine's (other processes on
      * the cores), so never more than a warning */
-    const char *severity = !periodic && nslow < PERIOD_MIN ? "info"
+    const char *severity = machine ? "info"
+                           : !periodic && nslow < PERIOD_MIN ? "info"
                            : share >= SLOW_CRITICAL_SHARE && periodic ? "critical"
                            : share >= SLOW_WARNING_SHARE              ? "warning"
                                                                       : "info";
@@ -360,6 +463,14 @@ void pb__report_slow_steps(pb__report *r)
     json_object_set_new(nums, "share_of_wall", pb__report_real(share));
     json_object_set_new(nums, "grew", json_string(part_key[grew]));
     json_object_set_new(nums, "grew_s", pb__report_real(delta[grew]));
+    json_object_set_new(nums, "extra_samples", pb__report_real(extra_samples));
+    json_object_set_new(nums, "machine", json_boolean(machine));
+    if (machine) {
+        json_object_set_new(nums, "cpu_share_slow", pb__report_real(mach[0]));
+        json_object_set_new(nums, "cpu_share_other", pb__report_real(mach[1]));
+        json_object_set_new(nums, "involuntary_switches_slow", pb__report_real(mach[2]));
+        json_object_set_new(nums, "involuntary_switches_other", pb__report_real(mach[3]));
+    }
     char sql[SQL_MAX];
     if (r->from_steps_table)
         pb__report_sqlf(sql,
@@ -374,22 +485,41 @@ void pb__report_slow_steps(pb__report *r)
     double least = r->steps[slow[0]].wall;
     for (size_t a = 1; a < nslow; a++)
         if (r->steps[slow[a]].wall < least) least = r->steps[slow[a]].wall;
-    char *claim;
+    char *claim, evaluation_text[160];
+    snprintf(evaluation_text, sizeof evaluation_text,
+             "the forward, without a backward to match, over %.0f more samples than a training "
+             "step: an evaluation pass", extra_samples);
+    const char *grew_text = evaluation ? evaluation_text : part_text[grew];
     if (periodic)
         claim = pb__report_textf(
             "every %lld steps a slow step: %zu steps at %.1f-%.1fx the median hold %.0f%% of "
             "the wall time; in them %s takes %.3g ms more",
             period, nslow, least / median, r->steps[worst].wall / median,
-            100 * share, part_text[grew], 1e3 * delta[grew]);
+            100 * share, grew_text, 1e3 * delta[grew]);
     else
         claim = pb__report_textf(
             "%zu steady step%s took over %.1fx the median (%.0f%% of the wall time); the worst, "
             "step %lld, took %.1fx; in them %s takes %.3g ms more",
             nslow, nslow == 1 ? "" : "s", OUTLIER_FACTOR, 100 * share, r->steps[worst].step,
-            r->steps[worst].wall / median, part_text[grew], 1e3 * delta[grew]);
+            r->steps[worst].wall / median, grew_text, 1e3 * delta[grew]);
+    if (machine) {
+        /* The part that grew is where the thread was when the kernel took its core: not a
+         * cause. */
+        free(claim);
+        claim = pb__report_textf(
+            "%zu steady step%s took over %.1fx the median (%.0f%% of the wall time): the "
+            "machine's, not the job's: in them the training thread ran %.0f%% of the wall time "
+            "(%.0f%% in the other steps) and the kernel descheduled it %.0f times a step (%.0f "
+            "in the others): other processes had its core",
+            nslow, nslow == 1 ? "" : "s", periodic ? SLOW_FACTOR : OUTLIER_FACTOR, 100 * share,
+            100 * mach[0], 100 * mach[1], mach[2], mach[3]);
+    }
     pb__report_finding(
         r, "outlier_steps", "baseline", severity, claim, nums, sql,
-        grew == 0 ? "Evaluate less often or on fewer batches, or run evaluation in its own "
+        machine ? "Nothing to change in the job for these steps: the median and p95 above "
+                  "describe it; compare runs on a quiet machine, or give the job its own cores "
+                  "(taskset, cgroup cpusets) (docs/report.md, \"Slow steps\")."
+        : evaluation ? "Evaluate less often or on fewer batches, or run evaluation in its own "
                     "process; the median and p95 above describe the training steps only "
                     "(docs/report.md, \"Slow steps\")."
         : grew == 5 ? "Checkpoint less often, or save asynchronously (copy the state_dict, "

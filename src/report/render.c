@@ -141,10 +141,15 @@ static void print_baseline(FILE *out, json_t *doc)
                 num(st, "mean_s") * 1e3, num(st, "std_s") * 1e3, num(st, "median_s") * 1e3,
                 num(st, "p95_s") * 1e3, num(st, "p99_s") * 1e3, num(st, "min_s") * 1e3,
                 num(st, "max_s") * 1e3);
-    if (json_is_number(json_object_get(b, "samples_per_s")))
-        fprintf(out, "  throughput: %.1f samples/s (batch size %g, from %s)\n",
-                num(b, "samples_per_s"), num(b, "batch_size"),
-                json_string_value(json_object_get(b, "batch_size_source")));
+    if (json_is_number(json_object_get(b, "samples_per_s"))) {
+        long long extra = (long long)num(b, "steps_with_extra_samples");
+        fprintf(out, "  throughput: %.1f samples/s (batch size %g, from %s", num(b, "samples_per_s"),
+                num(b, "batch_size"), json_string_value(json_object_get(b, "batch_size_source")));
+        if (extra > 0)
+            fprintf(out, "; training samples only: %lld step%s that also took an evaluation's "
+                         "batches counted at the batch size", extra, extra == 1 ? "" : "s");
+        fprintf(out, ")\n");
+    }
     else if (json_is_string(json_object_get(b, "throughput_note")))
         fprintf(out, "  throughput: unknown (%s)\n",
                 json_string_value(json_object_get(b, "throughput_note")));

@@ -149,6 +149,10 @@ static int load_steps(pb__report *r, int last, char **error)
             s.samples = pb__report_num(row, "samples", NULL);
             s.syncs = pb__report_num(row, "syncs", NULL);
             s.detail = r->have_detail && pb__report_num(row, "detail", NULL) != 0;
+            int has_switches;
+            s.cpu = pb__report_num(row, "cpu", &s.has_cpu);
+            s.switches = pb__report_num(row, "involuntary_switches", &has_switches);
+            s.has_cpu = s.has_cpu && has_switches;
         } else if (r->have_optimizer) {
             s.wall = pb__report_num(row, "optimizer_end", &ok); /* no step row: not complete */
             s.memory_mb = pb__report_num(row, "memory_mb", &s.has_memory);

@@ -32,6 +32,10 @@ typedef struct pb__step_row {
      * python.dataloader_trace rows), so data_wait is a measured wait, not a default 0 */
     int has_data, has_collectives, has_memory;
     int detail; /* python.steps.detail: the step's module executions are in torch_trace */
+    /* python.steps.cpu and involuntary_switches: the training thread's CPU time in the step and
+     * how often the kernel descheduled it (has_cpu: both known) */
+    double cpu, switches;
+    int has_cpu;
 } pb__step_row;
 
 typedef struct pb__report {

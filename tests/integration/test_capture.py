@@ -277,3 +277,18 @@ def test_capture_in_an_inference_loop_and_in_a_recording(cli, launcher, tmp_path
     r = cli(path, "capture", check=False)
     assert r.returncode == 1
     assert r.stderr.startswith("probing: a recording cannot capture: capture needs a live process")
+
+
+def test_capture_leaves_nothing_in_the_jobs_stderr(cli, launcher):
+    """torch's profiler (Kineto) prints two 'USDT: ... profiler_start/profiler_stop' lines into
+    the process's stderr per profile; a capture keeps them out of the job's stderr (issue 28),
+    and leaves the program's environment as it was."""
+    traced = launcher.traced("transformer.py", "--steps", 150, "--print-every", 1, hold=False)
+    traced.wait_steps(3)
+    r = cli(traced.target(), "capture", "--steps", 2)
+    parse_header(r.stdout)
+    env = cli(traced.target(), "eval", "import os; print(os.environ.get('KINETO_LOG_LEVEL'))")
+    assert env.stdout.strip() == "None", env.stdout
+    traced.finish()
+    assert "USDT" not in traced.stderr(), traced.stderr()
+    assert "profiler_start" not in traced.stderr(), traced.stderr()

@@ -105,7 +105,12 @@ def test_steps_one_row_per_step_consistent_with_torch_trace(cli, slow_run):
     assert [s["step"] for s in steps] == list(range(STEPS))
     assert list(steps[0]) == ["step", "wall", "data_wait", "forward", "backward", "optimizer",
                               "collectives", "grad_sync", "other", "samples", "syncs", "rank",
-                              "batches", "detail"]
+                              "batches", "detail", "cpu", "involuntary_switches"]
+    # the training thread's CPU time and descheduling per step, from the first boundary on
+    assert steps[0]["cpu"] is None and steps[0]["involuntary_switches"] is None
+    for s in steps[1:]:
+        assert 0 < s["cpu"] <= s["wall"] + 0.002, s
+        assert s["involuntary_switches"] >= 0, s
     # the default: every step in detail (the first summary steps, 56-63, are past this run)
     assert [s["detail"] for s in steps] == [1] * STEPS
     sums = cli.query(target, "SELECT step, stage, SUM(duration) AS d FROM python.torch_trace "

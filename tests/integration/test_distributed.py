@@ -317,3 +317,23 @@ def test_slow_rank_is_named(cli, slow_rank_job):
     # the launcher starts no agent: only the ranks are listed
     assert not [a for a in json.loads(cli("list", "-f", "json").stdout)
                 if "torch.distributed.run" in a["cmdline"] and "--slow-rank" in a["cmdline"]]
+
+
+def test_fsdp2_sharded_parameters_are_in_the_memory_breakdown(cli, tmp_path):
+    """FSDP2's parameters, gradients and Adam state are DTensors (issue 28): the breakdown counts
+    their local shards, and the report never says optimizer state is all of 0 MB."""
+    path = tmp_path / "fsdp2.db"
+    r = cli("run", "-o", path, "--", PYTHON, WORKLOADS / "fsdp2_sharded.py", "--steps", 5,
+            "--port", free_port(), timeout=240)
+    assert "parameter type: DTensor" in r.stdout, r.stdout
+    (row,) = cli.query(path, "SELECT params, param_bytes, grad_bytes, state_bytes, "
+                             "state_tensors FROM python.memory_breakdown")
+    params = (64 * 256 + 256 + 256 * 8 + 8) * 4  # one rank holds every shard
+    assert row == {"params": 4, "param_bytes": params, "grad_bytes": params,
+                   "state_bytes": 2 * params + 4 * 4, "state_tensors": 12}, row
+    doc = json.loads(cli(path, "report", "--json").stdout)
+    mem = doc["memory"]
+    assert mem["parameters_mb"] == pytest.approx(params / 2**20, rel=1e-5)
+    assert mem["gradients_mb"] == pytest.approx(params / 2**20, rel=1e-5)
+    assert mem["optimizer_state_mb"] == pytest.approx((2 * params + 16) / 2**20, rel=1e-5)
+    assert mem["optimizer_state_mb"] < mem["tracked_mb"]  # not "100 % of the tracked memory"

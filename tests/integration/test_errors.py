@@ -92,6 +92,19 @@ def test_socket_path_that_does_not_exist(cli, session_dir):
     assert_error(cli(path, "query", "SELECT 1", check=False), f"no socket at {path}")
 
 
+def test_recording_that_does_not_exist(cli, session_dir):
+    """A missing run.db is a missing file, not a malformed target (issue 28)."""
+    path = session_dir / "missing-run.db"
+    assert_error(cli(path, "info", check=False), f"no such file: {path}",
+                 f"'probing run -o {path} -- <command>'")
+    r = cli("missing-run.db", "report", check=False)
+    assert_error(r, "no such file: missing-run.db")
+    assert "not a target" not in r.stderr and "socket" not in r.stderr, r.stderr
+    text = session_dir / "notes.db"
+    text.write_text("not sqlite\n")
+    assert_error(cli(text, "info", check=False), f"{text} is not a recording")
+
+
 def test_tcp_target_works_when_listening(cli, small):
     """The other side of the coin: host:port, with PROBING_LISTEN set, answers."""
     rows = cli.query(f"127.0.0.1:{small.port}", "SELECT COUNT(*) AS n FROM python.torch_trace")

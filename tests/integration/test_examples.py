@@ -308,11 +308,37 @@ def test_compiled(cli, resnet_run):
         "model: ResNetSmall, not compiled with torch.compile\n")
 
 
+def test_compiled_finds_a_compiled_model_under_any_name(cli, traced):
+    """The compiled model is not the global named `model` (issue 28): a compiled copy under
+    another name, a compiled submodule, a model kept in another object."""
+    run = traced("resnet_inplace.py", "--steps", 3, "--print-every", 0)
+    run.wait_holding()
+    cli.eval(run.target(), "import torch; fast = torch.compile(model, backend='eager')\n"
+                           "for part in model.modules(): pass")  # a part left in a global
+    assert evaluate(cli, run, "compiled.py") == (
+        "fast: ResNetSmall, compiled with torch.compile (OptimizedModule)\n")
+    cli.eval(run.target(), "del fast, model; "
+                           "trainer.model.fc = torch.compile(trainer.model.fc, backend='eager')")
+    assert evaluate(cli, run, "compiled.py") == (
+        "trainer.model: ResNetSmall, not compiled itself; compiled submodules: fc\n")
+
+
 def test_gradient_checkpointing(cli, transformer_run, resnet_run):
     assert evaluate(cli, transformer_run, "gradient-checkpointing.py") == "".join(
-        f"layers.{i}: gradient_checkpointing=False\n" for i in range(4))
+        f"model.layers.{i}: gradient_checkpointing=False\n" for i in range(4))
     assert evaluate(cli, resnet_run, "gradient-checkpointing.py") == (
-        "no module of model has a gradient_checkpointing attribute\n")
+        "no module uses activation checkpointing (no gradient_checkpointing attribute, no "
+        "torch.utils.checkpoint in a forward, no CheckpointWrapper)\n")
+
+
+def test_gradient_checkpointing_sees_torch_utils_checkpoint(cli, traced):
+    """edge_cases.py checkpoints a block with torch.utils.checkpoint in its forward and no
+    gradient_checkpointing attribute (issue 28)."""
+    run = traced("edge_cases.py", "--steps", 3, "--print-every", 0)
+    run.wait_holding()
+    out = evaluate(cli, run, "gradient-checkpointing.py")
+    assert re.fullmatch(r"model\.block: its forward calls torch\.utils\.checkpoint "
+                        r"\(CheckpointedBlock\.forward, /\S+/edge_cases\.py:\d+\)\n", out), out
 
 
 def test_mixed_precision_with_bf16_autocast_and_a_grad_scaler(cli, traced):

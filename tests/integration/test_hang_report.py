@@ -212,3 +212,56 @@ def test_report_leaves_out_a_rank_that_does_not_answer(cli, sleeping_job):
         assert any(l.startswith("  rank 1 (") and "did not answer" in l for l in section), section
     finally:
         os.kill(rank1.pid, signal.SIGCONT)
+
+
+def test_hang_on_a_running_job_says_nothing_is_stuck(cli, sleeping_job):
+    """A healthy job whose rank 1 is 30 ms slower to load each batch: rank 0 waits a few
+    milliseconds in every all_reduce. That is not a hang (issue 28): `hang` says nothing is
+    stuck, with the longest wait, and never names rank 1 as one the job waits for."""
+    (rank0, rank1), control = sleeping_job
+    (control.parent / f"{control.name}.slow.1").touch()
+    seen = []
+
+    def running(r):
+        seen.append(r.stdout)
+        return r.returncode == 0 and r.stdout.startswith("nothing is stuck")
+
+    r = poll_cli(cli, rank0.pid, ["hang"], running, "'nothing is stuck' from hang",
+                 (rank0, rank1))
+    assert re.match(r"nothing is stuck: the job is running \(2 of 2 ranks answered\); the "
+                    r"longest wait in a collective is \d+ ms \(rank 0 in all_reduce #\d+ on "
+                    r"group WORLD\), under the 5 s that makes a stall", r.stdout), r.stdout
+    assert len(r.stdout.splitlines()) == 1, r.stdout
+    for out in seen:
+        assert "has not entered it" not in out and "not entered:" not in out, out
+
+
+def test_hang_names_a_stopped_rank_with_its_state_and_stack(cli, sleeping_job):
+    """Rank 1 is SIGSTOPped: rank 0 waits in all_reduce. `hang` names rank 1 as the rank the
+    job waits for, with its process state (T) and its Python stack read from outside (as
+    `backtrace` reads it); `ranks` says it is stopped, not gone (issue 28)."""
+    (rank0, rank1), control = sleeping_job
+    os.kill(rank1.pid, signal.SIGSTOP)
+    try:
+        r = poll_cli(cli, rank0.pid, ["hang"],
+                     lambda r: "the job waits for it" in r.stdout,
+                     "the stopped rank named by hang", (rank0, rank1))
+        lines = r.stdout.splitlines()
+        (named,) = [i for i, l in enumerate(lines) if l.startswith("rank 1 (")]
+        assert f"pid {rank1.pid}) did not answer: " in lines[named], lines
+        assert "; the job waits for it; its process is stopped (state T: SIGSTOP" in lines[named], lines
+        assert ", in " in lines[named], lines
+        stack = lines[named + 1:]
+        assert any("cluster_job.py" in l and " main" in l for l in stack), r.stdout
+        # the waiting rank's stack is whole: down to the script's own main()
+        assert "waiting rank 0 is in " in r.stdout, r.stdout
+        waiting = r.stdout.split("waiting rank 0 is in ")[1].splitlines()
+        assert any("cluster_job.py" in l and " main" in l for l in waiting), r.stdout
+
+        ranks = cli(rank0.pid, "ranks", "-f", "json", check=False)
+        assert ranks.returncode == 3, (ranks.stdout, ranks.stderr)
+        rows = {row["rank"]: row for row in json.loads(ranks.stdout)}
+        assert rows[1]["state"].startswith("not answering: its process is stopped (state T"), rows
+        assert "gone" not in rows[1]["state"], rows
+    finally:
+        os.kill(rank1.pid, signal.SIGCONT)

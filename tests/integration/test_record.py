@@ -67,7 +67,7 @@ def test_record_mid_run_holds_the_steps_before_it_and_answers_like_the_live_proc
     assert all(live[n] for n in EXAMPLES)  # the comparison compared something
     # Every step is there, the ones before the record command included: the rings held them.
     assert steps_in(cli, path) == list(range(steps))
-    started_at = cli.scalar(path, "SELECT json_extract(json, '$.step') FROM probe.info")
+    started_at = cli.scalar(path, "SELECT started_step FROM probe.run")
     assert 20 <= started_at < steps - 1, "the recording did not start mid-run"
     assert python_rows(cli, path) == live_rows  # same rows per table, none dropped
     assert "probing:" not in t.stderr()

@@ -161,3 +161,17 @@ def test_a_sqlite_file_that_is_not_a_recording(cli, tmp_path):
     r = cli(path, "query", "SELECT 1", check=False)
     assert (r.returncode, r.stdout) == (1, "")
     assert r.stderr == f"probing: cannot read the recording {path}: no such table: probe.tables\n"
+
+
+def test_info_on_a_recording_shows_the_jobs_last_state(cli, small_recording):
+    """`probing run.db info` shows how the job stood at its end (torch imported, the last step,
+    the detail policy), not the agent's state at start (issue 28)."""
+    lines = {line.split(":", 1)[0]: line.split(":", 1)[1].strip()
+             for line in cli(small_recording, "info").stdout.splitlines() if ":" in line}
+    assert lines["torch"] not in ("not imported", "-"), lines
+    last = int(cli.scalar(small_recording, "SELECT MAX(step) FROM python.steps"))
+    assert last == 1
+    assert lines["step"] == str(last + 1), lines  # as live: the step counter after steps 0, 1
+    assert lines["detail"] != "-", lines
+    info = cli.query(small_recording, "SELECT json FROM probe.info")[0]["json"]
+    assert json.loads(info)["torch"] is not None

@@ -165,3 +165,18 @@ def test_extra_arguments_need_a_recording(cli, traced):
     assert r.returncode == 2 and r.stderr == (
         "probing: report takes other recordings only when the target is a recording (got "
         "'other.db' after report; a live rank's other ranks are found by themselves)\n"), r.stderr
+
+
+def test_a_short_runs_leak_is_never_ok(cli, traced):
+    """36 steps keeping 180x512 float features each (0.35 MB a step): under the 16 MB a long
+    run's leak needs, yet never "[OK] no steady memory growth" beside its own slope and time to
+    the limit (issue 28): a warning with the pace, or too few steps to tell."""
+    t, doc = run_report(cli, traced, "leak", 36, "--batch-size", 180)
+    f = every(doc)["memory_growth"]
+    assert f["severity"] in ("warning", "critical", "info"), dump(doc)
+    if f["severity"] == "info":
+        assert f["claim"].startswith("too few steps to tell: memory climbs steadily"), f
+    else:
+        assert "MB/step" in f["claim"] and "out of memory in ~" in f["claim"], f
+    assert f["numbers"]["slope_mb_per_step"] > 0.3, f
+    assert "[OK] no steady memory growth" not in cli(t.target(), "report").stdout

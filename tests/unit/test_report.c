@@ -1173,9 +1173,80 @@ static void test_leak_projection(void)
     CHECK_STR(severity(doc, "memory_growth"), "ok", "filled caches, then flat: no leak");
     json_decref(doc);
 
+    /* A short run's leak (issue 28): 36 steps of 100 ms at +0.35 MB each, ~15 min from the
+     * limit. Under 16 MB in all, yet never "no steady memory growth" beside its own numbers. */
+    fresh_now();
+    for (int s = 0; s < 36; s++)
+        step_now(s, 100, 0.1, 30, 40, 5, 0, 32, 1, "cpu", 2000 + 0.35 * s, 5160);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "warning", "short leak near the limit: a warning");
+    CHECK(strstr(claim(doc, "memory_growth"), "memory climbs steadily: +0.35 MB/step") != NULL,
+          "short leak: the claim gives the pace");
+    CHECK(strstr(claim(doc, "memory_growth"), "out of memory in ~15 min") != NULL,
+          "short leak: and the time left");
+    CHECK_STR(primary(doc), "memory_growth", "short leak: the primary finding");
+    json_decref(doc);
+
+    fresh_now(); /* the same short climb with a terabyte to go: too few steps to tell */
+    for (int s = 0; s < 36; s++)
+        step_now(s, 100, 0.1, 30, 40, 5, 0, 32, 1, "cpu", 2000 + 0.35 * s, 1e6);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "info", "short climb, limit far: info");
+    CHECK(strstr(claim(doc, "memory_growth"), "too few steps to tell") != NULL,
+          "short climb, limit far: too few steps to tell");
+    json_decref(doc);
+
     double x[6] = {0, 1, 2, 3, 4, 5}, y[6] = {1, 3, 5, 7, 9, 100}, m, b, r2;
     pb__report_theil_sen(x, y, 6, &m, &b, &r2);
     CHECK(m == 2 && b == 1, "Theil-Sen: one wild point does not tilt the line");
+}
+
+/* A busy machine (issue 28): steps stretched because the kernel gave the training thread's core
+ * to other processes (CPU time far below wall, many involuntary switches) are the machine's,
+ * said so at info, never the primary finding; the same slow steps with the thread blocked in
+ * its own wait (few involuntary switches) stay the job's. */
+static void machine_run(int descheduled_steps)
+{
+    static const int slow[] = {23, 31, 47, 58, 66, 79, 91, 104, 117, 129, 142, 153, 168, 177, 191};
+    fresh(1);
+    exec("CREATE TABLE python.steps (step INTEGER, wall REAL, data_wait REAL, forward REAL,"
+         " backward REAL, optimizer REAL, collectives REAL, grad_sync REAL, other REAL,"
+         " samples INTEGER, syncs INTEGER, rank INTEGER, batches INTEGER, detail INTEGER,"
+         " cpu REAL, involuntary_switches INTEGER)");
+    for (int st = 0; st < 200; st++) {
+        int is_slow = 0;
+        for (size_t k = 0; k < sizeof slow / sizeof slow[0]; k++) is_slow |= slow[k] == st;
+        double wall = is_slow ? 0.120 : 0.020, fwd = is_slow ? 0.106 : 0.006;
+        char sql[512];
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO python.steps VALUES (%d, %.6f, 0.0002, %.6f, 0.009, 0.002, 0, 0,"
+                 " %.6f, 32, 0, 0, 1, 0, %.6f, %d)",
+                 st, wall, fwd, wall - 0.0002 - fwd - 0.011, is_slow ? 0.017 : 0.018,
+                 is_slow && descheduled_steps ? 40 : 2);
+        exec(sql);
+    }
+}
+
+static void test_machine_noise(void)
+{
+    machine_run(1);
+    json_t *doc = build(0, NULL);
+    CHECK_STR(severity(doc, "outlier_steps"), "info", "descheduled steps: info");
+    CHECK(strcmp(primary(doc), "outlier_steps") != 0, "descheduled steps: not the primary finding");
+    CHECK(strstr(claim(doc, "outlier_steps"), "the machine's, not the job's: in them the training "
+                                              "thread ran 14% of the wall time (90% in the other "
+                                              "steps) and the kernel descheduled it 40 times a "
+                                              "step (2 in the others)") != NULL,
+          "descheduled steps: the claim gives the evidence");
+    CHECK(strstr(claim(doc, "outlier_steps"), "evaluation") == NULL,
+          "descheduled steps: no evaluation claimed");
+    json_decref(doc);
+
+    machine_run(0); /* the same steps blocked in the job's own wait: the job's */
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "outlier_steps"), "warning", "blocked steps: still the job's, a warning");
+    CHECK(strstr(claim(doc, "outlier_steps"), "machine") == NULL, "blocked steps: not the machine");
+    json_decref(doc);
 }
 
 /* DDP's gradient all-reduce is communication; a single 2-rank job of the same shape without
@@ -1202,16 +1273,56 @@ static void test_grad_sync(void)
  * with a small share. */
 static void test_periodic(void)
 {
+    /* The evaluation steps also took the validation loader's batches (2048 samples more, as
+     * Lightning's validation every 40 batches): the evidence for "an evaluation pass"; the
+     * batch size and throughput are the training steps' (issue 28). */
     fresh_now();
+    double wall = 0;
     for (int s = 0; s < 200; s++) {
         int eval = s % 40 == 39;
-        step_now(s, eval ? 1200 : 20, 0.2, eval ? 1185 : 6, 9, 2, 0, 32, 1, "cpu", 500, 24000);
+        step_now(s, eval ? 1200 : 20, 0.2, eval ? 1185 : 6, 9, 2, 0, eval ? 32 + 2048 : 32, 1,
+                 "cpu", 500, 24000);
     }
     json_t *doc = build(0, NULL);
     CHECK_STR(primary(doc), "outlier_steps", "eval: the slow steps are the headline");
     CHECK(finding_num(doc, "outlier_steps", "period_steps") == 40, "eval: period 40");
-    CHECK(strstr(claim(doc, "outlier_steps"), "an evaluation pass") != NULL,
-          "eval: forwards without backward");
+    CHECK(strstr(claim(doc, "outlier_steps"),
+                 "over 2048 more samples than a training step: an evaluation pass") != NULL,
+          "eval: forwards without backward, with the evaluation's batches as evidence");
+    json_t *base = json_object_get(doc, "baseline");
+    CHECK(json_number_value(json_object_get(base, "batch_size")) == 32,
+          "eval: the batch size is the training batch, not inflated by the validation batches");
+    wall = 0;
+    {
+        json_t *rows = NULL;
+        char *err = NULL;
+        size_t warm = (size_t)json_integer_value(json_object_get(base, "warmup_steps"));
+        char sql[256];
+        snprintf(sql, sizeof sql, "SELECT SUM(wall) AS w, COUNT(*) AS n FROM python.steps WHERE "
+                 "step >= %zu", warm);
+        query_sqlite(NULL, sql, &rows, &err);
+        double w = json_number_value(json_object_get(json_array_get(rows, 0), "w"));
+        double n = json_number_value(json_object_get(json_array_get(rows, 0), "n"));
+        wall = 32 * n / w;
+        json_decref(rows);
+        free(err);
+    }
+    double per_s = json_number_value(json_object_get(base, "samples_per_s"));
+    CHECK(per_s > wall * 0.999 && per_s < wall * 1.001,
+          "eval: throughput counts 32 training samples per step over the whole wall time");
+    CHECK(json_integer_value(json_object_get(base, "steps_with_extra_samples")) >= 4,
+          "eval: the evaluation steps are counted at the batch size");
+    json_decref(doc);
+
+    fresh_now(); /* the same slow forwards without extra batches: no evaluation claimed */
+    for (int s = 0; s < 200; s++) {
+        int slow = s % 40 == 39;
+        step_now(s, slow ? 1200 : 20, 0.2, slow ? 1185 : 6, 9, 2, 0, 32, 1, "cpu", 500, 24000);
+    }
+    doc = build(0, NULL);
+    CHECK(strstr(claim(doc, "outlier_steps"), "evaluation pass") == NULL &&
+              strstr(claim(doc, "outlier_steps"), "not shown to be an evaluation") != NULL,
+          "slow forwards without extra batches: no evaluation claimed without its evidence");
     json_decref(doc);
 
     fresh_now();
@@ -1355,6 +1466,7 @@ int main(void)
     test_load_imbalance();
     test_host_time();
     test_leak_projection();
+    test_machine_noise();
     test_grad_sync();
     test_periodic();
     test_causes_throughput_sample();

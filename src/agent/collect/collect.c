@@ -27,6 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
 
 /* ---- per-step state (GIL held) ---- */
@@ -92,6 +96,8 @@ static const pb_column steps_cols[] = {
     COL("rank", PB_COL_U16, pb_steps_row, rank, "distributed rank (RANK), 0 when not distributed"),
     COL("batches", PB_COL_I32, pb_steps_row, batches, "DataLoader batches fetched during the step: 0 means no DataLoader was seen (an input pipeline of its own), so data_wait 0 is then not a measured wait"),
     COL("detail", PB_COL_U8, pb_steps_row, detail, "1 when the step's module executions are in torch_trace (a detail step); 0 for a summary step (PROBING_DETAIL_EVERY)"),
+    COL("cpu", PB_COL_F64, pb_steps_row, cpu_s, "seconds of CPU time the training thread got in the step (CLOCK_THREAD_CPUTIME_ID); far below wall with many involuntary_switches: the machine took the CPU away; NULL for the first step"),
+    COL("involuntary_switches", PB_COL_I64_NULL, pb_steps_row, involuntary_switches, "times the kernel descheduled the training thread in the step for another (getrusage RUSAGE_THREAD ru_nivcsw): other processes on its core; NULL for the first step"),
 };
 
 static const pb_column gil_cols[] = {
@@ -471,6 +477,37 @@ void pb_collect_optimizer_done(PyObject *optimizer)
     if (!in_scaler_step) push_amp(pb_step_current(), NAN, 0, 0);
 }
 
+/* The training thread's CPU time and involuntary context switches at the last step boundary,
+ * so each step gets its own (a busy machine's steps are told from the job's: docs/report.md,
+ * "Slow steps"). Two syscalls per step. */
+static struct {
+    long tid; /* the thread the snapshot is of; 0 none */
+    int64_t cpu_ns;
+    long nivcsw;
+} boundary;
+
+static void step_cpu(pb_steps_row *s)
+{
+    struct timespec ts;
+    struct rusage ru;
+    long tid = (long)syscall(SYS_gettid);
+    s->cpu_s = NAN;
+    s->involuntary_switches = INT64_MIN;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0 || getrusage(RUSAGE_THREAD, &ru) != 0) {
+        boundary.tid = 0;
+        return;
+    }
+    int64_t cpu_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    /* another thread, or a fork()ed child whose clocks started again: no step figure */
+    if (boundary.tid == tid && cpu_ns >= boundary.cpu_ns && ru.ru_nivcsw >= boundary.nivcsw) {
+        s->cpu_s = (double)(cpu_ns - boundary.cpu_ns) / 1e9;
+        s->involuntary_switches = ru.ru_nivcsw - boundary.nivcsw;
+    }
+    boundary.tid = tid;
+    boundary.cpu_ns = cpu_ns;
+    boundary.nivcsw = ru.ru_nivcsw;
+}
+
 void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail)
 {
     pb_steps_row s;
@@ -490,6 +527,7 @@ void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail)
     s.batches = batches;
     s.rank = pb_step_rank();
     s.detail = (uint8_t)(detail != 0);
+    step_cpu(&s);
     push(&pb_table_steps, &s);
 
     pb_memory_step_end(step);

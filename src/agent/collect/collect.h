@@ -55,6 +55,9 @@ typedef struct pb_steps_row {
     int32_t batches; /* DataLoader batches fetched in the step: 0 = no DataLoader, not "no wait" */
     uint16_t rank;
     uint8_t detail; /* the step's module executions are in torch_trace */
+    double cpu_s;   /* the training thread's CPU time in the step; NaN (NULL) when unknown */
+    int64_t involuntary_switches; /* times the kernel took the CPU from that thread in the step;
+                                     INT64_MIN (NULL) when unknown */
 } pb_steps_row;
 
 typedef struct pb_amp_row {

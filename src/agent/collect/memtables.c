@@ -40,7 +40,7 @@ static PyTypeObject *tensor_type;
 static PyObject *cuda_is_initialized, *cuda_memory_allocated, *cuda_max_memory_allocated,
     *cuda_memory_reserved, *cuda_current_device, *cuda_get_device_properties;
 static PyObject *str_param_groups, *str_params, *str_grad, *str_state, *str_untyped_storage,
-    *str_data_ptr, *str_nbytes, *str_is_cuda, *str_device, *str_total_memory;
+    *str_data_ptr, *str_nbytes, *str_is_cuda, *str_device, *str_total_memory, *str_local_tensor;
 static uint32_t device_cpu, device_mixed;
 
 /* ---- tables ---- */
@@ -237,11 +237,28 @@ typedef struct walk {
     int out_of_memory;
 } walk;
 
-/* Bytes of t's storage when this walk has not counted that storage yet, else 0. Also 0 when t
- * is not a tensor or has no plain storage (sparse, some tensor subclasses). */
-static int64_t storage_bytes(walk *w, PyObject *t)
+/* The tensor whose storage holds t's data (new reference): a DTensor's local shard (FSDP2's
+ * sharded parameters, their gradients and optimizer state are DTensors, which have no storage
+ * of their own; the rank holds DTensor._local_tensor), else t itself. */
+static PyObject *local_tensor(PyObject *t)
 {
-    if (!tensor_type || !PyObject_TypeCheck(t, tensor_type)) return 0;
+    if (Py_TYPE(t) != tensor_type && strcmp(Py_TYPE(t)->tp_name, "DTensor") == 0) {
+        PyObject *local = PyObject_GetAttr(t, str_local_tensor);
+        if (local && PyObject_TypeCheck(local, tensor_type)) return local;
+        Py_XDECREF(local);
+        PyErr_Clear();
+    }
+    Py_INCREF(t);
+    return t;
+}
+
+/* Bytes of t's storage when this walk has not counted that storage yet, else 0. Also 0 when t
+ * is not a tensor or has no plain storage (sparse, some tensor subclasses). A DTensor counts
+ * its local shard. */
+static int64_t storage_bytes(walk *w, PyObject *dtensor_or_tensor)
+{
+    if (!tensor_type || !PyObject_TypeCheck(dtensor_or_tensor, tensor_type)) return 0;
+    PyObject *t = local_tensor(dtensor_or_tensor);
     int64_t bytes = 0;
     PyObject *st = PyObject_CallMethodNoArgs(t, str_untyped_storage);
     PyObject *ptr = st ? PyObject_CallMethodNoArgs(st, str_data_ptr) : NULL;
@@ -267,6 +284,7 @@ static int64_t storage_bytes(walk *w, PyObject *t)
     Py_XDECREF(nb);
     Py_XDECREF(ptr);
     Py_XDECREF(st);
+    Py_DECREF(t);
     return bytes;
 }
 
@@ -431,6 +449,7 @@ int pb_memory_install(PyTypeObject *tensor, PyObject *torch_cuda)
         {&str_state, "state"}, {&str_untyped_storage, "untyped_storage"},
         {&str_data_ptr, "data_ptr"}, {&str_nbytes, "nbytes"}, {&str_is_cuda, "is_cuda"},
         {&str_device, "device"}, {&str_total_memory, "total_memory"},
+        {&str_local_tensor, "_local_tensor"},
     };
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         if (!*strs[i].p && !(*strs[i].p = PyUnicode_InternFromString(strs[i].s))) return -1;

@@ -471,6 +471,7 @@ int pb_agent_start(void)
         pb_buf info = PB_BUF_INIT;
         if (info_json(NULL, &info) == 0) pb_record_start(&info);
         pb_buf_free(&info);
+        pb_record_refresh_info(info_json);
     }
     pb_log_debug("agent listening on %s", socket_path);
     return 0;
@@ -483,6 +484,7 @@ void pb_agent_stop(void)
     if (!started || stopping) return;
     stopping = 1;
     remove_exit_signals();
+    pb_record_refresh_info(NULL); /* the recording keeps the info of its last flush */
     pb_torch_hooks_remove();
     pb_job_stop();
     pb_distributed_remove();

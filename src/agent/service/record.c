@@ -3,7 +3,8 @@
  *
  * File layout: one SQLite database; each registered table <schema>.<name> is a plain table
  * <name> with the same columns (table names are unique across schemas), plus `tables` (the
- * probe.tables catalogue as of the last flush) and `info` (the /api/info body at start). The
+ * probe.tables catalogue as of the last flush) and `info` (the /api/info body as of the last
+ * flush: the job's last state, pb_record_refresh_info). The
  * CLI attaches the file under the names python, system and probe, so the same SQL runs on a
  * recording and on a live process (docs/recordings.md).
  *
@@ -48,6 +49,7 @@
 #include "log.h"
 #include "recpath.h"
 #include "registry.h"
+#include "step.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -103,6 +105,7 @@ static char error_text[512]; /* error_lock */
 
 static atomic_int stop_requested;
 static atomic_int sigterm_seen;
+static pb_record_info_fn _Atomic info_fn; /* pb_record_refresh_info */
 static void (*_Atomic sigterm_via_agent)(int); /* the agent's handler that hands SIGTERM to us */
 
 /* Whether the agent's handler is still SIGTERM's (the program may have set its own since). */
@@ -269,6 +272,26 @@ static void mark_disk_full(void)
     exec("PRAGMA journal_mode=DELETE");
 }
 
+/* Replaces the info row with the /api/info body now (pb_record_refresh_info); nothing when no
+ * function is set or it fails (the row keeps the last body). [flush_lock held, in the flush's
+ * transaction] */
+static int write_info(void)
+{
+    pb_record_info_fn fn = atomic_load(&info_fn);
+    pb_buf body = PB_BUF_INIT;
+    sqlite3_stmt *st = NULL;
+    int rc = SQLITE_OK;
+    if (!fn || fn(NULL, &body) != 0 || !body.data) goto done;
+    rc = sqlite3_prepare_v2(conn, "UPDATE info SET json = ?", -1, &st, NULL);
+    if (rc != SQLITE_OK) goto done;
+    sqlite3_bind_text(st, 1, body.data, (int)body.len, SQLITE_STATIC);
+    rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(conn);
+done:
+    sqlite3_finalize(st);
+    pb_buf_free(&body);
+    return rc;
+}
+
 /* Copies the rows added since the last flush. Returns an SQLite code. [recorder thread, or
  * the stopping thread once the recorder thread is joined] */
 static int flush(void)
@@ -318,6 +341,7 @@ static int flush(void)
         }
     }
     if (rc == SQLITE_OK) rc = write_catalogue(rows, dropped);
+    if (rc == SQLITE_OK) rc = write_info();
     if (rc == SQLITE_OK) rc = exec("COMMIT");
     if (rc != SQLITE_OK) {
         int full = (rc & 0xff) == SQLITE_FULL || sqlite3_errcode(conn) == SQLITE_FULL;
@@ -335,6 +359,20 @@ static int flush(void)
 done:
     pthread_mutex_unlock(&flush_lock);
     return rc;
+}
+
+void pb_record_refresh_info(pb_record_info_fn fn)
+{
+    if (!fn) {
+        /* The last body, written now while what it reads (the hooks' detail policy) is there. */
+        pthread_mutex_lock(&control_lock);
+        pthread_mutex_lock(&flush_lock);
+        if (conn && !atomic_load(&failed) && exec("BEGIN") == SQLITE_OK)
+            exec(write_info() == SQLITE_OK ? "COMMIT" : "ROLLBACK");
+        pthread_mutex_unlock(&flush_lock);
+        pthread_mutex_unlock(&control_lock);
+    }
+    atomic_store(&info_fn, fn);
 }
 
 static int rows_pending_high(void)
@@ -437,11 +475,12 @@ static int create_schema(const pb_buf *info, const uint64_t *rows, const uint64_
                   "CREATE TABLE info(json TEXT);"
                   "CREATE TABLE run(state TEXT, status INTEGER, exception_type TEXT, "
                   "message TEXT, stack TEXT, last_step INTEGER, started_unix REAL, "
-                  "ended_unix REAL, pid INTEGER, note TEXT);");
+                  "ended_unix REAL, pid INTEGER, note TEXT, started_step INTEGER);");
     if (rc == SQLITE_OK) {
-        char insert_run[160];
-        snprintf(insert_run, sizeof insert_run, "INSERT INTO run(state, started_unix, pid) "
-                 "VALUES ('running', %.6f, %ld)", (double)pb_wall_ns() / 1e9, (long)getpid());
+        char insert_run[256];
+        snprintf(insert_run, sizeof insert_run, "INSERT INTO run(state, started_unix, pid, "
+                 "started_step) VALUES ('running', %.6f, %ld, %lld)", (double)pb_wall_ns() / 1e9,
+                 (long)getpid(), (long long)pb_step_current());
         rc = exec(insert_run);
     }
     for (int t = 0; rc == SQLITE_OK && t < pb_registry_count(); t++) {
@@ -468,6 +507,7 @@ static int create_schema(const pb_buf *info, const uint64_t *rows, const uint64_
         sqlite3_finalize(st);
     }
     if (rc == SQLITE_OK) rc = write_catalogue(rows, dropped);
+    if (rc == SQLITE_OK) rc = write_info();
     if (rc == SQLITE_OK) rc = exec("COMMIT");
     return rc;
 }

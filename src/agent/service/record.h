@@ -23,6 +23,15 @@ void pb_record_expect(void);
  * nothing; training goes on. [GIL held, registry complete] */
 void pb_record_start(const pb_buf *info_json);
 
+/* Keeps the file's info row current: every flush replaces it with what fn writes (the
+ * /api/info body now: step, torch, detail), so a recording's `info` shows the job's last state,
+ * not its state at start. NULL writes the body once more, then stops the refresh (agent stop,
+ * before the hooks fn reads are removed): the row keeps that last body. fn runs on the recorder
+ * thread and here, never takes the GIL. [any thread; NULL: takes the recorder's locks, waits
+ * for a flush in progress] */
+typedef int (*pb_record_info_fn)(void *ctx, pb_buf *out);
+void pb_record_refresh_info(pb_record_info_fn fn);
+
 /* Agent stop (and the C atexit fallback): stops a recording after a last flush and refuses new
  * ones until the next pb_record_start(). Safe to call when nothing records. [any thread; call
  * without the GIL: it joins a thread that never takes it] */
