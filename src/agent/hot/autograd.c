@@ -358,8 +358,8 @@ static PyObject *backward_done(PyObject *self, PyObject *unused)
     set_owner(NULL);
     node_map_clear();
     if (pb_autograd_pass_active) {
-        int64_t pass_ns = now - pass_start_ns - pass_paused_ns;
-        pb_collect_stage_time(PB_STAGE_BACKWARD, pass_ns > 0 ? pass_ns : 0);
+        /* forwards recomputed inside (checkpointing) and collectives are theirs on the timeline */
+        pb_step_interval(PB_ACT_BACKWARD, pass_start_ns, now);
         pb_autograd_pass_active = 0;
     }
     if (atomic_load_explicit(&pb_step_enabled, memory_order_relaxed)) pb_collect_phase(PB_PHASE_AFTER_BACKWARD);
@@ -384,7 +384,7 @@ static PyMethodDef backward_done_def = {"_backward_done", (PyCFunction)backward_
 static PyObject *backward_synced(PyObject *self, PyObject *unused)
 {
     if (backward_done_ns && atomic_load_explicit(&pb_step_enabled, memory_order_relaxed))
-        pb_collect_grad_sync(pb_now_ns() - backward_done_ns);
+        pb_step_interval(PB_ACT_GRAD_SYNC, backward_done_ns, pb_now_ns());
     backward_done_ns = 0;
     Py_RETURN_NONE;
 }
