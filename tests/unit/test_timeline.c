@@ -107,5 +107,8 @@ int main(void)
     }
     CHECK(sums_ok, "random timelines: shares add up to the wall, none negative");
     CHECK(pb_activity_name(PB_ACT_COLLECTIVE)[0] == 'c', "activity names");
+    uint64_t before = tl.resets;
+    pb_timeline_reset(&tl);
+    CHECK(tl.resets == before + 1 && tl.count == 0, "reset counted, intervals forgotten");
     return check_summary();
 }

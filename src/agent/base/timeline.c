@@ -12,6 +12,7 @@ void pb_timeline_reset(pb_timeline *tl)
     tl->count = 0;
     tl->added = 0;
     tl->dropped = 0;
+    tl->resets++;
 }
 
 int pb_timeline_add(pb_timeline *tl, pb_activity activity, int64_t start_ns, int64_t end_ns)

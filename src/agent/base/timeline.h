@@ -58,6 +58,8 @@ typedef struct pb_timeline {
     uint32_t added;
     int64_t dropped; /* intervals not kept because the step had PB_TIMELINE_MAX already: their
                       * time goes to whatever covers it otherwise */
+    uint64_t resets; /* pb_timeline_reset calls: a reader keeping an index into intervals
+                      * compares it to know the index is stale */
 } pb_timeline;
 
 /* Forgets every interval. */
