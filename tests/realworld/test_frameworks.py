@@ -128,6 +128,16 @@ def test_planted_cause_is_the_primary_finding(runs, cli, framework, plant, prima
     dbs, _ = runs(framework, plant)
     for db in dbs:
         doc = json.loads(cli(str(db), "report", "--json").stdout)
+        found = {f["id"]: f["severity"] for f in doc["findings"]}
+        assert found.get(primary) in ("critical", "warning"), f"{db.name}: {primary} not found: {found}"
+        if framework == "fsdp" and doc["primary"] == "communication":
+            # The report puts the bottleneck before memory (docs/report.md): two gloo ranks on a
+            # loaded 2-core machine can really spend 30 % or more of a step in collectives
+            # (waiting for each other), and then that is the first critical finding; the leak
+            # must still be critical beside it.
+            assert doc["component"]["shares"]["collectives"] >= 0.3, doc["component"]["shares"]
+            assert found[primary] == "critical", found
+            continue
         assert doc["primary"] == primary, (
             f"{db.name}: primary {doc['primary']}, findings "
             f"{[(f['id'], f['severity']) for f in doc['findings'] if f['severity'] in ('warning', 'critical')]}")
