@@ -41,10 +41,6 @@ extern int pb_step_installed PB_STEP_HIDDEN;
 /* The distributed rank the rows carry (RANK, 0 when unset); set at install. [any thread] */
 extern uint16_t pb_step_rank_id PB_STEP_HIDDEN;
 
-/* Nanoseconds spent in collectives issued during the current step (python.steps.collectives).
- * The distributed collector adds to it; the step boundary reads and zeroes it. [GIL held] */
-extern int64_t pb_step_collectives_ns PB_STEP_HIDDEN;
-
 /* The collectives' nanoseconds since the process started, never reset: a frame or a backward
  * span reads it at its start and end to leave out the collectives nested in it. [GIL held] */
 extern int64_t pb_step_collectives_total_ns PB_STEP_HIDDEN;

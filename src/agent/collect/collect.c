@@ -497,7 +497,6 @@ void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail)
 
     samples = 0;
     syncs = batches = 0;
-    pb_step_collectives_ns = 0;
 }
 
 /* ---- wrappers ---- */
@@ -707,7 +706,6 @@ void pb_collect_remove(void)
     PyErr_Restore(et, ev, tb);
     samples = 0;
     syncs = batches = 0;
-    pb_step_collectives_ns = 0;
     pb_timeline_reset(&pb_step_timeline);
     in_scaler_step = 0;
     autocast_on = 0;
