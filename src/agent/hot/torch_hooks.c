@@ -850,9 +850,10 @@ static PyObject *with_wrapped_closure(PyObject *step_args, PyObject *step_kwargs
         new_args = new_ref(step_args);
         if (!(new_kwargs = PyDict_Copy(step_kwargs)) || PyDict_SetItemString(new_kwargs, "closure", (PyObject *)w)) goto out;
     } else {
-        if (!(new_args = PyTuple_GetSlice(step_args, 0, PyTuple_GET_SIZE(step_args)))) goto out;
-        Py_DECREF(PyTuple_GET_ITEM(new_args, 1));
-        PyTuple_SET_ITEM(new_args, 1, new_ref((PyObject *)w));
+        Py_ssize_t n = PyTuple_GET_SIZE(step_args); /* a new tuple: GetSlice may return the same one */
+        if (!(new_args = PyTuple_New(n))) goto out;
+        for (Py_ssize_t i = 0; i < n; i++)
+            PyTuple_SET_ITEM(new_args, i, new_ref(i == 1 ? (PyObject *)w : PyTuple_GET_ITEM(step_args, i)));
         new_kwargs = step_kwargs && PyDict_Check(step_kwargs) ? new_ref(step_kwargs) : PyDict_New();
         if (!new_kwargs) goto out;
     }
