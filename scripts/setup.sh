@@ -38,6 +38,13 @@ $VPY -m pip install -q "meson-python>=0.15" "meson>=1.1" ninja pytest numpy
 if ! $VPY -c "import transformers" 2>/dev/null; then
     $VPY -m pip install -q transformers || echo "setup: transformers not installed; tests/realworld skips its Hugging Face test"
 fi
+# PyTorch Lightning and Hugging Face accelerate: the real frameworks of
+# tests/realworld/test_frameworks.py (skipped with the reason when missing)
+for pkg in lightning accelerate; do
+    if ! $VPY -c "import $pkg" 2>/dev/null; then
+        $VPY -m pip install -q "$pkg" || echo "setup: $pkg not installed; tests/realworld/test_frameworks.py skips its $pkg tests"
+    fi
+done
 echo "setup: building and installing probing"
 $VPY -m pip install -q --no-build-isolation --force-reinstall --no-deps .
 echo "setup: done. probing is $(pwd)/.venv/bin/probing"

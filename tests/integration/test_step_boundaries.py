@@ -28,11 +28,13 @@ def test_evaluation_after_training_gets_a_step_per_forward(cli, traced, env):
     assert [s for s, _, _ in steps] == list(range(len(steps)))
     training = [(s, f) for s, f, opt in steps if opt]
     # Every training step ends at its optimizer step: 20 before the evaluation, 5 after. A
-    # training step runs 4 forwards of the model (2 micro-batches, each with a no_grad target).
-    # The first is split (before any optimizer step, each forward starts a step), and the first
+    # training step runs 4 forwards of the model (2 micro-batches, each with a no_grad target),
+    # the first one too (the optimizer exists before it: no forward ends a step), and the first
     # after the evaluation starts at its first forward with autograd on (its no_grad target
     # forward before that ends the evaluation's last step).
-    assert [f for _, f in training] == [1] + [4] * 19 + [3] + [4] * 4, training
+    assert [f for _, f in training] == [4] * 20 + [3] + [4] * 4, training
+    # step numbers count optimizer steps, as the framework's own counters do
+    assert [s for s, _ in training[:20]] == list(range(20))
     # The evaluation: 600 forwards (and the next training step's leading no_grad forward) in
     # steps of one forward each, after a first one that takes the stretch's minimum (512 no_grad
     # forwards: a shorter evaluation pass stays in its training step) and one more.
@@ -44,8 +46,8 @@ def test_evaluation_after_training_gets_a_step_per_forward(cli, traced, env):
 
 
 def test_inference_and_plain_training_unchanged(cli, traced):
-    """No optimizer: every forward is a step. Training without no_grad forwards: every step ends
-    at optimizer.step()."""
+    """No optimizer: every forward is a step. Training with gradient accumulation: every step
+    ends at optimizer.step(), the first one too."""
     inference = traced("inference.py", "--steps", 30, "--print-every", 0)
     training = traced("train_then_eval.py", "--steps", 12, "--eval-batches", 0, "--steps-after",
                       0, "--accumulate", 3, "--print-every", 0)
@@ -53,8 +55,8 @@ def test_inference_and_plain_training_unchanged(cli, traced):
     training.wait_holding()
     # 30 forwards: 29 steps ended by the next forward, the last one still open
     assert cli.scalar(inference.target(), "SELECT COUNT(*) FROM python.steps") == 29
-    # 3 micro-batches a step; the first step is split before the first optimizer step is seen
-    # (6 forwards: 3 no_grad targets and 3 with autograd, each starting a step): 6 + 11 steps
-    assert cli.scalar(training.target(), "SELECT COUNT(*) FROM python.steps") == 6 + 11
+    # 3 micro-batches a step (gradient accumulation), the first one too: once an optimizer
+    # exists, only optimizer.step() ends a step, so there are as many steps as optimizer steps
+    assert cli.scalar(training.target(), "SELECT COUNT(*) FROM python.steps") == 12
     inference.finish()
     training.finish()

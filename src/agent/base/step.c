@@ -6,7 +6,8 @@ _Atomic int64_t pb_step_number;
 int64_t pb_step_start_ns;
 uint32_t pb_step_seq;
 uint16_t pb_step_rank_id;
-int64_t pb_step_collectives_ns;
+int64_t pb_step_collectives_total_ns;
+pb_timeline pb_step_timeline;
 int pb_step_installed;
 
 static pb_step_boundary_fn boundary;

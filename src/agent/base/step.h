@@ -17,6 +17,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "timeline.h"
+
 #define PB_STEP_HIDDEN __attribute__((visibility("hidden")))
 
 /* Recording on (hooks installed and not detached). Written at install, remove, disable.
@@ -39,9 +41,20 @@ extern int pb_step_installed PB_STEP_HIDDEN;
 /* The distributed rank the rows carry (RANK, 0 when unset); set at install. [any thread] */
 extern uint16_t pb_step_rank_id PB_STEP_HIDDEN;
 
-/* Nanoseconds spent in collectives issued during the current step (python.steps.collectives).
- * The distributed collector adds to it; the step boundary reads and zeroes it. [GIL held] */
-extern int64_t pb_step_collectives_ns PB_STEP_HIDDEN;
+/* The collectives' nanoseconds since the process started, never reset: a frame or a backward
+ * span reads it at its start and end to leave out the collectives nested in it. [GIL held] */
+extern int64_t pb_step_collectives_total_ns PB_STEP_HIDDEN;
+
+/* The current step's intervals on the host clock (timeline.h): the recorders add what they saw
+ * run on the training thread, the step's end attributes its wall time from them (python.steps)
+ * and resets it. [GIL held] */
+extern pb_timeline pb_step_timeline PB_STEP_HIDDEN;
+
+/* Adds an interval of `activity` to the current step's timeline. [GIL held] */
+static inline void pb_step_interval(pb_activity activity, int64_t start_ns, int64_t end_ns)
+{
+    pb_timeline_add(&pb_step_timeline, activity, start_ns, end_ns);
+}
 
 /* The current step number. [any thread, racy read] */
 static inline int64_t pb_step_current(void)

@@ -35,9 +35,6 @@
 
 /* ---- per-step state (GIL held) ---- */
 
-static int64_t stage_ns[3];      /* by PB_STAGE_* */
-static int64_t data_wait_ns;
-static int64_t grad_sync_ns;
 static int64_t samples;
 static int32_t syncs;
 static int32_t batches;          /* DataLoader batches fetched in the step */
@@ -84,13 +81,13 @@ static const pb_column dataloader_cols[] = {
 static const pb_column steps_cols[] = {
     COL("step", PB_COL_I64, pb_steps_row, step, "training step"),
     COL("wall", PB_COL_NS_SEC, pb_steps_row, wall_ns, "seconds from the start of the step to its end"),
-    COL("data_wait", PB_COL_NS_SEC, pb_steps_row, data_wait_ns, "seconds blocked in DataLoader next() during the step"),
-    COL("forward", PB_COL_NS_SEC, pb_steps_row, forward_ns, "seconds in root module calls (the model, the loss module): on detail steps the sum of the step's forward self times in torch_trace"),
-    COL("backward", PB_COL_NS_SEC, pb_steps_row, backward_ns, "seconds of backward passes: from the first probed autograd node (a module's output) to the engine's final callbacks, forwards recomputed inside left out"),
-    COL("optimizer", PB_COL_NS_SEC, pb_steps_row, optimizer_ns, "seconds in optimizer.step()"),
-    COL("collectives", PB_COL_NS_SEC, pb_steps_row, collectives_ns, "seconds in collective operations issued during the step"),
+    COL("data_wait", PB_COL_NS_SEC, pb_steps_row, data_wait_ns, "seconds blocked in DataLoader next() during the step, less what ran inside it (the columns below to other add up to wall: each instant of the step counts once, for the innermost activity)"),
+    COL("forward", PB_COL_NS_SEC, pb_steps_row, forward_ns, "seconds in root module calls (the model, the loss module), less the collectives inside them (FSDP all-gathers): on detail steps the sum of the step's forward self times in torch_trace; a forward recomputed inside backward (activation checkpointing) counts here"),
+    COL("backward", PB_COL_NS_SEC, pb_steps_row, backward_ns, "seconds of backward passes: from the first probed autograd node (a module's output) to the engine's final callbacks, forwards recomputed and collectives run inside left out"),
+    COL("optimizer", PB_COL_NS_SEC, pb_steps_row, optimizer_ns, "seconds of the optimizer's own work in optimizer.step(): a closure passed to it (Lightning's training_step, forward and backward) is not the optimizer's and counts where it belongs"),
+    COL("collectives", PB_COL_NS_SEC, pb_steps_row, collectives_ns, "seconds in collective operations issued during the step, also those inside forward and backward (FSDP)"),
     COL("grad_sync", PB_COL_NS_SEC, pb_steps_row, grad_sync_ns, "seconds in autograd's final callbacks after the backward pass: DistributedDataParallel waiting for its gradient all-reduces (about 0 without DDP)"),
-    COL("other", PB_COL_NS_SEC, pb_steps_row, other_ns, "wall minus all of the above, never below 0: host time nothing above accounts for"),
+    COL("other", PB_COL_NS_SEC, pb_steps_row, other_ns, "host time nothing above covers (the loop's own Python, host work in a closure or training_step): wall minus all of the above, exactly"),
     COL("samples", PB_COL_I64, pb_steps_row, samples, "sum of the batch_size of the step's batches; 0 when unknown"),
     COL("syncs", PB_COL_I32, pb_steps_row, syncs, "host-device synchronisations in the step: torch.cuda.synchronize(), and .item()/.tolist()/.cpu() on CUDA tensors (0 on CPU)"),
     COL("rank", PB_COL_U16, pb_steps_row, rank, "distributed rank (RANK), 0 when not distributed"),
@@ -147,7 +144,7 @@ TABLE(pb_table_dataloader_trace, "dataloader_trace", dataloader_cols, pb_dataloa
       "one row per batch the training loop took from a torch DataLoader",
       "empty until the program iterates a torch.utils.data.DataLoader");
 TABLE(pb_table_steps, "steps", steps_cols, pb_steps_row,
-      "one row per training step: wall time split into data wait, forward, backward, optimizer, collectives, other",
+      "one row per training step: wall time split into data wait, forward, backward, optimizer, collectives, grad_sync and other, each instant counted once (they add up to wall)",
       "empty until the first step ends (optimizer.step(), or the next forward of the model)");
 TABLE(pb_table_amp_trace, "amp_trace", amp_cols, pb_amp_row,
       "one row per optimizer step: GradScaler scale, inf checks, skipped steps, autocast state",
@@ -409,11 +406,6 @@ void pb_collect_layer(PyObject *mod, uint32_t name, uint32_t type, PyObject *out
 
 /* ---- hooks from torch_hooks.c ---- */
 
-void pb_collect_stage_time(int stage, int64_t self_ns)
-{
-    if (stage >= 0 && stage < 3) stage_ns[stage] += self_ns;
-}
-
 /* torch.get_autocast_dtype(device) as an intern id of its short name ("bfloat16"). */
 static uint32_t autocast_dtype_of(PyObject *device)
 {
@@ -465,11 +457,6 @@ static void push_amp(int64_t step, double scale, int found_inf, int skipped)
     push(&pb_table_amp_trace, &r);
 }
 
-void pb_collect_grad_sync(int64_t ns)
-{
-    if (ns > 0) grad_sync_ns += ns;
-}
-
 void pb_collect_optimizer_done(PyObject *optimizer)
 {
     optimizer_steps++;
@@ -514,14 +501,19 @@ void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail)
     memset(&s, 0, sizeof s);
     s.step = step;
     s.wall_ns = wall_ns;
-    s.data_wait_ns = data_wait_ns;
-    s.forward_ns = stage_ns[PB_STAGE_FORWARD];
-    s.backward_ns = stage_ns[PB_STAGE_BACKWARD];
-    s.optimizer_ns = stage_ns[PB_STAGE_STEP];
-    s.collectives_ns = pb_step_collectives_ns;
-    s.grad_sync_ns = grad_sync_ns;
-    s.other_ns = positive(wall_ns - s.data_wait_ns - s.forward_ns - s.backward_ns - s.optimizer_ns - s.collectives_ns -
-                          s.grad_sync_ns);
+    /* Every instant of the step goes to one activity, the innermost one (timeline.h): forward
+     * without the collectives inside it, optimizer without the closure's forward and backward,
+     * other the host time nothing covers. The columns add up to wall. */
+    int64_t start = pb_step_start(), share[PB_ACT_COUNT];
+    pb_timeline_attribute(&pb_step_timeline, start, start + wall_ns, share);
+    pb_timeline_reset(&pb_step_timeline);
+    s.data_wait_ns = share[PB_ACT_DATA_WAIT];
+    s.forward_ns = share[PB_ACT_FORWARD];
+    s.backward_ns = share[PB_ACT_BACKWARD];
+    s.optimizer_ns = share[PB_ACT_OPTIMIZER];
+    s.collectives_ns = share[PB_ACT_COLLECTIVE];
+    s.grad_sync_ns = share[PB_ACT_GRAD_SYNC];
+    s.other_ns = share[PB_ACT_HOST];
     s.samples = samples;
     s.syncs = syncs;
     s.batches = batches;
@@ -541,10 +533,8 @@ void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail)
     int ng = pb_gil_take(step, s.rank, g, 8);
     for (int i = 0; i < ng; i++) push(&pb_table_gil, &g[i]);
 
-    memset(stage_ns, 0, sizeof stage_ns);
-    data_wait_ns = samples = grad_sync_ns = 0;
+    samples = 0;
     syncs = batches = 0;
-    pb_step_collectives_ns = 0;
 }
 
 /* ---- wrappers ---- */
@@ -571,7 +561,7 @@ static PyObject *dataloader_next(PyObject *orig, PyObject *const *args, size_t n
     r.batch_size = batch_size_of(batch, 0);
     r.rank = pb_step_rank();
     push(&pb_table_dataloader_trace, &r);
-    data_wait_ns += r.wait_ns;
+    pb_step_interval(PB_ACT_DATA_WAIT, start, end);
     samples += r.batch_size;
     batches++;
     pb_collect_phase(PB_PHASE_AFTER_DATA);
@@ -752,10 +742,9 @@ void pb_collect_remove(void)
         pb_unwrap_attr((PyObject *)tensor_type, "cpu", &wrap_cpu);
     }
     PyErr_Restore(et, ev, tb);
-    memset(stage_ns, 0, sizeof stage_ns);
-    data_wait_ns = samples = grad_sync_ns = 0;
+    samples = 0;
     syncs = batches = 0;
-    pb_step_collectives_ns = 0;
+    pb_timeline_reset(&pb_step_timeline);
     in_scaler_step = 0;
     autocast_on = 0;
     autocast_device = 0;

@@ -18,7 +18,8 @@
  *   - C wrappers (pb_wrap_attr in wrap.h) of DataLoader's iterator __next__,
  *     torch.amp.GradScaler.step, torch.optim.Optimizer.zero_grad and torch.cuda.synchronize;
  *   - calls from the hot path (hot/torch_hooks.c, hot/autograd.c) at the points it already
- *     observes: stage times (each root module call, each backward pass, each optimizer step),
+ *     observes (the step's time comes from the intervals they add to the step's timeline,
+ *     base/timeline.h):
  *     a root forward starting and ending, the backward pass ending, an optimizer step ending
  *     and the step boundary.
  * Everything runs with the GIL held; per-step state is plain C accumulators.
@@ -101,9 +102,6 @@ void pb_collect_remove(void);
 
 /* ---- called by the hot path (hot/torch_hooks.c, hot/autograd.c), recording on, [GIL held] ---- */
 
-/* A python.torch_trace row of stage (PB_STAGE_*) with self time self_ns was recorded. */
-void pb_collect_stage_time(int stage, int64_t self_ns);
-
 /* The primary root module's forward begins: the before_forward memory phase (on sampled steps)
  * and the autocast state. */
 void pb_collect_forward_begin(void);
@@ -119,17 +117,13 @@ void pb_collect_layer(PyObject *mod, uint32_t name, uint32_t type, PyObject *out
 /* A phase boundary was passed; records a python.memory row on sampled steps. */
 void pb_collect_phase(int phase);
 
-/* The autograd engine's final callbacks after the backward pass (DistributedDataParallel
- * waiting for its gradient all-reduces) took ns: python.steps.grad_sync. */
-void pb_collect_grad_sync(int64_t ns);
-
 /* optimizer.step() of `optimizer` (borrowed) returned (before the step boundary). On the
  * first optimizer step and on sampled steps (PROBING_MEMORY_PHASE_EVERY) also writes its
  * python.memory_breakdown row: a walk over its parameters, their gradients and its state. */
 void pb_collect_optimizer_done(PyObject *optimizer);
 
-/* Step `step` ends after wall_ns: writes its python.steps and python.memory rows and resets
- * the accumulators. detail: the step was a detail step (detail.h). Called before the step
+/* Step `step` ends after wall_ns: writes its python.steps row (its wall time attributed from
+ * the step's timeline, pb_step_timeline) and python.memory rows and resets the accumulators. detail: the step was a detail step (detail.h). Called before the step
  * number advances. */
 void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail);
 

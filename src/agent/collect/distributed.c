@@ -317,7 +317,8 @@ static PyObject *collective_call(PyObject *self, PyObject *args, PyObject *kwarg
         return NULL;
     }
 
-    pb_step_collectives_ns += end - start;
+    pb_step_collectives_total_ns += end - start;
+    pb_step_interval(PB_ACT_COLLECTIVE, start, end);
     r.step = step;
     r.time_offset_ns = step_start ? start - step_start : 0;
     r.duration_ns = end - start;

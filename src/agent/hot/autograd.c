@@ -147,6 +147,30 @@ static char ext_status[512] = "python"; /* pb_autograd_backward_probes() */
  * probe that run after it, such as AccumulateGrad for its weights, go with it). A node made by no
  * module's forward directly (a residual add, attention's matmuls in the attention module's own
  * code) has no owner: its time goes to the innermost active span, deepest and latest started. */
+/* Nanoseconds of [from, to) inside collectives on the step's timeline (FSDP's all-gathers and
+ * reduce-scatters run in backward hooks): the collective's, not a module's backward time.
+ * Intervals are added in time order and sweeps move forward, so a cursor skips the intervals
+ * already behind; the step's end resets the timeline (and the cursor with it). */
+static int collectives_cursor;
+static uint64_t collectives_cursor_resets; /* the timeline's resets when the cursor was set */
+static int64_t collectives_between(int64_t from, int64_t to)
+{
+    const pb_timeline *tl = &pb_step_timeline;
+    if (collectives_cursor_resets != tl->resets || collectives_cursor > tl->count) {
+        collectives_cursor = 0;
+        collectives_cursor_resets = tl->resets;
+    }
+    while (collectives_cursor < tl->count && tl->intervals[collectives_cursor].end_ns <= from) collectives_cursor++;
+    int64_t in = 0;
+    for (int i = collectives_cursor; i < tl->count; i++) {
+        const pb_interval *iv = &tl->intervals[i];
+        if (iv->activity != PB_ACT_COLLECTIVE) continue;
+        int64_t a = iv->start_ns > from ? iv->start_ns : from, b = iv->end_ns < to ? iv->end_ns : to;
+        if (b > a) in += b - a;
+    }
+    return in;
+}
+
 static void sweep(int64_t now)
 {
     if (!pb_autograd_paused) {
@@ -159,7 +183,7 @@ static void sweep(int64_t now)
             }
         }
         if (in) {
-            in->self_ns += now - last_event_ns;
+            in->self_ns += now - last_event_ns - collectives_between(last_event_ns, now);
             for (bspan *a = in; a; a = a->parent) a->last_ns = now;
         }
     }
@@ -360,8 +384,8 @@ static PyObject *backward_done(PyObject *self, PyObject *unused)
     set_owner(NULL);
     node_map_clear();
     if (pb_autograd_pass_active) {
-        int64_t pass_ns = now - pass_start_ns - pass_paused_ns;
-        pb_collect_stage_time(PB_STAGE_BACKWARD, pass_ns > 0 ? pass_ns : 0);
+        /* forwards recomputed inside (checkpointing) and collectives are theirs on the timeline */
+        pb_step_interval(PB_ACT_BACKWARD, pass_start_ns, now);
         pb_autograd_pass_active = 0;
     }
     if (atomic_load_explicit(&pb_step_enabled, memory_order_relaxed)) pb_collect_phase(PB_PHASE_AFTER_BACKWARD);
@@ -386,7 +410,7 @@ static PyMethodDef backward_done_def = {"_backward_done", (PyCFunction)backward_
 static PyObject *backward_synced(PyObject *self, PyObject *unused)
 {
     if (backward_done_ns && atomic_load_explicit(&pb_step_enabled, memory_order_relaxed))
-        pb_collect_grad_sync(pb_now_ns() - backward_done_ns);
+        pb_step_interval(PB_ACT_GRAD_SYNC, backward_done_ns, pb_now_ns());
     backward_done_ns = 0;
     Py_RETURN_NONE;
 }

@@ -31,7 +31,10 @@ typedef struct pb_frame {
     uint64_t in_handle;      /* the extension's handle of in_grad_fn (autograd_api.h) */
     PyObject *range;         /* owned or NULL: the profiler range of a capture (capture.h) */
     int64_t start_ns;
-    int64_t child_ns;        /* inclusive time of nested executions, subtracted for self time */
+    int64_t child_ns;        /* time of nested executions less the collectives inside them,
+                              * subtracted for self time */
+    int64_t collectives_at_start; /* pb_step_collectives_total_ns at the start: the collectives
+                              * inside are not the module's own time (FSDP's all-gathers) */
     uint32_t name, type, seq;
     uint8_t layer_capture;   /* first execution of a Linear/convolution: python.layers row at the end */
     uint8_t detail;          /* recorded in detail (the root's mode, inherited by nested calls) */

@@ -11,9 +11,11 @@
  * model by walking root.named_modules() the first time a root module runs; a weakref callback
  * forgets modules that die. `duration` is self time (frames accumulate their children's time).
  *
- * Steps: an optimizer.step() (global optimizer step hooks) ends the step; its own duration is a
- * 'step' row. Until the first optimizer step is seen, the start of a new forward of the first
- * root module ends the step, so inference loops get one step per forward. An evaluation loop
+ * Steps: an optimizer.step() (global optimizer step hooks) ends the step; its own duration (less
+ * a closure passed to it) is a 'step' row. Once an optimizer is constructed (Optimizer.__init__
+ * wrapped) or stepped, only optimizer steps end steps, so gradient accumulation before the first
+ * one makes no extra steps; before that (no optimizer: inference), the start of a new forward of
+ * the first root module ends the step, so inference loops get one step per forward. An evaluation loop
  * after training (forwards of that module under no_grad, more of them since the last optimizer
  * step than any optimizer step had) goes back to one step per forward, until a forward with
  * autograd on or an optimizer step: see evaluation_stretch().
@@ -69,6 +71,7 @@ static PyObject *primary_root;     /* compared by address only, never dereferenc
 static int primary_ran;
 static int record_backward = 1; /* PROBING_BACKWARD */
 static int64_t opt_start_ns;
+static int64_t opt_closure_ns; /* time in the closure of the running optimizer.step() */
 static uint32_t opt_seq;
 static pb_detail detail_policy;
 static int detail;          /* the current step records rows (detail.h) */
@@ -585,6 +588,7 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
     f->type = e->type;
     f->seq = pb_step_seq++;
     f->child_ns = 0;
+    f->collectives_at_start = pb_step_collectives_total_ns;
     f->layer_capture = e->layer_pending;
     e->layer_pending = 0;
     if (record_backward && grad_enabled()) {
@@ -645,8 +649,9 @@ static void leave(PyObject *mod, PyObject *output)
     int64_t now = pb_now_ns(), total = now - f->start_ns;
     if (f->detail) {
         end_capture_range(f);
+        int64_t own = total - (pb_step_collectives_total_ns - f->collectives_at_start); /* without collectives */
         if (output) {
-            pb_frames_push_row(f->start_ns, now, total - f->child_ns, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
+            pb_frames_push_row(f->start_ns, now, own - f->child_ns, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
             if (record_backward && output != Py_None && (f->in_grad_fn || grad_enabled())) {
                 uint64_t out_handle = 0;
                 PyObject *out_gf = first_grad_fn(output, 0, &out_handle);
@@ -656,7 +661,7 @@ static void leave(PyObject *mod, PyObject *output)
                 }
             }
         }
-        if (depth > 0) ts->stack[depth - 1].child_ns += total;
+        if (depth > 0) ts->stack[depth - 1].child_ns += own;
         pb_autograd_node_drop(&f->in_grad_fn);
         pb_autograd_frame_drop(f);
         if (f->layer_capture) { /* last use of f: reading the layer may run Python that enters modules */
@@ -673,8 +678,9 @@ static void leave(PyObject *mod, PyObject *output)
         probe_root_output(output);
     }
     if (depth > 0) return;
-    /* a root call: its whole time is forward time (self times of its tree sum to it) */
-    if (output) pb_collect_stage_time(PB_STAGE_FORWARD, total);
+    /* a root call: its whole time is forward time on the step's timeline, less what runs
+     * inside it (collectives, a nested backward), which the timeline gives to the innermost */
+    pb_step_interval(PB_ACT_FORWARD, f->start_ns, now);
     if (pb_autograd_paused) pb_autograd_resume();
     if (output) pb_collect_phase(mod == primary_root ? PB_PHASE_AFTER_FORWARD : PB_PHASE_AFTER_LOSS);
     if (mod == primary_root) primary_ran = 1;
@@ -804,12 +810,86 @@ static uint32_t optimizer_name(PyObject *opt, uint32_t type)
     return name;
 }
 
-/* optimizer step pre-hook(optimizer, args, kwargs) */
+/* torch.optim.Optimizer.__init__(self, ...) returned: a training job, whose steps end at
+ * optimizer.step() from now on, also before the first one (gradient accumulation, Lightning's
+ * sanity-check validation: no forward ends a step). An inference loop that merely holds an
+ * optimizer still gets a step per forward once its no_grad forwards pass the evaluation
+ * stretch's minimum (evaluation_stretch()). [GIL held] */
+static PyObject *optimizer_made(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    PyObject *res = PyObject_Vectorcall(orig, args, nargsf, kwnames);
+    if (res && !training_latched && !evaluating) {
+        if (primary_ran) end_step(pb_now_ns()); /* forwards before it (an inference pass) were steps */
+        training_latched = 1;
+        nograd_learned = 1;
+        nograd_forwards = 0;
+    }
+    return res;
+}
+static PyObject *wrap_optimizer_init;
+
+/* A closure passed to optimizer.step(closure) (Lightning's training_step, forward and
+ * backward; LBFGS' re-evaluations): its time is not the optimizer's. The wrapper marks it as host
+ * time on the step's timeline, so the forward and backward inside it are theirs, and what is
+ * left of optimizer.step() is the optimizer's own work. */
+static PyObject *closure_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    pb_wrapper *w = (pb_wrapper *)self;
+    int64_t start = pb_now_ns();
+    PyObject *res = PyObject_Vectorcall(w->orig, args, nargsf, kwnames);
+    if (atomic_load_explicit(&pb_step_enabled, memory_order_relaxed)) {
+        int64_t end = pb_now_ns();
+        pb_step_interval(PB_ACT_HOST, start, end);
+        opt_closure_ns += end - start;
+    }
+    return res;
+}
+
+/* (args, kwargs) with the closure among them wrapped (closure_vectorcall), or NULL (no closure,
+ * or it could not be wrapped: the step runs unchanged). New reference. [GIL held] */
+static PyObject *with_wrapped_closure(PyObject *step_args, PyObject *step_kwargs)
+{
+    PyObject *closure = NULL, *new_args = NULL, *new_kwargs = NULL, *result = NULL;
+    int in_kwargs = 0;
+    if (step_kwargs && PyDict_Check(step_kwargs)) {
+        closure = PyDict_GetItemString(step_kwargs, "closure"); /* borrowed */
+        in_kwargs = closure != NULL;
+    }
+    if (!closure && step_args && PyTuple_Check(step_args) && PyTuple_GET_SIZE(step_args) >= 2)
+        closure = PyTuple_GET_ITEM(step_args, 1);
+    if (!closure || closure == Py_None || !PyCallable_Check(closure) || Py_TYPE(closure) == &pb_wrapper_type) return NULL;
+    pb_wrapper *w = pb_wrapper_new(closure, closure_vectorcall, NULL);
+    if (!w) goto out;
+    if (in_kwargs) {
+        new_args = new_ref(step_args);
+        if (!(new_kwargs = PyDict_Copy(step_kwargs)) || PyDict_SetItemString(new_kwargs, "closure", (PyObject *)w)) goto out;
+    } else {
+        Py_ssize_t n = PyTuple_GET_SIZE(step_args); /* a new tuple: GetSlice may return the same one */
+        if (!(new_args = PyTuple_New(n))) goto out;
+        for (Py_ssize_t i = 0; i < n; i++)
+            PyTuple_SET_ITEM(new_args, i, new_ref(i == 1 ? (PyObject *)w : PyTuple_GET_ITEM(step_args, i)));
+        new_kwargs = step_kwargs && PyDict_Check(step_kwargs) ? new_ref(step_kwargs) : PyDict_New();
+        if (!new_kwargs) goto out;
+    }
+    result = PyTuple_Pack(2, new_args, new_kwargs);
+out:
+    Py_XDECREF((PyObject *)w);
+    Py_XDECREF(new_args);
+    Py_XDECREF(new_kwargs);
+    PyErr_Clear();
+    return result;
+}
+
+/* optimizer step pre-hook(optimizer, args, kwargs): returns None, or (args, kwargs) with the
+ * closure wrapped */
 static PyObject *opt_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (!atomic_load_explicit(&pb_step_enabled, memory_order_relaxed)) Py_RETURN_NONE;
     opt_seq = pb_step_seq++;
+    opt_closure_ns = 0;
     opt_start_ns = pb_now_ns();
+    PyObject *changed = nargs >= 3 ? with_wrapped_closure(args[1], args[2]) : NULL;
+    if (changed) return changed;
     Py_RETURN_NONE;
 }
 
@@ -819,11 +899,12 @@ static PyObject *opt_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
     int64_t now = pb_now_ns();
     if (!atomic_load_explicit(&pb_step_enabled, memory_order_relaxed) || nargs < 1) Py_RETURN_NONE;
     if (opt_start_ns) {
-        pb_collect_stage_time(PB_STAGE_STEP, now - opt_start_ns);
+        pb_step_interval(PB_ACT_OPTIMIZER, opt_start_ns, now);
         if (detail) {
             pb_tstate *ts = pb_frames_get();
             uint32_t type = pb_intern_cstr(class_name(args[0])), name = optimizer_name(args[0], type);
-            pb_frames_push_row(opt_start_ns, now, now - opt_start_ns, opt_seq, name, type, 0, PB_STAGE_STEP, ts ? ts->tid : 0);
+            pb_frames_push_row(opt_start_ns, now, now - opt_start_ns - opt_closure_ns, opt_seq, name, type, 0, PB_STAGE_STEP,
+                               ts ? ts->tid : 0);
         }
     }
     opt_start_ns = 0;
@@ -961,6 +1042,12 @@ int pb_torch_hooks_install(void)
     if (!handles[2]) goto out;
     handles[3] = call_register("torch.optim.optimizer", "register_optimizer_step_post_hook", fns[3], 0);
     if (!handles[3]) goto out;
+    PyObject *optim = PyImport_ImportModule("torch.optim");
+    PyObject *optimizer_cls = optim ? PyObject_GetAttrString(optim, "Optimizer") : NULL;
+    if (!optimizer_cls || pb_wrap_attr(optimizer_cls, "__init__", optimizer_made, &wrap_optimizer_init))
+        PyErr_Clear(); /* without it steps end at forwards until the first optimizer.step(), as before */
+    Py_XDECREF(optimizer_cls);
+    Py_XDECREF(optim);
     pb_step_installed = 1;
     pb_step_set_boundary(optimizer_stepped);
     if (pb_collect_install()) { /* the collectors are extras: module recording goes on */
@@ -996,6 +1083,14 @@ void pb_torch_hooks_remove(void)
 {
     atomic_store(&pb_step_enabled, 0);
     pb_collect_remove();
+    if (wrap_optimizer_init) {
+        PyObject *optim = PyImport_ImportModule("torch.optim");
+        PyObject *optimizer_cls = optim ? PyObject_GetAttrString(optim, "Optimizer") : NULL;
+        if (optimizer_cls) pb_unwrap_attr(optimizer_cls, "__init__", &wrap_optimizer_init);
+        Py_XDECREF(optimizer_cls);
+        Py_XDECREF(optim);
+        PyErr_Clear();
+    }
     remove_call_wrapper();
     pb_autograd_remove_fast_register();
     for (int i = 0; i < 4; i++) {
