@@ -464,38 +464,32 @@ void pb_collect_optimizer_done(PyObject *optimizer)
     if (!in_scaler_step) push_amp(pb_step_current(), NAN, 0, 0);
 }
 
-/* The training thread's CPU time and involuntary context switches at the last step boundary,
- * so each step gets its own (a busy machine's steps are told from the job's: docs/report.md,
- * "Slow steps"). Two syscalls per step. */
+/* The training thread's involuntary context switches at the last step boundary, so each step
+ * gets its own (a busy machine's steps are told from the job's: docs/report.md, "Slow steps").
+ * The step's CPU time comes from the caller, which measures it once for the detail policy too. */
 static struct {
     long tid; /* the thread the snapshot is of; 0 none */
-    int64_t cpu_ns;
     long nivcsw;
 } boundary;
 
-static void step_cpu(pb_steps_row *s)
+static void step_cpu(pb_steps_row *s, int64_t cpu_ns)
 {
-    struct timespec ts;
     struct rusage ru;
     long tid = (long)syscall(SYS_gettid);
-    s->cpu_s = NAN;
+    s->cpu_s = cpu_ns >= 0 ? (double)cpu_ns / 1e9 : NAN;
     s->involuntary_switches = INT64_MIN;
-    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0 || getrusage(RUSAGE_THREAD, &ru) != 0) {
+    if (getrusage(RUSAGE_THREAD, &ru) != 0) {
         boundary.tid = 0;
         return;
     }
-    int64_t cpu_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    /* another thread, or a fork()ed child whose clocks started again: no step figure */
-    if (boundary.tid == tid && cpu_ns >= boundary.cpu_ns && ru.ru_nivcsw >= boundary.nivcsw) {
-        s->cpu_s = (double)(cpu_ns - boundary.cpu_ns) / 1e9;
+    /* another thread, or a fork()ed child whose counters started again: no step figure */
+    if (boundary.tid == tid && ru.ru_nivcsw >= boundary.nivcsw)
         s->involuntary_switches = ru.ru_nivcsw - boundary.nivcsw;
-    }
     boundary.tid = tid;
-    boundary.cpu_ns = cpu_ns;
     boundary.nivcsw = ru.ru_nivcsw;
 }
 
-void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail)
+void pb_collect_step_end(int64_t step, int64_t wall_ns, int64_t cpu_ns, int detail)
 {
     pb_steps_row s;
     memset(&s, 0, sizeof s);
@@ -519,7 +513,7 @@ void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail)
     s.batches = batches;
     s.rank = pb_step_rank();
     s.detail = (uint8_t)(detail != 0);
-    step_cpu(&s);
+    step_cpu(&s, cpu_ns);
     push(&pb_table_steps, &s);
 
     pb_memory_step_end(step);

@@ -123,8 +123,10 @@ void pb_collect_phase(int phase);
 void pb_collect_optimizer_done(PyObject *optimizer);
 
 /* Step `step` ends after wall_ns: writes its python.steps row (its wall time attributed from
- * the step's timeline, pb_step_timeline) and python.memory rows and resets the accumulators. detail: the step was a detail step (detail.h). Called before the step
- * number advances. */
-void pb_collect_step_end(int64_t step, int64_t wall_ns, int detail);
+ * the step's timeline, pb_step_timeline) and python.memory rows and resets the accumulators.
+ * cpu_ns: the training thread's CPU time in the step (pb_thread_cpu_ns), -1 where unknown (the
+ * first step, another thread, a fork); detail: the step was a detail step (detail.h). Called
+ * before the step number advances. [GIL held] */
+void pb_collect_step_end(int64_t step, int64_t wall_ns, int64_t cpu_ns, int detail);
 
 #endif

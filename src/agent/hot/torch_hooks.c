@@ -424,10 +424,11 @@ static void end_step(int64_t now)
     int64_t done = atomic_load_explicit(&pb_step_number, memory_order_relaxed), wall = now - pb_step_start_ns;
     int64_t cpu_now = pb_thread_cpu_ns(), cpu = -1;
     unsigned long thread = PyThread_get_thread_ident();
-    if (cpu_now >= 0 && step_start_cpu_ns >= 0 && thread == step_cpu_thread) cpu = cpu_now - step_start_cpu_ns;
+    if (cpu_now >= step_start_cpu_ns && step_start_cpu_ns >= 0 && thread == step_cpu_thread)
+        cpu = cpu_now - step_start_cpu_ns;
     step_start_cpu_ns = cpu_now;
     step_cpu_thread = thread;
-    pb_collect_step_end(done, wall, detail);
+    pb_collect_step_end(done, wall, cpu, detail);
     pb_detail_step_done(&detail_policy, done, wall, cpu, detail, detail_measured && !pb_capture_ranges);
     atomic_fetch_add_explicit(&pb_step_number, 1, memory_order_relaxed);
     pb_step_start_ns = now;
