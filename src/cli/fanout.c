@@ -158,8 +158,13 @@ int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *pa
         pb_fanout_req *r = &reqs[i];
         if (!r->usable || r->target.kind != PB_TARGET_FILE) continue;
         pb_response resp;
+        long left = deadline_ms - (long)(pb_mono_s() * 1e3 - start);
         r->sent = pb_wall_s();
-        if (pb_client_request(&r->target, method, path, body, deadline_ms, &resp, r->err, sizeof r->err) == 0) {
+        if (left < 1) {
+            snprintf(r->err, sizeof r->err, "not read: the deadline of %.1f s passed first "
+                     "(raise --deadline)", (double)deadline_ms / 1000);
+        } else if (pb_client_request(&r->target, method, path, body, left, &resp, r->err,
+                                     sizeof r->err) == 0) {
             json_t *root = json_loadb(resp.body.data, resp.body.len, 0, NULL);
             if (json_is_object(root)) {
                 r->root = root;
@@ -285,12 +290,13 @@ static void fill_endpoint(pb_rank_ep *e, json_t *entry)
         snprintf(e->why, sizeof e->why, "no TCP endpoint: set PROBING_TOKEN for the job");
 }
 
-/* /api/info of a recording, or NULL (quiet). */
-static json_t *recording_info(const pb_target *t)
+/* /api/info of a recording within timeout_ms, or NULL (quiet). */
+static json_t *recording_info(const pb_target *t, long timeout_ms)
 {
     pb_response resp;
     char err[512];
-    if (pb_client_request(t, "GET", "/api/info", NULL, 1000, &resp, err, sizeof err)) return NULL;
+    if (pb_client_request(t, "GET", "/api/info", NULL, timeout_ms, &resp, err, sizeof err))
+        return NULL;
     json_t *info = json_loadb(resp.body.data, resp.body.len, 0, NULL);
     pb_buf_free(&resp.body);
     if (resp.status != 200 || !json_is_object(info)) {
@@ -312,9 +318,10 @@ static int is_sqlite_file(const char *path)
 
 /* The roster of a recording: the recordings in its directory that recorded the same job (job
  * and world_size of their saved /api/info), one per rank (the first found in name order). */
-static int recording_roster(const pb_target *t, pb_rank_ep **out, int *n)
+static int recording_roster(const pb_target *t, long deadline_ms, pb_rank_ep **out, int *n)
 {
-    json_t *info = recording_info(t);
+    double start = pb_mono_s() * 1e3;
+    json_t *info = recording_info(t, deadline_ms);
     if (!info) {
         pb_cli_error("cannot read the recording's /api/info (%s)", t->file_path);
         return 1;
@@ -357,7 +364,10 @@ static int recording_roster(const pb_target *t, pb_rank_ep **out, int *n)
                 !is_sqlite_file(rt.file_path))
                 continue;
         }
-        json_t *other = i < 0 ? json_incref(info) : recording_info(&rt);
+        /* A stray file in the directory (hostile or merely slow) costs at most what is left of
+         * the deadline, and then nothing more. */
+        long left = deadline_ms - (long)(pb_mono_s() * 1e3 - start);
+        json_t *other = i < 0 ? json_incref(info) : left < 1 ? NULL : recording_info(&rt, left);
         const char *ojob = json_string_value(json_object_get(other, "job"));
         json_int_t ow = json_integer_value(json_object_get(other, "world_size"));
         json_int_t orank = json_integer_value(json_object_get(other, "rank"));
@@ -387,7 +397,7 @@ int pb_fanout_roster(const pb_target *t, long deadline_ms, pb_rank_ep **out, int
 {
     *out = NULL;
     *n = 0;
-    if (t->kind == PB_TARGET_FILE) return recording_roster(t, out, n);
+    if (t->kind == PB_TARGET_FILE) return recording_roster(t, deadline_ms, out, n);
     json_t *root = pb_client_call_ok(t, "GET", "/api/job", NULL, deadline_ms + 2000);
     if (!root) return 1;
     int registered = json_is_true(json_object_get(root, "registered"));

@@ -1,0 +1,101 @@
+"""Hardening, round three (issue 30, items 4, 5, 6, 7 and 9): what a hostile recording, a
+hostile job environment or a huge answer can do to the CLI. Real binary, real files and
+processes; the hostile inputs are built the way an attacker would build them."""
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+# A view that never ends: what a hostile recording puts where a table should be.
+ENDLESS = ("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+           "SELECT x FROM c WHERE x < 0")
+CATALOGUE = ("CREATE TABLE tables(schema, name, doc, columns, rows, capacity, rows_dropped, "
+             "empty_reason); CREATE TABLE info(json);")
+
+
+def write_db(path, script, info=None):
+    con = sqlite3.connect(path)
+    con.executescript(script)
+    if info is not None:
+        con.execute("INSERT INTO info VALUES (?)", (json.dumps(info),))
+    con.commit()
+    con.close()
+    return path
+
+
+# ----------------------------------------------------------------------------- item 4
+
+
+@pytest.mark.parametrize("args", [["info"], ["report"], ["tables"],
+                                  ["query", "SELECT COUNT(*) FROM python.steps"]])
+def test_a_recording_whose_catalogue_never_ends_is_refused(cli, tmp_path, args):
+    path = write_db(tmp_path / "hostile.db", f"CREATE VIEW tables AS {ENDLESS}; "
+                    "CREATE TABLE info(json); INSERT INTO info VALUES ('{}');")
+    env = dict(cli.env, PROBING_QUERY_TIMEOUT="1")
+    r = cli(path, *args, check=False, env=env, timeout=60)
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == (f"probing: cannot read the recording {path}: reading its catalogue "
+                        "(probe.tables, probe.info) ran longer than 1 s (PROBING_QUERY_TIMEOUT): "
+                        "the file is damaged or was built to hang its readers\n")
+
+
+def test_a_query_over_an_endless_view_of_a_recording_stops_at_the_time_limit(cli, tmp_path):
+    path = write_db(tmp_path / "hostile.db", CATALOGUE + f"CREATE VIEW steps AS {ENDLESS};",
+                    info={"rank": 0})
+    env = dict(cli.env, PROBING_QUERY_TIMEOUT="1")
+    r = cli(path, "query", "SELECT COUNT(*) FROM python.steps", check=False, env=env, timeout=60)
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr == ("probing: SQL error: query interrupted: it ran longer than the 1 s limit "
+                        "(PROBING_QUERY_TIMEOUT); narrow it with WHERE or LIMIT, or set "
+                        "PROBING_QUERY_TIMEOUT=<seconds> in the probing command's environment\n")
+
+
+def test_query_ranks_all_ends_by_its_deadline_beside_a_hostile_file(cli, tmp_path):
+    rank0 = write_db(tmp_path / "job.rank0.db", CATALOGUE,
+                     info={"job": "j", "world_size": 2, "rank": 0, "host": "h"})
+    write_db(tmp_path / "stray.db", f"CREATE VIEW tables AS {ENDLESS}; "
+             "CREATE TABLE info(json); INSERT INTO info VALUES ('{}');")
+    # no PROBING_QUERY_TIMEOUT: the file alone would cost 30 s; --deadline 2 bounds it
+    r = cli(rank0, "query", "SELECT 1 AS one", "--ranks", "all", "--deadline", "2", "-f", "json",
+            check=False, timeout=25)
+    assert r.returncode == 3, r.stderr
+    assert json.loads(r.stdout) == [{"rank": 0, "host": "h", "one": 1}]
+    assert r.stderr == (f"probing: rank 1 (host unknown) is missing: no recording of this rank "
+                        f"of job j beside {rank0}\n")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_ui_on_a_hostile_recording_ends_on_a_signal(cli, tmp_path, sig):
+    path = write_db(tmp_path / "hostile.db", CATALOGUE + f"CREATE VIEW torch_trace AS {ENDLESS};",
+                    info={"rank": 0})
+    env = dict(cli.env, PROBING_QUERY_TIMEOUT="3600")  # only the signal can end the query
+    proc = subprocess.Popen([cli.binary, str(path), "ui"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        url = proc.stdout.readline().decode().strip()
+        base, token = url.split("/?token=")
+
+        def report():
+            try:
+                urllib.request.urlopen(f"{base}/ui/report?token={token}", timeout=120).read()
+            except Exception:  # the server going away is what this test waits for
+                pass
+
+        import threading
+        t = threading.Thread(target=report, daemon=True)
+        t.start()
+        time.sleep(2)  # the report's first query is running on the endless view
+        assert proc.poll() is None
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
