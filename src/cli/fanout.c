@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "client.h"
 #include "clock.h"
+#include "format.h"
 #include "paths.h"
 
 #include <dirent.h>
@@ -260,7 +261,7 @@ static void fill_endpoint(pb_rank_ep *e, json_t *entry)
     const char *unix_path = json_string_value(json_object_get(entry, "unix"));
     const char *tcp = json_string_value(json_object_get(entry, "tcp"));
     e->registered = 1;
-    snprintf(e->host, sizeof e->host, "%s", host ? host : "?");
+    pb_format_clean(e->host, sizeof e->host, host ? host : "?");
     e->pid = (int)json_integer_value(json_object_get(entry, "pid"));
     e->local_rank = (int)json_integer_value(json_object_get(entry, "local_rank"));
     e->node_rank = (int)json_integer_value(json_object_get(entry, "node_rank"));
@@ -271,21 +272,22 @@ static void fill_endpoint(pb_rank_ep *e, json_t *entry)
         snprintf(e->via, sizeof e->via, "unix");
         return;
     }
+    char shown[160]; /* what the roster says, fit for a terminal */
+    pb_format_clean(shown, sizeof shown, tcp ? tcp : unix_path ? unix_path : "?");
     if (tcp && *tcp) {
         /* Prints nothing for a well-formed host:port (what agents write). */
         if (pb_target_resolve(tcp, &e->target) == 0) {
             snprintf(e->via, sizeof e->via, "tcp");
             if (!e->target.token[0])
                 snprintf(e->why, sizeof e->why, "no token for %s: set PROBING_TOKEN (or "
-                         "PROBING_TOKEN_FILE, or --token) to the job's token", tcp);
+                         "PROBING_TOKEN_FILE, or --token) to the job's token", shown);
             return;
         }
-        snprintf(e->why, sizeof e->why, "its TCP address '%s' is not usable", tcp);
+        snprintf(e->why, sizeof e->why, "its TCP address '%s' is not usable", shown);
         return;
     }
     if (same_host)
-        snprintf(e->why, sizeof e->why, "its socket %s is gone (did the process exit?)",
-                 unix_path ? unix_path : "?");
+        snprintf(e->why, sizeof e->why, "its socket %s is gone (did the process exit?)", shown);
     else
         snprintf(e->why, sizeof e->why, "no TCP endpoint: set PROBING_TOKEN for the job");
 }
@@ -377,7 +379,7 @@ static int recording_roster(const pb_target *t, long deadline_ms, pb_rank_ep **o
             const char *host = json_string_value(json_object_get(other, "host"));
             e->registered = 1;
             e->why[0] = '\0';
-            snprintf(e->host, sizeof e->host, "%s", host ? host : "");
+            pb_format_clean(e->host, sizeof e->host, host ? host : "");
             e->pid = (int)json_integer_value(json_object_get(other, "pid"));
             e->local_rank = e->node_rank = -1;
             e->target = rt;
@@ -425,7 +427,7 @@ int pb_fanout_roster(const pb_target *t, long deadline_ms, pb_rank_ep **out, int
         eps[0].registered = 1;
         eps[0].rank = (int)json_integer_value(json_object_get(root, "rank"));
         const char *host = json_string_value(json_object_get(root, "host"));
-        snprintf(eps[0].host, sizeof eps[0].host, "%s", host ? host : "?");
+        pb_format_clean(eps[0].host, sizeof eps[0].host, host ? host : "?");
         eps[0].pid = (int)json_integer_value(json_object_get(root, "pid"));
         eps[0].target = *t;
         snprintf(eps[0].via, sizeof eps[0].via, t->kind == PB_TARGET_TCP ? "tcp" : "unix");

@@ -37,6 +37,7 @@
 #include "hang.h"
 
 #include "cli.h"
+#include "format.h"
 #include "pystack.h"
 
 #include <stdio.h>
@@ -110,13 +111,12 @@ static int stack_from_local(int pid, stack_text *st, char *err, size_t errlen)
     size_t cap = 4096, len = 0;
     st->text = calloc(1, cap);
     for (int f = 0; main_thread && st->text && f < main_thread->frame_count && f < 8; f++) {
-        char file[256];
-        short_file(main_thread->frames[f].file ? main_thread->frames[f].file : "?", file, sizeof file);
-        int w = snprintf(st->text + len, cap - len, "      %s:%d %s\n", file, main_thread->frames[f].line,
-                         main_thread->frames[f].function ? main_thread->frames[f].function : "?");
-        if (f == 0)
-            snprintf(st->top, sizeof st->top, "%s:%d %s", file, main_thread->frames[f].line,
-                     main_thread->frames[f].function ? main_thread->frames[f].function : "?");
+        char raw[256], file[256], fn[256];
+        short_file(main_thread->frames[f].file ? main_thread->frames[f].file : "?", raw, sizeof raw);
+        pb_format_clean(file, sizeof file, raw);
+        pb_format_clean(fn, sizeof fn, main_thread->frames[f].function ? main_thread->frames[f].function : "?");
+        int w = snprintf(st->text + len, cap - len, "      %s:%d %s\n", file, main_thread->frames[f].line, fn);
+        if (f == 0) snprintf(st->top, sizeof st->top, "%.120s:%d %.120s", file, main_thread->frames[f].line, fn);
         if (w < 0 || (size_t)w >= cap - len) break;
         len += (size_t)w;
     }
@@ -146,12 +146,13 @@ static int stack_from_answer(json_t *ans, stack_text *st, char *err, size_t errl
     json_t *frames = json_object_get(main_thread, "frames"), *f;
     json_array_foreach(frames, i, f) {
         if (i >= 8 || !st->text) break;
-        char file[256];
-        short_file(json_string_value(json_object_get(f, "file")) ?: "?", file, sizeof file);
-        const char *fn = json_string_value(json_object_get(f, "function")) ?: "?";
+        char raw[256], file[256], fn[256];
+        short_file(json_string_value(json_object_get(f, "file")) ?: "?", raw, sizeof raw);
+        pb_format_clean(file, sizeof file, raw);
+        pb_format_clean(fn, sizeof fn, json_string_value(json_object_get(f, "function")) ?: "?");
         int line = (int)json_integer_value(json_object_get(f, "line"));
         int w = snprintf(st->text + len, cap - len, "      %s:%d %s\n", file, line, fn);
-        if (i == 0) snprintf(st->top, sizeof st->top, "%s:%d %s", file, line, fn);
+        if (i == 0) snprintf(st->top, sizeof st->top, "%.120s:%d %.120s", file, line, fn);
         if (w < 0 || (size_t)w >= cap - len) break;
         len += (size_t)w;
     }
@@ -390,6 +391,8 @@ pb_fanout_req *pb_hang_ask(const pb_rank_ep *eps, int n, long deadline_ms)
     }
     for (int r = 0; r < n; r++) pb_fanout_prepare(&reqs[r], &eps[r]);
     pb_fanout_run(reqs, n, "GET", "/api/rank", NULL, deadline_ms);
+    /* group names, op names, errors: what the job wrote, printed as text below */
+    for (int r = 0; r < n; r++) pb_format_sanitize_json(reqs[r].root);
     return reqs;
 }
 
@@ -559,6 +562,7 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long dea
         sreqs[r].usable = 1;
     }
     pb_fanout_run(sreqs, n, "GET", "/api/stack", NULL, deadline);
+    for (int r = 0; r < n; r++) pb_format_sanitize_json(sreqs[r].root);
     for (int r = 0; r < n; r++) {
         if (!sreqs[r].usable) continue;
         if (sreqs[r].root && sreqs[r].status == 200)

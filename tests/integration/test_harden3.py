@@ -99,3 +99,49 @@ def test_ui_on_a_hostile_recording_ends_on_a_signal(cli, tmp_path, sig):
             proc.kill()
             proc.wait()
         proc.stdout.close()
+
+
+# ----------------------------------------------------------------------------- item 9
+
+OSC52 = "\x1b]52;c;aGVsbG8=\x07"   # writes the reader's clipboard
+CLEAR = "\x1b[2J\x1b[H"              # clears the screen
+TRACE = ("CREATE TABLE torch_trace(step, stage, thread, module, depth, time_offset, "
+         "total_duration, duration);")
+
+
+def no_control(text):
+    """The characters of text that could drive a terminal (newlines aside)."""
+    return [c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7f <= ord(c) <= 0x9f]
+
+
+def test_flamegraph_folded_escapes_module_names_and_cannot_be_forged(cli, tmp_path):
+    path = write_db(tmp_path / "rec.db", CATALOGUE + TRACE, info={"rank": 0})
+    con = sqlite3.connect(path)
+    con.executemany("INSERT INTO torch_trace VALUES (?,?,?,?,?,?,?,?)", [
+        (1, "forward", 1, "Net", 0, 0.0, 2.0, 1.0),
+        (1, "forward", 1, f"Net.fc\nforged 5000000000\r{CLEAR}{OSC52}", 1, 0.1, 1.0, 0.5)])
+    con.commit()
+    con.close()
+    r = cli(path, "flamegraph", "--folded")
+    assert no_control(r.stdout) == []
+    lines = r.stdout.splitlines()
+    assert lines == [
+        "Net 1000000",
+        "Net;Net;Net.fc\\nforged 5000000000\\r\\x1b[2J\\x1b[H\\x1b]52;c;aGVsbG8=\\x07 500000"]
+    # the folded lines still add up to the recorded time: nothing was forged
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in lines) == 1_500_000
+
+
+def test_query_ranks_escapes_host_names_in_rows_and_messages(cli, tmp_path):
+    job = {"job": "j", "world_size": 2}
+    write_db(tmp_path / "job.rank0.db", CATALOGUE + TRACE,
+             info=dict(job, rank=0, host=f"node0{OSC52}"))
+    write_db(tmp_path / "job.rank1.db", CATALOGUE,
+             info=dict(job, rank=1, host=f"node1\n{CLEAR}probing: all ranks answered"))
+    r = cli(tmp_path / "job.rank0.db", "query", "SELECT COUNT(*) AS n FROM python.torch_trace",
+            "--ranks", "all", "-f", "csv", check=False)
+    assert r.returncode == 3, r.stderr
+    assert no_control(r.stdout + r.stderr) == []
+    assert r.stdout == "rank,host,n\n0,node0\\x1b]52;c;aGVsbG8=\\x07,0\n"
+    assert r.stderr.splitlines()[0].startswith(
+        "probing: rank 1 (node1\\n\\x1b[2J\\x1b[Hprobing: all ranks answered): ")
