@@ -145,3 +145,45 @@ def test_query_ranks_escapes_host_names_in_rows_and_messages(cli, tmp_path):
     assert r.stdout == "rank,host,n\n0,node0\\x1b]52;c;aGVsbG8=\\x07,0\n"
     assert r.stderr.splitlines()[0].startswith(
         "probing: rank 1 (node1\\n\\x1b[2J\\x1b[Hprobing: all ranks answered): ")
+
+
+# ----------------------------------------------------------------------------- item 6
+
+HOSTILE_RUN_ID = ('run "quoted" \\ back\\slash\nnew line \udcff\udcfe bad bytes ' + "é" * 700 +
+                  '"' * 300)  # \udcXX: raw bytes 0xff 0xfe in the environment (not UTF-8)
+
+
+def test_exporter_stays_promtool_valid_whatever_the_labels_hold(cli, launcher, session_dir):
+    import shutil
+    from test_exporter import Exporter, outside_env, parse, poll
+    promtool = shutil.which("promtool")
+    if not promtool:
+        pytest.skip("promtool is not installed (Debian package prometheus; "
+                    "scripts/setup-extras.sh installs it)")
+    from conftest import free_port
+    port = free_port()
+    # the job label is "MASTER_ADDR:MASTER_PORT/TORCHELASTIC_RUN_ID" (one rank, no store)
+    env = dict(cli.env, TORCHELASTIC_RUN_ID=HOSTILE_RUN_ID, WORLD_SIZE="1", RANK="0",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+               LOCAL_RANK="\udcc3" + "\\" * 80 + "é" * 40, GROUP_RANK='"\n' * 50)
+    t = launcher.traced("resnet_inplace.py", "--steps", 2, "--print-every", 0, env=env)
+    t.wait_holding()
+    work = session_dir / "exporter-labels"
+    work.mkdir(exist_ok=True)
+    e = Exporter(cli, cli.env, work, "--timeout", "20")
+    try:
+        def scraped():
+            body = e.metrics()
+            return body if f'pid="{t.pid}"' in body and "probing_steps_total" in body else None
+        body = poll("a scrape with the hostile process's steps", scraped, 120)
+        r = subprocess.run([promtool, "check", "metrics"], input=body, text=True,
+                           capture_output=True, timeout=60, env=outside_env())
+        assert r.returncode == 0, r.stdout + r.stderr + body[:3000]
+        [labels] = [l for n, l, v in parse(body) if n == "probing_up" and l.get("pid") == str(t.pid)]
+        job = labels["job"]
+        assert job.startswith(f'127.0.0.1:{port}/run \\"quoted\\" \\\\ back\\\\slash\\nnew line \ufffd\ufffd bad bytes é')
+        assert job.endswith("...") and len(job.encode()) <= 256
+        assert labels["local_rank"].startswith("\ufffd\\\\\\\\")
+        assert labels["node_rank"].startswith('\\"\\n\\"\\n')
+    finally:
+        e.stop()
