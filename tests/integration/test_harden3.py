@@ -187,3 +187,71 @@ def test_exporter_stays_promtool_valid_whatever_the_labels_hold(cli, launcher, s
         assert labels["node_rank"].startswith('\\"\\n\\"\\n')
     finally:
         e.stop()
+
+
+# ----------------------------------------------------------------------------- item 5
+
+def parquet_recording(path):
+    """A recording whose catalogue names, beside python.steps, tables whose names are paths."""
+    cols = json.dumps([{"name": "step", "type": "INTEGER"}, {"name": "wall", "type": "REAL"}])
+    write_db(path, CATALOGUE + "CREATE TABLE steps(step INTEGER, wall REAL);"
+             "INSERT INTO steps VALUES (1, 0.5);", info={"rank": 0, "pid": 42})
+    con = sqlite3.connect(path)
+    outside = path.parent / "outside"
+    for schema, name in [("python", "steps"), ("python.steps /*", str(outside)),
+                         ("python", "../escape"), ("python", "steps")]:
+        con.execute("INSERT INTO tables VALUES (?, ?, 'd', ?, 1, 1, 0, NULL)", (schema, name, cols))
+    con.commit()
+    con.close()
+    return outside
+
+
+def export_env(cli):
+    pyarrow = pytest.importorskip("pyarrow")
+    import sys
+    return dict(cli.env, PROBING_PYTHON=sys.executable)
+
+
+def test_export_parquet_writes_nothing_outside_dir_and_replaces_nothing(cli, tmp_path):
+    env = export_env(cli)
+    rec = tmp_path / "rec.db"
+    outside = parquet_recording(rec)
+    out = tmp_path / "out"
+    r = cli(rec, "export", "--parquet", out, env=env)
+    assert r.stdout == f"{rec}: 1 tables, 1 rows -> {out}/rank0-pid42/\n"
+    assert r.stderr == (
+        f"probing: export of {rec}: skipped the catalogue's table python.steps /*.{outside}: "
+        "not a table name (schema python or system, a name of letters, digits and _)\n"
+        f"probing: export of {rec}: skipped the catalogue's table python.../escape: not a "
+        "table name (schema python or system, a name of letters, digits and _)\n"
+        f"probing: export of {rec}: skipped the catalogue's second table named steps "
+        "(python.steps): it would replace the first one's file\n")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "out", "out/rank0-pid42", "out/rank0-pid42/steps.parquet", "rec.db"]
+    # a second export refuses to replace the file, and writes nothing
+    before = (out / "rank0-pid42" / "steps.parquet").stat().st_mtime_ns
+    r = cli(rec, "export", "--parquet", out, env=env, check=False)
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr.endswith(
+        f"probing: {out}/rank0-pid42/steps.parquet exists; nothing was written: give another "
+        "directory, or --force to replace them\n")
+    assert (out / "rank0-pid42" / "steps.parquet").stat().st_mtime_ns == before
+    r = cli(rec, "export", "--parquet", out, "--force", env=env)
+    assert r.stdout == f"{rec}: 1 tables, 1 rows -> {out}/rank0-pid42/\n"
+    import pyarrow.parquet as pq
+    assert pq.read_table(out / "rank0-pid42" / "steps.parquet").column("wall").to_pylist() == [0.5]
+
+
+def test_export_parquet_does_not_follow_a_link_out_of_dir(cli, tmp_path):
+    env = export_env(cli)
+    rec = tmp_path / "rec.db"
+    parquet_recording(rec)
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "rank0-pid42").symlink_to(elsewhere)
+    r = cli(rec, "export", "--parquet", out, "--force", env=env, check=False)
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr.endswith(f"probing: refusing to write {out}/rank0-pid42/steps.parquet: it "
+                             f"leads outside {out} (a symbolic link?)\n")
+    assert list(elsewhere.iterdir()) == []
