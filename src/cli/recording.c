@@ -156,6 +156,9 @@ int pb_recording_request(const pb_target *t, const char *method, const char *pat
         json_error_t jerr;
         json_t *req = body ? json_loads(body, 0, &jerr) : NULL;
         const char *sql = json_string_value(json_object_get(req, "sql"));
+        json_t *asked = json_object_get(req, "max_result_bytes"); /* as the agent's route */
+        if (json_is_integer(asked) && json_integer_value(asked) > 0)
+            limits.max_result_bytes = (size_t)json_integer_value(asked);
         if (!sql) {
             rc = respond_error(resp, 400, "the request needs {\"sql\": \"...\"}");
         } else {

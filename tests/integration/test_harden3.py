@@ -255,3 +255,41 @@ def test_export_parquet_does_not_follow_a_link_out_of_dir(cli, tmp_path):
     assert r.stderr.endswith(f"probing: refusing to write {out}/rank0-pid42/steps.parquet: it "
                              f"leads outside {out} (a symbolic link?)\n")
     assert list(elsewhere.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- item 7
+
+PEAK_RSS = """import resource, subprocess, sys
+r = subprocess.run(sys.argv[1:], stdout=open("/dev/null", "w"), stderr=subprocess.PIPE, text=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, r.returncode)
+sys.stdout.write(r.stderr)
+"""
+
+
+def test_query_ranks_bounds_what_one_ranks_answer_costs(cli, tmp_path):
+    """Two ranks of 1.5 million rows (about 45 MB of JSON each): with 8 MB taken from each rank
+    the CLI's peak memory stays a small multiple of that (main took 1.5 GB for the whole
+    answers), and it says what was cut. A memory bound, not a timing."""
+    job = {"job": "j", "world_size": 2, "host": "h"}
+    for rank in (0, 1):
+        write_db(tmp_path / f"job.rank{rank}.db", CATALOGUE +
+                 "CREATE TABLE steps(step INTEGER, wall REAL, note TEXT);"
+                 "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c "
+                 "WHERE x < 1500000) INSERT INTO steps SELECT x, x * 0.001, 'n' || x FROM c;",
+                 info=dict(job, rank=rank))
+    import sys
+    env = dict(cli.env, PROBING_RANK_ANSWER_MB="8")
+    r = subprocess.run([sys.executable, "-c", PEAK_RSS, cli.binary, tmp_path / "job.rank0.db",
+                        "query", "SELECT * FROM python.steps", "--ranks", "all", "-f", "csv"],
+                       env=env, capture_output=True, text=True, timeout=600)
+    first, *messages = r.stdout.splitlines()
+    peak_kb, code = map(int, first.split())
+    assert code == 0, r.stdout
+    assert len(messages) == 2, messages
+    for rank, message in enumerate(messages):
+        assert message.startswith(f"probing: rank {rank} (h): its result was cut after ")
+        assert message.endswith(" rows: query --ranks takes at most 8 MB of JSON from one rank "
+                                "(PROBING_RANK_ANSWER_MB), and the agent at most its "
+                                "PROBING_MAX_RESULT_MB; add a LIMIT or a WHERE clause")
+        assert 100_000 < int(message.split("cut after ")[1].split()[0]) < 1_500_000
+    assert peak_kb < 400 * 1024, f"peak RSS {peak_kb} KB"
