@@ -293,3 +293,23 @@ def test_query_ranks_bounds_what_one_ranks_answer_costs(cli, tmp_path):
                                 "PROBING_MAX_RESULT_MB; add a LIMIT or a WHERE clause")
         assert 100_000 < int(message.split("cut after ")[1].split()[0]) < 1_500_000
     assert peak_kb < 400 * 1024, f"peak RSS {peak_kb} KB"
+
+
+def test_hang_and_ranks_escape_a_hostile_host_name(cli, session_dir):
+    """A job whose agents call their node `evil<OSC 52><CR><newline>forged`: seen from this node
+    (another name) its ranks cannot be reached, and hang and ranks name them escaped; nothing on
+    the terminal is a control character and no line is forged."""
+    from conftest import start_torchrun_job
+    host = f"evil{OSC52}\rX\nprobing: forged line"
+    env = dict(cli.env, PROBING_HOST=host)
+    proc, ranks, release = start_torchrun_job(cli, env, session_dir, "hostile-host", 3)
+    try:
+        shown = "evil\\x1b]52;c;aGVsbG8=\\x07\\rX\\nprobing: forged line"
+        for args in (["hang"], ["ranks"], ["query", "--ranks", "all", "SELECT 1 AS one"]):
+            r = cli(ranks[0], *args, check=False, timeout=120)
+            out = r.stdout + r.stderr
+            assert no_control(out) == [], out
+            assert shown in out, out
+            assert "\nprobing: forged line" not in out, out
+    finally:
+        release()
