@@ -31,9 +31,16 @@
 
 static void vreport(const char *fmt, va_list ap)
 {
-    fputs("probing: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    /* Messages carry what ranks, recordings and rosters said (host names, errors): escaped,
+     * so that none of it drives the terminal. */
+    pb_buf msg = PB_BUF_INIT, shown = PB_BUF_INIT;
+    if (pb_buf_vprintf(&msg, fmt, ap) == 0 && msg.data &&
+        pb_buf_sanitize(&shown, msg.data, msg.len, 1) == 0 && shown.data)
+        fprintf(stderr, "probing: %s\n", shown.data);
+    else
+        fputs("probing: out of memory while writing an error message\n", stderr);
+    pb_buf_free(&msg);
+    pb_buf_free(&shown);
 }
 
 int pb_cli_error(const char *fmt, ...)

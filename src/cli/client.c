@@ -309,7 +309,7 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
     struct curl_slist *headers = NULL;
     body_sink sink = {&resp->body, 0};
     if (t->kind == PB_TARGET_FILE)
-        return pb_recording_request(t, method, path, body, resp, err, errlen);
+        return pb_recording_request(t, method, path, body, timeout_ms, resp, err, errlen);
     pb_client_guard uc;
     resp->status = 0;
     memset(&resp->body, 0, sizeof resp->body);

@@ -21,6 +21,7 @@
 #include "client.h"
 
 #include <dirent.h>
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -49,8 +50,8 @@ static int stage_table(const pb_target *t, const char *schema, const char *name,
         char sql[512];
         json_t *root = NULL;
         long status = 0;
-        snprintf(sql, sizeof sql, "SELECT * FROM %s.%s LIMIT %d OFFSET %lld", schema, name,
-                 PB_CLIENT_PAGE_ROWS, offset);
+        snprintf(sql, sizeof sql, "SELECT * FROM \"%s\".\"%s\" LIMIT %d OFFSET %lld", schema,
+                 name, PB_CLIENT_PAGE_ROWS, offset);
         json_t *request = json_pack("{s:s}", "sql", sql);
         int failed = request ? pb_client_call(t, "POST", "/api/query", request,
                                               PB_CLI_QUERY_TIMEOUT_MS, &root, &status)
@@ -98,6 +99,19 @@ done:
     return rc;
 }
 
+/* Whether schema.name may be exported: schema python or system, a name of 1-64 letters, digits
+ * and '_' not starting with a digit. Anything else (a "/abs/path", "../x", "steps --") never
+ * reaches a path or a query. */
+static int table_name_ok(const char *schema, const char *name)
+{
+    size_t n = strlen(name);
+    if (strcmp(schema, "python") != 0 && strcmp(schema, "system") != 0) return 0;
+    if (n == 0 || n > 64 || isdigit((unsigned char)name[0])) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)name[i]) && name[i] != '_') return 0;
+    return 1;
+}
+
 /* Fetches everything of target number `index` into files under staging and returns the
  * document that describes them (caller owns), or NULL after printing why. [main thread] */
 static json_t *fetch_target(const char *spec, const pb_target *t, const char *staging, int index)
@@ -116,12 +130,26 @@ static json_t *fetch_target(const char *spec, const pb_target *t, const char *st
     host[sizeof host - 1] = '\0';
     json_t *doc = json_pack("{s:s,s:O,s:s,s:[]}", "target", spec, "info", info, "host", host,
                             "tables");
-    json_t *tables = json_object_get(doc, "tables"), *entry;
+    json_t *tables = json_object_get(doc, "tables"), *entry, *seen = json_object();
     size_t i;
     json_array_foreach(json_object_get(catalogue, "tables"), i, entry) {
         const char *schema = json_string_value(json_object_get(entry, "schema"));
         const char *name = json_string_value(json_object_get(entry, "name"));
         if (!schema || !name || strcmp(schema, "probe") == 0) continue;
+        /* The catalogue is the target's word (a recording's is a file anyone may have
+         * written): a name becomes a file name and part of a query only when it is one. */
+        if (json_object_get(seen, name)) {
+            pb_cli_error("export of %s: skipped the catalogue's second table named %s (%s.%s): "
+                         "it would replace the first one's file", spec, name, schema, name);
+            continue;
+        }
+        if (!table_name_ok(schema, name)) {
+            pb_cli_error("export of %s: skipped the catalogue's table %s.%s: not a table name "
+                         "(schema python or system, a name of letters, digits and _)", spec,
+                         schema, name);
+            continue;
+        }
+        json_object_set_new(seen, name, json_true());
         char path[PATH_MAX + 64];
         long long count = 0;
         snprintf(path, sizeof path, "%s/%d-%zu.ndjson", staging, index, i);
@@ -136,6 +164,7 @@ static json_t *fetch_target(const char *spec, const pb_target *t, const char *st
                                                 json_object_get(entry, "columns"), "rows_file",
                                                 path, "rows", (json_int_t)count));
     }
+    json_decref(seen);
     json_decref(info);
     json_decref(catalogue);
     return doc;
@@ -203,10 +232,12 @@ int cmd_export(const pb_cli_args *a)
             goto fail;
         }
     }
-    argv[0] = python;
-    argv[1] = script;
-    argv[2] = (char *)a->parquet_dir;
-    for (int i = 0; i < count; i++) argv[3 + i] = paths[i];
+    int k = 0;
+    argv[k++] = python;
+    argv[k++] = script;
+    if (a->force) argv[k++] = "--force";
+    argv[k++] = (char *)a->parquet_dir;
+    for (int i = 0; i < count; i++) argv[k++] = paths[i];
     fflush(stdout);
     pid_t child = fork();
     if (child < 0) {

@@ -92,7 +92,8 @@ typedef struct agent_job {
     agent_state *state;
     double deadline;               /* monotonic seconds */
     double budget_s;               /* the scrape's deadline, from its start */
-    char labels[1024];             /* rendered common labels */
+    char labels[2048];             /* rendered common labels: 6 of at most
+                                      PB_EXPOSITION_LABEL_MAX bytes each, never cut */
     pb_exposition out;
     int up;
 } agent_job;
@@ -318,7 +319,7 @@ static void emit_counters(agent_job *j)
 {
     agent_state *s = j->state;
     pb_exposition *e = &j->out;
-    char extra[256];
+    char extra[512]; /* one label: its name and PB_EXPOSITION_LABEL_MAX bytes */
     if (s->last_step < 0 && s->count == 0) return; /* nothing completed yet */
     pb_exposition_add(e, PB_METRIC_STEPS_TOTAL, NULL, j->labels, NULL, s->count);
     for (int b = 0; b < PB_EXPOSITION_BUCKETS; b++) {
@@ -389,7 +390,7 @@ static void add_gpu_labels(agent_job *j, pb_buf *b, const char *device)
 /* Adds one memory sample of `kind` on `device` ("cpu", "cuda:N", "mixed") in bytes. */
 static void emit_memory(agent_job *j, const char *kind, const char *device, double bytes)
 {
-    char extra[512];
+    char extra[2048]; /* 5 labels of at most PB_EXPOSITION_LABEL_MAX bytes */
     pb_buf b = PB_BUF_INIT;
     if (isnan(bytes)) return;
     add_label(&b, "kind", kind);
@@ -441,7 +442,7 @@ static void gauges(agent_job *j)
     json_array_foreach(rows, i, row) {
         const char *table = json_string_value(json_array_get(row, 0));
         double dropped = num(row, 1);
-        char extra[256];
+        char extra[512]; /* one label: its name and PB_EXPOSITION_LABEL_MAX bytes */
         if (!table || isnan(dropped)) continue;
         pb_exposition_add(&j->out, PB_METRIC_AGENT_ROWS_DROPPED, NULL, j->labels,
                           extra_label(extra, sizeof extra, "table", table), dropped);

@@ -46,16 +46,26 @@ static int by_frames(const void *x, const void *y)
     }
 }
 
+/* Appends the text of one frame to b, escaped (pb_buf_sanitize): a module name is the job's
+ * and may hold a newline or an escape sequence, which must neither start a folded line of its
+ * own (a forged frame with a forged time) nor reach the terminal. */
+static int put_frame(pb_buf *b, const char *name, size_t len)
+{
+    return pb_buf_sanitize(b, name, len, 0);
+}
+
 /* Appends the stack of one row to b: [stage;]root;prefix;...;name. */
 static int build_stack(pb_buf *b, const char *stage, const char *root, const char *module)
 {
     int rc = 0;
     b->len = 0;
-    if (stage) rc = pb_buf_printf(b, "%s;", stage);
-    if (!rc && root && strcmp(root, module) != 0) rc = pb_buf_printf(b, "%s;", root);
+    if (stage) rc = put_frame(b, stage, strlen(stage));
+    if (!rc && stage) rc = pb_buf_putc(b, ';');
+    if (!rc && root && strcmp(root, module) != 0) rc = put_frame(b, root, strlen(root));
+    if (!rc && root && strcmp(root, module) != 0) rc = pb_buf_putc(b, ';');
     for (const char *p = module; !rc; p++) {
         if (*p == '.' || *p == '\0') {
-            rc = pb_buf_append(b, module, (size_t)(p - module));
+            rc = put_frame(b, module, (size_t)(p - module));
             if (!rc && *p) rc = pb_buf_putc(b, ';');
             if (!*p) break;
         }

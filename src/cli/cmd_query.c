@@ -45,6 +45,22 @@ static void show_error_position(const char *sql, long long offset)
     fputs("^\n", stderr);
 }
 
+/* The most bytes of JSON that one rank's answer may take: PROBING_RANK_ANSWER_MB, else a share
+ * of ANSWERS_BUDGET_MB among the selected ranks between 1 and 64 MB. The parsed rows cost the
+ * CLI several times their JSON (docs/cluster.md). */
+#define ANSWERS_BUDGET_MB 256
+static size_t answer_cap(int selected)
+{
+    const char *v = getenv("PROBING_RANK_ANSWER_MB");
+    char *end = NULL;
+    long mb = v ? strtol(v, &end, 10) : 0;
+    if (!v || end == v || *end || mb < 1 || mb > 4096) {
+        mb = ANSWERS_BUDGET_MB / (selected > 0 ? selected : 1);
+        mb = mb < 1 ? 1 : mb > 64 ? 64 : mb;
+    }
+    return (size_t)mb << 20;
+}
+
 static int query_ranks(const pb_cli_args *a, const char *sql)
 {
     pb_format fmt;
@@ -55,18 +71,30 @@ static int query_ranks(const pb_cli_args *a, const char *sql)
     if (pb_fanout_roster(&a->resolved, pb_fanout_deadline_ms(a->deadline_s), &eps, &n)) return PB_EXIT_ERROR;
     unsigned char *sel = calloc((size_t)n, 1);
     pb_fanout_req *reqs = NULL;
-    json_t *request = json_pack("{s:s}", "sql", sql);
-    char *body = request ? json_dumps(request, JSON_COMPACT) : NULL;
-    json_decref(request);
+    char *body = NULL;
     json_t *columns = NULL, *rows = json_array();
     rc = PB_EXIT_ERROR;
-    if (!sel || !body || !rows) {
-        pb_cli_error(body ? "out of memory" : "the SQL is not valid UTF-8");
+    if (!sel || !rows) {
+        pb_cli_error("out of memory");
         goto done;
     }
     if ((rc = pb_fanout_parse_ranks(a->ranks, n, sel))) goto done;
     rc = PB_EXIT_ERROR;
+    int selected = 0;
+    for (int r = 0; r < n; r++) selected += sel[r] != 0;
+    size_t cap = answer_cap(selected);
+    /* The agent cuts its rows at a row boundary below the cap (and says so); the cap itself
+     * stops an agent that does not. */
+    json_t *request = json_pack("{s:s,s:I}", "sql", sql, "max_result_bytes",
+                                (json_int_t)(cap - cap / 16));
+    body = request ? json_dumps(request, JSON_COMPACT) : NULL;
+    json_decref(request);
+    if (!body) {
+        pb_cli_error("the SQL is not valid UTF-8");
+        goto done;
+    }
     if (!(reqs = pb_fanout_requests(eps, n, sel))) goto done;
+    for (int r = 0; r < n; r++) reqs[r].max_answer_bytes = cap;
     pb_fanout_run(reqs, n, "POST", "/api/query", body, pb_fanout_deadline_ms(a->deadline_s));
     int answered = 0, failed = 0, errors = 0;
     const char *first_error = NULL;
@@ -105,16 +133,26 @@ static int query_ranks(const pb_cli_args *a, const char *sql)
             continue;
         }
         answered++;
-        json_t *row;
+        /* Each row gets its rank and host in place and moves to the result; the rest of this
+         * rank's answer is freed now, so that at most the merged rows stay in memory. */
+        json_t *row, *rank = json_integer(eps[r].rank), *host = json_string(eps[r].host);
         size_t i;
         json_array_foreach(rws, i, row) {
-            json_t *out = json_pack("[is]", eps[r].rank, eps[r].host);
-            json_array_extend(out, row);
-            json_array_append_new(rows, out);
+            if (!json_is_array(row)) continue;
+            json_array_insert(row, 0, host);
+            json_array_insert(row, 0, rank);
+            json_array_append(rows, row);
         }
+        json_decref(rank);
+        json_decref(host);
         if (json_is_true(json_object_get(ans, "truncated")))
-            pb_cli_error("rank %d (%s): its result was cut at its PROBING_MAX_RESULT_MB; add a "
-                         "LIMIT", eps[r].rank, eps[r].host);
+            pb_cli_error("rank %d (%s): its result was cut after %zu rows: query --ranks takes at "
+                         "most %zu MB of JSON from one rank (PROBING_RANK_ANSWER_MB), and the "
+                         "agent at most its PROBING_MAX_RESULT_MB; add a LIMIT or a WHERE clause",
+                         eps[r].rank, eps[r].host, json_array_size(rws), cap >> 20);
+        json_decref(reqs[r].root);
+        reqs[r].root = NULL;
+        reqs[r].status = 200;
     }
     if (!answered && errors && same_error) {
         pb_cli_error("%s%s", strncmp(first_error, "SQL error", 9) == 0 ? "" : "SQL error: ",
@@ -132,7 +170,7 @@ report_missing:
         if (reqs[r].root && reqs[r].status != 200 && reqs[r].status != 0 && !(errors && same_error && !answered)) {
             const char *msg = json_string_value(json_object_get(reqs[r].root, "error"));
             pb_cli_error("rank %d (%s): %s", eps[r].rank, eps[r].host, msg ? msg : "error");
-        } else if (!reqs[r].root || reqs[r].status == 0) {
+        } else if ((!reqs[r].root && reqs[r].status != 200) || reqs[r].status == 0) {
             pb_cli_error("rank %d (%s) is missing: %s", eps[r].rank,
                          eps[r].host[0] ? eps[r].host : "host unknown", reqs[r].err);
         }

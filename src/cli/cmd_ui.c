@@ -59,6 +59,7 @@
 #include "fanout.h"
 #include "paths.h"
 #include "reaper.h"
+#include "recording.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -72,6 +73,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <strings.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,6 +352,10 @@ static enum MHD_Result relay(struct MHD_Connection *conn, ui_server *s, size_t i
 /* Runs this executable with argv (NULL-terminated; argv[0] is replaced by the executable),
  * collecting stdout into out and stderr into err. Returns the exit status, or -1 when it could
  * not run or ran past UI_CHILD_TIMEOUT_S (then killed). */
+/* Set once SIGINT/SIGTERM arrived: children still running are killed (they inherit the blocked
+ * signals, and a hostile recording can keep one busy for PROBING_QUERY_TIMEOUT). */
+static atomic_int ui_stopping;
+
 static int run_self(const ui_server *s, char **argv, pb_buf *out, pb_buf *err)
 {
     int op[2] = {-1, -1}, ep[2] = {-1, -1}, status = -1;
@@ -391,12 +397,12 @@ static int run_self(const ui_server *s, char **argv, pb_buf *out, pb_buf *err)
     }
     struct pollfd fds[2] = {{op[0], POLLIN, 0}, {ep[0], POLLIN, 0}};
     int open_fds = 2, waited_ms = 0;
-    while (open_fds > 0 && waited_ms < UI_CHILD_TIMEOUT_S * 1000) {
-        int n = poll(fds, 2, 1000);
+    while (open_fds > 0 && waited_ms < UI_CHILD_TIMEOUT_S * 1000 && !atomic_load(&ui_stopping)) {
+        int n = poll(fds, 2, 200);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) break;
         if (n == 0) {
-            waited_ms += 1000;
+            waited_ms += 200;
             continue;
         }
         for (int i = 0; i < 2; i++) {
@@ -414,7 +420,8 @@ static int run_self(const ui_server *s, char **argv, pb_buf *out, pb_buf *err)
     }
     if (open_fds > 0) {
         kill(pid, SIGKILL);
-        pb_buf_printf(err, "gave no answer within %d s", UI_CHILD_TIMEOUT_S);
+        if (atomic_load(&ui_stopping)) pb_buf_printf(err, "stopped: the web view is stopping");
+        else pb_buf_printf(err, "gave no answer within %d s", UI_CHILD_TIMEOUT_S);
     }
     int ws;
     while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
@@ -1021,6 +1028,10 @@ int cmd_ui(const pb_cli_args *a)
     struct timespec tick = {1, 0};
     while (sigtimedwait(&stop, NULL, &tick) < 0) /* EAGAIN each second, EINTR */
         if (browser > 0 && waitpid(browser, NULL, WNOHANG) == browser) browser = 0;
+    /* A thread may be reading a recording (a slow or hostile file): stop its statement, or
+     * MHD_stop_daemon below would wait for it. */
+    atomic_store(&ui_stopping, 1);
+    pb_recording_interrupt_all();
     rc = PB_EXIT_OK;
     goto done;
 oom:

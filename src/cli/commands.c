@@ -163,8 +163,9 @@ const pb_command pb_commands_table[] = {
      "  --timeout S         deadline of a scrape in seconds (default 5, less when Prometheus\n"
      "                      announces a shorter scrape timeout); an agent that has not\n"
      "                      answered by then is reported as probing_up 0\n"},
-    {"export", cmd_export, PB_OPT_PARQUET, PB_CMD_TARGET | PB_CMD_RECORDINGS | PB_CMD_TARGETS,
-     "probing <target-or-recording...> export --parquet DIR",
+    {"export", cmd_export, PB_OPT_PARQUET | PB_OPT_FORCE,
+     PB_CMD_TARGET | PB_CMD_RECORDINGS | PB_CMD_TARGETS,
+     "probing <target-or-recording...> export --parquet DIR [--force]",
      "write every table of live processes or recordings as Parquet files",
      "Writes DIR/rank<R>-pid<P>/<table>.parquet for each target: one file per table, the\n"
      "table's column types kept, plus job, rank, host and pid columns; 'time' columns become\n"
@@ -172,7 +173,10 @@ const pb_command pb_commands_table[] = {
      "export ...). Needs pyarrow in the Python that runs it ($PROBING_PYTHON, else python3):\n"
      "pip install pyarrow. DuckDB reads them with read_parquet('DIR/*/steps.parquet')\n"
      "(docs/exporter.md).\n"
-     "  --parquet DIR  the directory to write (created when missing)\n"},
+     "  --parquet DIR  the directory to write (created when missing); nothing is written\n"
+     "                 outside it, and a table whose name is not a table name is skipped\n"
+     "  --force        replace Parquet files that exist (without it, export refuses and\n"
+     "                 writes nothing)\n"},
     {"ui", cmd_ui, PB_OPT_UI, PB_CMD_TARGET | PB_CMD_RECORDINGS,
      "probing <target> ui [--listen ADDR:PORT] [--open]",
      "open a web view of the target: step time, modules, memory, ranks, SQL",

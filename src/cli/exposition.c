@@ -63,14 +63,55 @@ static const family families[PB_METRIC_COUNT] = {
 const double pb_exposition_bucket_bounds[PB_EXPOSITION_BUCKETS] = {
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
 
+/* Length of the valid UTF-8 character at p (1-4), or 0 when p does not start one (a stray
+ * continuation byte, an overlong form, a surrogate, past U+10FFFF, cut short). */
+static size_t utf8_char(const unsigned char *p)
+{
+    if (p[0] < 0x80) return 1;
+    if (p[0] >= 0xC2 && p[0] <= 0xDF) return (p[1] & 0xC0) == 0x80 ? 2 : 0;
+    if (p[0] >= 0xE0 && p[0] <= 0xEF) {
+        if ((p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return 0;
+        if (p[0] == 0xE0 && p[1] < 0xA0) return 0; /* overlong */
+        if (p[0] == 0xED && p[1] >= 0xA0) return 0; /* surrogate */
+        return 3;
+    }
+    if (p[0] >= 0xF0 && p[0] <= 0xF4) {
+        if ((p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return 0;
+        if (p[0] == 0xF0 && p[1] < 0x90) return 0;
+        if (p[0] == 0xF4 && p[1] >= 0x90) return 0;
+        return 4;
+    }
+    return 0;
+}
+
 int pb_exposition_label_value(pb_buf *b, const char *value)
 {
+    const size_t room = PB_EXPOSITION_LABEL_MAX - 3; /* "..." marks a cut value */
+    const unsigned char *p = (const unsigned char *)value;
+    size_t written = 0;
     int rc = 0;
-    for (const char *p = value; *p && !rc; p++) {
-        if (*p == '\\') rc = pb_buf_puts(b, "\\\\");
-        else if (*p == '"') rc = pb_buf_puts(b, "\\\"");
-        else if (*p == '\n') rc = pb_buf_puts(b, "\\n");
-        else rc = pb_buf_putc(b, *p);
+    while (*p && !rc) {
+        char piece[4];
+        size_t n = utf8_char(p), len;
+        if (*p == '\\' || *p == '"' || *p == '\n') {
+            piece[0] = '\\';
+            piece[1] = *p == '\n' ? 'n' : (char)*p;
+            len = 2;
+        } else if (n) {
+            memcpy(piece, p, n);
+            len = n;
+        } else { /* not UTF-8: U+FFFD, the replacement character */
+            memcpy(piece, "\xEF\xBF\xBD", 3);
+            len = 3;
+            n = 1;
+        }
+        if (written + len > room) {
+            rc = pb_buf_puts(b, "...");
+            break;
+        }
+        rc = pb_buf_append(b, piece, len);
+        written += len;
+        p += n;
     }
     return rc ? -ENOMEM : 0;
 }

@@ -48,8 +48,15 @@ typedef struct pb_exposition {
     pb_buf lines[PB_METRIC_COUNT]; /* sample lines of each family; owned */
 } pb_exposition;
 
-/* Appends `value` to b as a label value: backslash, double quote and newline escaped as the
- * format requires. Returns 0 or -ENOMEM. */
+/* The most bytes pb_exposition_label_value() writes for one value. */
+#define PB_EXPOSITION_LABEL_MAX 256
+
+/* Appends `value` (a C string from anywhere: a process's environment, a job's names) to b as a
+ * label value that every scraper accepts: backslash, double quote and newline escaped as the
+ * format requires, each byte that is not part of valid UTF-8 replaced by U+FFFD, and a value
+ * longer than PB_EXPOSITION_LABEL_MAX bytes cut before the character (or escape) that does
+ * not fit, "..." marking the cut. Writes at most PB_EXPOSITION_LABEL_MAX bytes. Returns 0 or
+ * -ENOMEM. */
 int pb_exposition_label_value(pb_buf *b, const char *value);
 
 /* Adds one sample line "<name><suffix>{<labels><extra>} <value>" to family m of e. labels is a

@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "client.h"
 #include "clock.h"
+#include "format.h"
 #include "paths.h"
 
 #include <dirent.h>
@@ -82,7 +83,7 @@ static int start_xfer(CURLM *m, xfer *x, const char *method, const char *path, c
     x->h = curl_easy_init();
     if (!x->h) return -1;
     memset(&x->body, 0, sizeof x->body);
-    x->body.max_len = PB_CLIENT_MAX_BODY;
+    x->body.max_len = r->max_answer_bytes ? r->max_answer_bytes : PB_CLIENT_MAX_BODY;
     snprintf(url, sizeof url, "%s%s", r->target.url_base, path);
     curl_easy_setopt(x->h, CURLOPT_URL, url);
     x->headers = curl_slist_append(NULL, "Expect:");
@@ -119,6 +120,10 @@ static void finish_xfer(CURLM *m, xfer *x, CURLcode cc, long timeout_ms)
         /* the Unix peer check of a typed target refused the socket the roster names */
         r->forged = 1;
         snprintf(r->err, sizeof r->err, "forged roster entry: %.490s", x->guard.refused);
+    } else if (cc == CURLE_WRITE_ERROR && x->body.len + CURL_MAX_WRITE_SIZE > x->body.max_len) {
+        snprintf(r->err, sizeof r->err, "its answer passed the %zu MB this command takes from "
+                 "one rank, and was dropped (an older agent that cannot cut its rows; add a "
+                 "LIMIT)", x->body.max_len >> 20);
     } else if (cc != CURLE_OK) {
         long os_errno = 0;
         curl_easy_getinfo(x->h, CURLINFO_OS_ERRNO, &os_errno);
@@ -174,8 +179,13 @@ int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *pa
         pb_fanout_req *r = &reqs[i];
         if (!r->usable || r->target.kind != PB_TARGET_FILE) continue;
         pb_response resp;
+        /* Each file is read as a rank would answer in parallel: within the deadline of its
+         * own; under the default deadline (made for networks, not for reading a big file),
+         * within PROBING_QUERY_TIMEOUT only (recording.c). */
+        long limit = deadline_ms == PB_FANOUT_DEADLINE_MS ? 0 : deadline_ms;
         r->sent = pb_wall_s();
-        if (pb_client_request(&r->target, method, path, body, deadline_ms, &resp, r->err, sizeof r->err) == 0) {
+        if (pb_client_request(&r->target, method, path, body, limit, &resp, r->err,
+                              sizeof r->err) == 0) {
             json_t *root = json_loadb(resp.body.data, resp.body.len, 0, NULL);
             if (json_is_object(root)) {
                 r->root = root;
@@ -274,7 +284,7 @@ static void fill_endpoint(pb_rank_ep *e, json_t *entry)
     const char *unix_path = json_string_value(json_object_get(entry, "unix"));
     const char *tcp = json_string_value(json_object_get(entry, "tcp"));
     e->registered = 1;
-    snprintf(e->host, sizeof e->host, "%s", host ? host : "?");
+    pb_format_clean(e->host, sizeof e->host, host ? host : "?");
     e->pid = (int)json_integer_value(json_object_get(entry, "pid"));
     e->local_rank = (int)json_integer_value(json_object_get(entry, "local_rank"));
     e->node_rank = (int)json_integer_value(json_object_get(entry, "node_rank"));
@@ -289,6 +299,8 @@ static void fill_endpoint(pb_rank_ep *e, json_t *entry)
         snprintf(e->via, sizeof e->via, "unix");
         return;
     }
+    char shown[160]; /* what the roster says, fit for a terminal */
+    pb_format_clean(shown, sizeof shown, tcp ? tcp : unix_path ? unix_path : "?");
     if (tcp && *tcp) {
         if (pb_target_parse_tcp(tcp, &e->target) == 0) {
             e->target.rank_known = 1;
@@ -296,27 +308,30 @@ static void fill_endpoint(pb_rank_ep *e, json_t *entry)
             snprintf(e->via, sizeof e->via, "tcp");
             if (!e->target.token[0])
                 snprintf(e->why, sizeof e->why, "no token for %s: set PROBING_TOKEN (or "
-                         "PROBING_TOKEN_FILE, or --token) to the job's token", tcp);
+                         "PROBING_TOKEN_FILE, or --token) to the job's token", shown);
             return;
         }
-        snprintf(e->why, sizeof e->why, "its TCP address '%.200s' is not host:port", tcp);
+        snprintf(e->why, sizeof e->why, "its TCP address '%s' is not host:port", shown);
         return;
     }
+    char socket_shown[160];
+    pb_format_clean(socket_shown, sizeof socket_shown, unix_path ? unix_path : "?");
     if (same_host && unix_path && stat(unix_path, &st) == 0)
-        snprintf(e->why, sizeof e->why, "its entry's socket %.200s is not a socket", unix_path);
+        snprintf(e->why, sizeof e->why, "its entry's socket %s is not a socket", socket_shown);
     else if (same_host)
-        snprintf(e->why, sizeof e->why, "its socket %.200s is gone (did the process exit?)",
-                 unix_path ? unix_path : "?");
+        snprintf(e->why, sizeof e->why, "its socket %s is gone (did the process exit?)",
+                 socket_shown);
     else
         snprintf(e->why, sizeof e->why, "no TCP endpoint: set PROBING_TOKEN for the job");
 }
 
-/* /api/info of a recording, or NULL (quiet). */
-static json_t *recording_info(const pb_target *t)
+/* /api/info of a recording within timeout_ms, or NULL (quiet). */
+static json_t *recording_info(const pb_target *t, long timeout_ms)
 {
     pb_response resp;
     char err[512];
-    if (pb_client_request(t, "GET", "/api/info", NULL, 1000, &resp, err, sizeof err)) return NULL;
+    if (pb_client_request(t, "GET", "/api/info", NULL, timeout_ms, &resp, err, sizeof err))
+        return NULL;
     json_t *info = json_loadb(resp.body.data, resp.body.len, 0, NULL);
     pb_buf_free(&resp.body);
     if (resp.status != 200 || !json_is_object(info)) {
@@ -338,9 +353,10 @@ static int is_sqlite_file(const char *path)
 
 /* The roster of a recording: the recordings in its directory that recorded the same job (job
  * and world_size of their saved /api/info), one per rank (the first found in name order). */
-static int recording_roster(const pb_target *t, pb_rank_ep **out, int *n)
+static int recording_roster(const pb_target *t, long deadline_ms, pb_rank_ep **out, int *n)
 {
-    json_t *info = recording_info(t);
+    double start = pb_mono_s() * 1e3;
+    json_t *info = recording_info(t, deadline_ms);
     if (!info) {
         pb_cli_error("cannot read the recording's /api/info (%s)", t->file_path);
         return 1;
@@ -383,7 +399,10 @@ static int recording_roster(const pb_target *t, pb_rank_ep **out, int *n)
                 !is_sqlite_file(rt.file_path))
                 continue;
         }
-        json_t *other = i < 0 ? json_incref(info) : recording_info(&rt);
+        /* A stray file in the directory (hostile or merely slow) costs at most what is left of
+         * the deadline, and then nothing more. */
+        long left = deadline_ms - (long)(pb_mono_s() * 1e3 - start);
+        json_t *other = i < 0 ? json_incref(info) : left < 1 ? NULL : recording_info(&rt, left);
         const char *ojob = json_string_value(json_object_get(other, "job"));
         json_int_t ow = json_integer_value(json_object_get(other, "world_size"));
         json_int_t orank = json_integer_value(json_object_get(other, "rank"));
@@ -393,7 +412,7 @@ static int recording_roster(const pb_target *t, pb_rank_ep **out, int *n)
             const char *host = json_string_value(json_object_get(other, "host"));
             e->registered = 1;
             e->why[0] = '\0';
-            snprintf(e->host, sizeof e->host, "%s", host ? host : "");
+            pb_format_clean(e->host, sizeof e->host, host ? host : "");
             e->pid = (int)json_integer_value(json_object_get(other, "pid"));
             e->local_rank = e->node_rank = -1;
             e->target = rt;
@@ -413,7 +432,7 @@ int pb_fanout_roster(const pb_target *t, long deadline_ms, pb_rank_ep **out, int
 {
     *out = NULL;
     *n = 0;
-    if (t->kind == PB_TARGET_FILE) return recording_roster(t, out, n);
+    if (t->kind == PB_TARGET_FILE) return recording_roster(t, deadline_ms, out, n);
     json_t *root = pb_client_call_ok(t, "GET", "/api/job", NULL, deadline_ms + 2000);
     if (!root) return 1;
     int registered = json_is_true(json_object_get(root, "registered"));
@@ -441,7 +460,7 @@ int pb_fanout_roster(const pb_target *t, long deadline_ms, pb_rank_ep **out, int
         eps[0].registered = 1;
         eps[0].rank = (int)json_integer_value(json_object_get(root, "rank"));
         const char *host = json_string_value(json_object_get(root, "host"));
-        snprintf(eps[0].host, sizeof eps[0].host, "%s", host ? host : "?");
+        pb_format_clean(eps[0].host, sizeof eps[0].host, host ? host : "?");
         eps[0].pid = (int)json_integer_value(json_object_get(root, "pid"));
         eps[0].target = *t;
         snprintf(eps[0].via, sizeof eps[0].via, t->kind == PB_TARGET_TCP ? "tcp" : "unix");

@@ -33,6 +33,7 @@ typedef struct pb_fanout_req {
     /* in */
     pb_target target;
     int usable;          /* 0: not sent (err says why) */
+    size_t max_answer_bytes; /* a longer answer is refused (err says so); 0: PB_CLIENT_MAX_BODY */
     /* out */
     long status;         /* HTTP status, 0 when no answer */
     json_t *root;        /* the answer's JSON object (owned), NULL when none */

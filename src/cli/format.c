@@ -76,18 +76,85 @@ void pb_format_real_human(double v, char *out, size_t outlen)
 
 int pb_format_sanitize(pb_buf *b, const char *s, size_t len)
 {
-    int rc = 0;
-    for (size_t i = 0; i < len && !rc; i++) {
+    return pb_buf_sanitize(b, s, len, 0);
+}
+
+void pb_format_clean(char *dst, size_t dstlen, const char *src)
+{
+    size_t n = 0, len = src ? strlen(src) : 0;
+    if (!dstlen) return;
+    for (size_t i = 0; i < len;) {
+        /* one source character at a time: its escape or its UTF-8 bytes, whole or not at all */
+        pb_buf piece = PB_BUF_INIT;
+        size_t take = 1;
+        unsigned char c = (unsigned char)src[i];
+        if (c == 0xC2 && i + 1 < len) take = 2;
+        else if ((c & 0xE0) == 0xC0) take = 2;
+        else if ((c & 0xF0) == 0xE0) take = 3;
+        else if ((c & 0xF8) == 0xF0) take = 4;
+        if (i + take > len) take = len - i;
+        int rc = pb_format_sanitize(&piece, src + i, take);
+        int fits = !rc && piece.data && n + piece.len < dstlen;
+        if (fits) {
+            memcpy(dst + n, piece.data, piece.len);
+            n += piece.len;
+        }
+        pb_buf_free(&piece);
+        if (!fits) break;
+        i += take;
+    }
+    dst[n] = '\0';
+}
+
+static int has_control(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '\n') rc = pb_buf_puts(b, "\\n");
-        else if (c == '\t') rc = pb_buf_puts(b, "\\t");
-        else if (c == '\r') rc = pb_buf_puts(b, "\\r");
-        else if (c < 0x20 || c == 0x7f) rc = pb_buf_printf(b, "\\x%02x", c);
-        else if (c == 0xC2 && i + 1 < len && (unsigned char)s[i + 1] >= 0x80 &&
-                 (unsigned char)s[i + 1] <= 0x9f) { /* C1 controls such as CSI */
-            rc = pb_buf_printf(b, "\\u%04x", (unsigned char)s[i + 1]);
-            i++;
-        } else rc = pb_buf_putc(b, (char)c);
+        if (c < 0x20 || c == 0x7f) return 1;
+        if (c == 0xC2 && i + 1 < len && (unsigned char)s[i + 1] >= 0x80 &&
+            (unsigned char)s[i + 1] <= 0x9f)
+            return 1;
+    }
+    return 0;
+}
+
+/* The sanitized copy of string v (new reference), or NULL when v needs none. */
+static json_t *sanitized_string(json_t *v, int *rc)
+{
+    const char *s = json_string_value(v);
+    size_t len = json_string_length(v);
+    if (!s || !has_control(s, len)) return NULL;
+    pb_buf b = PB_BUF_INIT;
+    json_t *out = NULL;
+    if (pb_format_sanitize(&b, s, len) == 0 && b.data) out = json_stringn(b.data, b.len);
+    pb_buf_free(&b);
+    if (!out) *rc = -ENOMEM;
+    return out;
+}
+
+int pb_format_sanitize_json(json_t *v)
+{
+    int rc = 0;
+    if (json_is_object(v)) {
+        const char *key;
+        json_t *item;
+        void *iter = json_object_iter(v);
+        while (iter && !rc) {
+            key = json_object_iter_key(iter);
+            item = json_object_iter_value(iter);
+            json_t *clean = sanitized_string(item, &rc);
+            if (clean) json_object_iter_set_new(v, iter, clean);
+            else if (!rc) rc = pb_format_sanitize_json(item);
+            (void)key;
+            iter = json_object_iter_next(v, iter);
+        }
+    } else if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v) && !rc; i++) {
+            json_t *item = json_array_get(v, i);
+            json_t *clean = sanitized_string(item, &rc);
+            if (clean) json_array_set_new(v, i, clean);
+            else if (!rc) rc = pb_format_sanitize_json(item);
+        }
     }
     return rc;
 }

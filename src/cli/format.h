@@ -51,6 +51,18 @@ void pb_format_real_exact(double v, char *out, size_t outlen);
  * one line and cannot drive the terminal. Returns 0 or the pb_buf error. */
 int pb_format_sanitize(pb_buf *b, const char *s, size_t len);
 
+/* Writes src into dst (dstlen bytes, always terminated) escaped as pb_format_sanitize does,
+ * cut where a whole character or escape no longer fits: for names a job controls (host
+ * names, group names) kept in fixed fields and printed later. */
+void pb_format_clean(char *dst, size_t dstlen, const char *src);
+
+/* Replaces, in place, every string inside v (values of objects, items of arrays, at any depth)
+ * that holds a control character by its pb_format_sanitize form: for an answer of a rank that
+ * is printed as text (hang, ranks), so that nothing the job controls reaches the terminal raw
+ * and no name can start a line of its own. Keys are left alone (only known keys are read).
+ * Returns 0 or -ENOMEM. */
+int pb_format_sanitize_json(json_t *v);
+
 /* Terminal columns taken by UTF-8 text (wide East Asian characters count 2). */
 size_t pb_format_display_width(const char *s, size_t len);
 

@@ -45,6 +45,7 @@
 #include "hang.h"
 
 #include "cli.h"
+#include "format.h"
 #include "pystack.h"
 #include "target.h"
 
@@ -108,10 +109,12 @@ static void short_file(const char *file, char *out, size_t outlen)
 static int add_frame(stack_text *st, size_t *cap, size_t *len, const char *path, int line,
                      const char *fn)
 {
-    char file[256];
-    short_file(path ? path : "?", file, sizeof file);
-    if (!fn) fn = "?";
-    if (*len == 0) snprintf(st->top, sizeof st->top, "%s:%d %s", file, line, fn);
+    char raw[256], file[256], fn_clean[256];
+    short_file(path ? path : "?", raw, sizeof raw);
+    pb_format_clean(file, sizeof file, raw); /* the job controls both: fit for a terminal */
+    pb_format_clean(fn_clean, sizeof fn_clean, fn ? fn : "?");
+    fn = fn_clean;
+    if (*len == 0) snprintf(st->top, sizeof st->top, "%.240s:%d %.240s", file, line, fn);
     for (;;) {
         int w = snprintf(st->text + *len, *cap - *len, "      %s:%d %s\n", file, line, fn);
         if (w < 0) return -1;
@@ -412,6 +415,8 @@ pb_fanout_req *pb_hang_ask(const pb_rank_ep *eps, int n, long deadline_ms)
     }
     for (int r = 0; r < n; r++) pb_fanout_prepare(&reqs[r], &eps[r]);
     pb_fanout_run(reqs, n, "GET", "/api/rank", NULL, deadline_ms);
+    /* group names, op names, errors: what the job wrote, printed as text below */
+    for (int r = 0; r < n; r++) pb_format_sanitize_json(reqs[r].root);
     return reqs;
 }
 
@@ -615,6 +620,7 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long dea
         sreqs[r].usable = 1;
     }
     pb_fanout_run(sreqs, n, "GET", "/api/stack", NULL, deadline);
+    for (int r = 0; r < n; r++) pb_format_sanitize_json(sreqs[r].root);
     for (int r = 0; r < n; r++) {
         if (!sreqs[r].usable) continue;
         if (sreqs[r].root && sreqs[r].status == 200)

@@ -22,6 +22,7 @@
 #define OPEN_MAX 64
 
 static pb_db *db; /* the file of the request being answered */
+static pb_query_limits limits; /* the request's: its time limit, the CLI's answer cap */
 static struct {
     char path[4096];
     pb_db *db;
@@ -29,7 +30,7 @@ static struct {
 static int nopen;
 
 /* Makes db the open database of path, opening it the first time. Returns 0 or -1 (why set). */
-static int select_file(const char *path, char *why, size_t len)
+static int select_file(const char *path, double timeout_s, char *why, size_t len)
 {
     for (int i = 0; i < nopen; i++)
         if (strcmp(open_files[i].path, path) == 0) {
@@ -42,11 +43,21 @@ static int select_file(const char *path, char *why, size_t len)
         nopen--;
     }
     pb_db *opened = NULL;
-    if (pb_db_open_file(path, &opened, why, len) != 0) return -1;
+    if (pb_db_open_file(path, timeout_s, &opened, why, len) != 0) return -1;
     snprintf(open_files[nopen].path, sizeof open_files[nopen].path, "%s", path);
     open_files[nopen++].db = opened;
     db = opened;
     return 0;
+}
+
+/* PROBING_QUERY_TIMEOUT of the CLI's environment (the agent's setting, read here because the
+ * CLI has no config table loaded), 30 s when unset or not a positive number. */
+static double query_timeout_s(void)
+{
+    const char *v = getenv("PROBING_QUERY_TIMEOUT");
+    char *end = NULL;
+    double s = v ? strtod(v, &end) : 0;
+    return v && end != v && !*end && s > 0 && s <= 86400 ? s : 30;
 }
 
 static int respond_error(pb_response *resp, long status, const char *message)
@@ -66,7 +77,7 @@ static json_t *rows_of(const char *sql)
     pb_buf out = PB_BUF_INIT;
     json_error_t jerr;
     json_t *root = NULL, *rows = NULL;
-    if (pb_db_query_json(db, sql, NULL, &out) == 0)
+    if (pb_db_query_json(db, sql, &limits, &out) == 0)
         root = json_loadb(out.data, out.len, JSON_ALLOW_NUL, &jerr);
     pb_buf_free(&out);
     rows = json_incref(json_object_get(root, "rows"));
@@ -123,13 +134,21 @@ static json_t *ended_json(void)
 }
 
 int pb_recording_request(const pb_target *t, const char *method, const char *path,
-                         const char *body, pb_response *resp, char *err, size_t errlen)
+                         const char *body, long timeout_ms, pb_response *resp, char *err,
+                         size_t errlen)
 {
-    char why[512];
+    char why[768];
     int rc = 0;
     resp->status = 0;
     memset(&resp->body, 0, sizeof resp->body);
-    if (select_file(t->file_path, why, sizeof why) != 0) {
+    /* A recording gets the live agent's time limit, in the CLI's environment; a request with
+     * a shorter deadline (query --ranks --deadline) is bounded by that instead. */
+    memset(&limits, 0, sizeof limits);
+    limits.recording = 1;
+    limits.timeout_s = query_timeout_s();
+    if (timeout_ms > 0 && (double)timeout_ms / 1000 < limits.timeout_s)
+        limits.timeout_s = (double)timeout_ms / 1000;
+    if (select_file(t->file_path, limits.timeout_s, why, sizeof why) != 0) {
         snprintf(err, errlen, "cannot read the recording %s: %s", t->file_path, why);
         return -1;
     }
@@ -137,10 +156,13 @@ int pb_recording_request(const pb_target *t, const char *method, const char *pat
         json_error_t jerr;
         json_t *req = body ? json_loads(body, 0, &jerr) : NULL;
         const char *sql = json_string_value(json_object_get(req, "sql"));
+        json_t *asked = json_object_get(req, "max_result_bytes"); /* as the agent's route */
+        if (json_is_integer(asked) && json_integer_value(asked) > 0)
+            limits.max_result_bytes = (size_t)json_integer_value(asked);
         if (!sql) {
             rc = respond_error(resp, 400, "the request needs {\"sql\": \"...\"}");
         } else {
-            int q = pb_db_query_json(db, sql, NULL, &resp->body);
+            int q = pb_db_query_json(db, sql, &limits, &resp->body);
             resp->status = q == 0 ? 200 : q == -ENOMEM ? 500 : 400;
             if (q == -ENOMEM) rc = q;
         }
@@ -176,4 +198,9 @@ int pb_recording_request(const pb_target *t, const char *method, const char *pat
         return -1;
     }
     return 0;
+}
+
+void pb_recording_interrupt_all(void)
+{
+    for (int i = 0; i < nopen; i++) pb_db_interrupt(open_files[i].db);
 }

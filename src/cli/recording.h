@@ -15,8 +15,16 @@
 
 #include <stddef.h>
 
-/* Same contract as pb_client_request(). [main thread] */
+/* Same contract as pb_client_request(). Every statement on the file, the check that opens it
+ * included, stops after PROBING_QUERY_TIMEOUT (the CLI's environment, 30 s) or timeout_ms,
+ * whichever is shorter (timeout_ms <= 0: no deadline of its own). [main thread, or one thread
+ * at a time] */
 int pb_recording_request(const pb_target *t, const char *method, const char *path,
-                         const char *body, pb_response *resp, char *err, size_t errlen);
+                         const char *body, long timeout_ms, pb_response *resp, char *err,
+                         size_t errlen);
+
+/* Stops the statements running on every open recording (pb_db_interrupt): a command that ends
+ * on a signal calls it so that threads reading a file end too. [any thread] */
+void pb_recording_interrupt_all(void);
 
 #endif

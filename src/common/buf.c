@@ -87,3 +87,21 @@ char *pb_buf_steal(pb_buf *b, size_t *len_out)
     b->len = b->cap = 0;
     return p;
 }
+
+int pb_buf_sanitize(pb_buf *b, const char *s, size_t len, int keep_newlines)
+{
+    int rc = 0;
+    for (size_t i = 0; i < len && !rc; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n') rc = keep_newlines ? pb_buf_putc(b, '\n') : pb_buf_puts(b, "\\n");
+        else if (c == '\t') rc = pb_buf_puts(b, "\\t");
+        else if (c == '\r') rc = pb_buf_puts(b, "\\r");
+        else if (c < 0x20 || c == 0x7f) rc = pb_buf_printf(b, "\\x%02x", c);
+        else if (c == 0xC2 && i + 1 < len && (unsigned char)s[i + 1] >= 0x80 &&
+                 (unsigned char)s[i + 1] <= 0x9f) { /* C1 controls such as CSI */
+            rc = pb_buf_printf(b, "\\u%04x", (unsigned char)s[i + 1]);
+            i++;
+        } else rc = pb_buf_putc(b, (char)c);
+    }
+    return rc;
+}

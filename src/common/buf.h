@@ -29,6 +29,13 @@ int pb_buf_printf(pb_buf *b, const char *fmt, ...) __attribute__((format(printf,
 int pb_buf_vprintf(pb_buf *b, const char *fmt, va_list ap);
 void pb_buf_reset(pb_buf *b); /* len = 0, keeps memory */
 void pb_buf_free(pb_buf *b);  /* frees memory; b may be reused after. NULL-safe. */
+/* Appends s[0..len) with every control character escaped (\n, \t, \r, \x1b, C1 controls
+ * such as CSI as \u009b), so that text from outside (a job, a file) cannot drive a terminal:
+ * no ESC or OSC sequence, no carriage return, no line of its own. keep_newlines leaves '\n'
+ * as is (a message of several lines). The one sanitiser of everything printed for people.
+ * Returns 0 or the pb_buf error. */
+int pb_buf_sanitize(pb_buf *b, const char *s, size_t len, int keep_newlines);
+
 /* Hands the memory to the caller (who frees it with free()); b becomes empty. */
 char *pb_buf_steal(pb_buf *b, size_t *len_out);
 

@@ -155,6 +155,11 @@ static int route_query(const pb__routes_env *env, const request *req, pb_buf *ou
                                        req->results_reserved, out)))
         goto done;
     lim.max_result_bytes = cap;
+    /* A client may ask for less (query --ranks bounds what each rank sends it). */
+    json_t *asked = json_object_get(body, "max_result_bytes");
+    if (json_is_integer(asked) && json_integer_value(asked) > 0 &&
+        (size_t)json_integer_value(asked) < lim.max_result_bytes)
+        lim.max_result_bytes = (size_t)json_integer_value(asked);
     lim.cancelled = req->cancelled;
     lim.cancel_ctx = req->cancel_ctx;
     rc = pb_db_query_json(db, sql, &lim, out);

@@ -155,7 +155,7 @@ fail:
     return (rc & 0xff) == SQLITE_NOMEM ? -ENOMEM : PB_ESQL;
 }
 
-int pb_db_open_file(const char *path, pb_db **out, char *why, size_t whylen)
+int pb_db_open_file(const char *path, double timeout_s, pb_db **out, char *why, size_t whylen)
 {
     static const char *const schemas[] = {"python", "system", "probe"};
     int rc;
@@ -164,7 +164,14 @@ int pb_db_open_file(const char *path, pb_db **out, char *why, size_t whylen)
     pb_db *db = calloc(1, sizeof *db);
     if (!db) return -ENOMEM;
     if ((rc = open_memory(db)) != SQLITE_OK) goto fail;
-    sqlite3_busy_timeout(db->conn, 10000); /* the recorder may be writing a flush */
+    /* The file is not ours: the guards a live query runs under are in place before SQLite
+     * reads a byte of it (its schema, its views), the check below included. */
+    sqlite3_limit(db->conn, SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_BYTES);
+    sqlite3_limit(db->conn, SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES);
+    sqlite3_progress_handler(db->conn, PROGRESS_EVERY, progress_handler, db);
+    if (timeout_s > 0) db->deadline_ns = pb_now_ns() + (int64_t)(timeout_s * 1e9);
+    sqlite3_busy_timeout(db->conn, timeout_s > 0 && timeout_s < 10 ? (int)(timeout_s * 1000)
+                                                                   : 10000); /* a flush */
     for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
         char *sql = sqlite3_mprintf("ATTACH %Q AS \"%w\"", path, schemas[i]);
         if (!sql) {
@@ -175,23 +182,29 @@ int pb_db_open_file(const char *path, pb_db **out, char *why, size_t whylen)
         sqlite3_free(sql);
         if (rc != SQLITE_OK) goto fail;
     }
+    sqlite3_limit(db->conn, SQLITE_LIMIT_ATTACHED, 0);
+    rc = sqlite3_set_authorizer(db->conn, pb__authorize, &db->auth);
+    if (rc != SQLITE_OK) goto fail;
     /* Reading the catalogue also rolls back a flush that a killed process left half done. */
     rc = sqlite3_prepare_v2(db->conn, "SELECT COUNT(*) FROM probe.tables, probe.info", -1, &st,
                             NULL);
     if (rc == SQLITE_OK) rc = sqlite3_step(st) == SQLITE_ROW ? SQLITE_OK : sqlite3_errcode(db->conn);
     sqlite3_finalize(st);
     if (rc != SQLITE_OK) goto fail;
-    sqlite3_limit(db->conn, SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_BYTES);
-    sqlite3_limit(db->conn, SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES);
-    sqlite3_limit(db->conn, SQLITE_LIMIT_ATTACHED, 0);
-    sqlite3_progress_handler(db->conn, PROGRESS_EVERY, progress_handler, db);
-    rc = sqlite3_set_authorizer(db->conn, pb__authorize, &db->auth);
-    if (rc != SQLITE_OK) goto fail;
+    db->deadline_ns = 0;
     *out = db;
     return 0;
 
 fail:
-    snprintf(why, whylen, "%s", db->conn ? sqlite3_errmsg(db->conn) : sqlite3_errstr(rc));
+    if (db->timed_out)
+        snprintf(why, whylen, "reading its catalogue (probe.tables, probe.info) ran longer "
+                 "than %g s (PROBING_QUERY_TIMEOUT): the file is damaged or was built to hang "
+                 "its readers", timeout_s);
+    else if (db->auth.reason[0])
+        snprintf(why, whylen, "its catalogue needs what probing's SQL does not allow (%s)",
+                 db->auth.reason);
+    else
+        snprintf(why, whylen, "%s", db->conn ? sqlite3_errmsg(db->conn) : sqlite3_errstr(rc));
     sqlite3_close(db->conn);
     free(db);
     return (rc & 0xff) == SQLITE_NOMEM ? -ENOMEM : PB_ESQL;
@@ -468,8 +481,8 @@ int pb_db_query_json(pb_db *db, const char *sql, const pb_query_limits *lim, pb_
                 snprintf(msg, sizeof msg,
                          "query interrupted: it ran longer than the %g s limit (PROBING_QUERY_TIMEOUT); "
                          "narrow it with WHERE or LIMIT, or set PROBING_QUERY_TIMEOUT=<seconds> in the "
-                         "traced process's environment",
-                         lim->timeout_s);
+                         "%s environment",
+                         lim->timeout_s, lim->recording ? "probing command's" : "traced process's");
             } else if (why) {
                 err = PB_ECANCELLED;
                 snprintf(msg, sizeof msg, "%s",

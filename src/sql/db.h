@@ -37,6 +37,7 @@ typedef struct pb_query_limits {
     double timeout_s;        /* a query running longer is interrupted (<= 0 = no limit) */
     pb_db_cancel_fn cancelled; /* NULL: never cancelled */
     void *cancel_ctx;
+    int recording; /* the db is a recording: messages point at the CLI's environment */
 } pb_query_limits;
 
 /* Opens a connection over the tables registered now (tables added later are not seen by it).
@@ -48,10 +49,13 @@ int pb_db_open(pb_db **out);
  * queries under the same names as live: the file is attached as python, system and probe, so
  * python.torch_trace, probe.tables and probe.info resolve to its tables. Opened read-write when
  * the file allows it (so SQLite can roll back a flush a killed process left half done); the
- * authorizer keeps every query read-only. On failure writes SQLite's reason into why and
- * returns -ENOMEM or PB_ESQL (not a SQLite file, not a recording). Needs no registry.
- * [one thread] */
-int pb_db_open_file(const char *path, pb_db **out, char *why, size_t whylen);
+ * authorizer keeps every query read-only. The file may be hostile (views that never end, huge
+ * values): the authorizer, the size limits and the progress handler are installed before its
+ * first statement, and the check that it is a recording (a read of probe.tables and
+ * probe.info) stops after timeout_s (<= 0: no limit). On failure writes the reason into why and
+ * returns -ENOMEM or PB_ESQL (not a SQLite file, not a recording, the check ran too long).
+ * Needs no registry. [one thread] */
+int pb_db_open_file(const char *path, double timeout_s, pb_db **out, char *why, size_t whylen);
 
 /* Closes the connection. NULL-safe. [thread that last used it] */
 void pb_db_close(pb_db *db);

@@ -17,6 +17,30 @@ static void test_label_escaping(void)
     pb_exposition_label_value(&b, "a\\b\"c\nd");
     CHECK_STR(b.data, "a\\\\b\\\"c\\nd", "backslash, quote and newline are escaped");
     pb_buf_free(&b);
+    /* bytes that are not UTF-8 become U+FFFD; valid characters pass */
+    pb_exposition_label_value(&b, "x\xff\xc3(\xe2\x82\xac\xed\xa0\x80y");
+    CHECK_STR(b.data, "x\xef\xbf\xbd\xef\xbf\xbd(\xe2\x82\xac\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdy",
+              "invalid UTF-8 replaced, the euro sign kept");
+    pb_buf_free(&b);
+    /* a long value: cut before the escape or character that does not fit, "..." after */
+    char big[4096];
+    for (size_t i = 0; i < sizeof big - 1; i++) big[i] = "\"\xc3\xa9"[i % 3];
+    big[sizeof big - 1] = '\0';
+    pb_exposition_label_value(&b, big);
+    CHECK(b.len <= PB_EXPOSITION_LABEL_MAX, "at most PB_EXPOSITION_LABEL_MAX bytes");
+    CHECK(b.len > PB_EXPOSITION_LABEL_MAX - 8, "and not much less");
+    CHECK(b.len >= 3 && strcmp(b.data + b.len - 3, "...") == 0, "the cut is marked");
+    size_t quotes = 0;
+    for (size_t i = 0; i + 3 < b.len; i++) {
+        if (b.data[i] == '"') {
+            CHECK(i > 0 && b.data[i - 1] == '\\', "every quote stays escaped");
+            quotes++;
+        }
+        if ((unsigned char)b.data[i] == 0xc3)
+            CHECK((unsigned char)b.data[i + 1] == 0xa9, "no character is cut");
+    }
+    CHECK(quotes > 50, "quotes were written");
+    pb_buf_free(&b);
 }
 
 static void test_families_once_across_agents(void)

@@ -8,6 +8,7 @@
  * probe.tables / probe.config.
  */
 #include "check.h"
+#include "clock.h"
 #include "catalog.h"
 #include "config.h"
 #include "db.h"
@@ -443,7 +444,7 @@ static void test_open_file(void)
                           "INSERT INTO info VALUES ('{}')", NULL, NULL, NULL) == SQLITE_OK,
           "write a recording-shaped file");
     sqlite3_close(w);
-    CHECK(pb_db_open_file(path, &db, why, sizeof why) == 0 && db, "pb_db_open_file");
+    CHECK(pb_db_open_file(path, 0, &db, why, sizeof why) == 0 && db, "pb_db_open_file");
     if (!db) return;
     CHECK(query_int(db, "SELECT SUM(wall) * 10 FROM python.steps") == 40,
           "python.steps resolves to the file's steps");
@@ -455,8 +456,49 @@ static void test_open_file(void)
     CHECK(query_int(db, "SELECT COUNT(*) FROM python.steps") == 2, "rows still there");
     pb_db_close(db);
     db = NULL;
-    CHECK(pb_db_open_file("/nonexistent-dir/x.db", &db, why, sizeof why) == PB_ESQL && !db,
+    CHECK(pb_db_open_file("/nonexistent-dir/x.db", 0, &db, why, sizeof why) == PB_ESQL && !db,
           "a missing file is refused");
+    unlink(path);
+}
+
+/* A hostile recording: its catalogue is a view that never ends. The check that opens it runs
+ * under the time limit, and a query over such a view under the query's. */
+static void test_open_hostile_file(void)
+{
+    char path[] = "/tmp/pb_test_sql_XXXXXX";
+    char why[512];
+    int fd = mkstemp(path), rc;
+    sqlite3 *w = NULL;
+    pb_db *db = NULL;
+    if (fd >= 0) close(fd);
+    CHECK(fd >= 0 && sqlite3_open(path, &w) == SQLITE_OK &&
+          sqlite3_exec(w, "CREATE VIEW tables AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL "
+                          "SELECT x + 1 FROM c) SELECT x AS schema FROM c WHERE x < 0;"
+                          "CREATE TABLE info(json); INSERT INTO info VALUES ('{}')",
+                       NULL, NULL, NULL) == SQLITE_OK,
+          "write a recording whose catalogue never ends");
+    sqlite3_close(w);
+    int64_t t0 = pb_now_ns();
+    rc = pb_db_open_file(path, 0.3, &db, why, sizeof why);
+    CHECK(rc == PB_ESQL && !db, "the endless catalogue is refused");
+    CHECK(strstr(why, "ran longer than 0.3 s (PROBING_QUERY_TIMEOUT)") != NULL, why);
+    CHECK(pb_now_ns() - t0 < 20 * (int64_t)1000000000, "and the open ended");
+    /* a view among the data tables: the file opens, the query over it stops at its limit */
+    CHECK(sqlite3_open(path, &w) == SQLITE_OK &&
+          sqlite3_exec(w, "DROP VIEW tables; CREATE TABLE tables(schema, name);"
+                          "CREATE VIEW steps AS WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL "
+                          "SELECT x + 1 FROM c) SELECT x AS step FROM c WHERE x < 0",
+                       NULL, NULL, NULL) == SQLITE_OK,
+          "move the endless view to python.steps");
+    sqlite3_close(w);
+    CHECK(pb_db_open_file(path, 0.3, &db, why, sizeof why) == 0 && db, why);
+    pb_query_limits lim = {.timeout_s = 0.3, .recording = 1};
+    json_t *j = query(db, "SELECT COUNT(*) FROM python.steps", &lim, &rc);
+    const char *err = json_string_value(json_object_get(j, "error"));
+    CHECK(rc == PB_ETIMEOUT && err && strstr(err, "in the probing command's environment"),
+          err ? err : "no error");
+    json_decref(j);
+    pb_db_close(db);
     unlink(path);
 }
 
@@ -529,6 +571,7 @@ int main(void)
     pb_db_close(db);
     pb_db_close(NULL);
     test_open_file();
+    test_open_hostile_file();
     test_nullable_kinds();
 
     pb_registry_reset();
