@@ -26,7 +26,7 @@ CFLAGS=(-g -O1 -std=c11 -D_GNU_SOURCE -DPB_VERSION=\"fuzz\" -fsanitize=fuzzer,ad
         -fno-sanitize-recover=undefined -fno-omit-frame-pointer
         -Isrc/common -Isrc/store -Isrc/sql -Isrc/server -Isrc/report -Isrc/cli -Itests/fuzz)
 CORE=(src/common/*.c src/store/*.c src/sql/*.c src/server/*.c)
-core_libs() { pkg-config --cflags --libs sqlite3 libmicrohttpd jansson; echo -lpthread -lm; }
+core_libs() { pkg-config --cflags --libs sqlite3 libmicrohttpd jansson libcrypto; echo -lpthread -lm; }
 
 build() { # target -> $OUT/target, rebuilt when a source is newer
     local t=$1 srcs
