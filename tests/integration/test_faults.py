@@ -135,11 +135,11 @@ def test_agent_cannot_create_threads(launcher, env, session_dir):
     d.mkdir(mode=0o700)
     t = start_without_socket(launcher, dict(env, LD_PRELOAD=str(shim)), d)
     # The job finishes (start_without_socket checks it). The parts that need a thread fail,
-    # then the server (libmicrohttpd cannot start its listener thread) stops the agent: one
-    # line says all of it.
+    # then the server (its request reaper's thread, started before libmicrohttpd's, cannot
+    # start) stops the agent with the system's reason: one line says all of it.
     again = "Resource temporarily unavailable"
     assert agent_warnings(t) == [
-        f"probing: not starting: cannot listen on {d}/{t.pid}.sock: internal error; also failed: "
+        f"probing: not starting: cannot listen on {d}/{t.pid}.sock: {again}; also failed: "
         f"system sampling ({again}), memory sampling ({again}), eval ({again})"]
     assert list(d.iterdir()) == []
 
