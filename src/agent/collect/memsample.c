@@ -35,11 +35,12 @@ static float read_rss_mb(void)
 
 static void publish(float mb)
 {
-    atomic_store_explicit(&current_mb, mb, memory_order_relaxed);
+    /* the peak first: a reader that sees the new current value sees a peak at least as high */
     float peak = atomic_load_explicit(&peak_mb, memory_order_relaxed);
     while (mb > peak && !atomic_compare_exchange_weak_explicit(&peak_mb, &peak, mb, memory_order_relaxed,
                                                                memory_order_relaxed)) {
     }
+    atomic_store_explicit(&current_mb, mb, memory_order_release);
 }
 
 /* One sample: the RSS now. [sampler thread] */

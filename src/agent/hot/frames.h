@@ -80,7 +80,10 @@ static inline void pb_frames_push_row(int64_t start_ns, int64_t end_ns, int64_t 
     r.total_ns = end_ns - start_ns;
     r.time_offset_ns = start_ns - pb_step_start_ns;
     r.allocated_mb = pb_memsample_current_mb();
+    /* the sampler thread and the step boundary move the two figures apart for an instant: the
+     * peak since the step began is never below what is allocated now */
     r.max_allocated_mb = pb_memsample_peak_mb();
+    if (r.max_allocated_mb < r.allocated_mb) r.max_allocated_mb = r.allocated_mb;
     r.seq = row_seq;
     r.module = name;
     r.type = type;
