@@ -56,6 +56,7 @@
  */
 #include "command.h"
 #include "client.h"
+#include "auth.h"
 #include "fanout.h"
 #include "paths.h"
 #include "reaper.h"
@@ -182,21 +183,6 @@ static void find_queries_dir(ui_server *s)
     }
     snprintf(cand, sizeof cand, "%s/../examples/queries", s->web_dir);
     if (!realpath(cand, s->queries_dir)) s->queries_dir[0] = '\0';
-}
-
-static int hex_token(char *out, size_t bytes)
-{
-    unsigned char raw[32];
-    if (bytes > sizeof raw) return -1;
-    size_t got = 0;
-    while (got < bytes) {
-        ssize_t n = getrandom(raw + got, bytes - got, 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return -1;
-        got += (size_t)n;
-    }
-    for (size_t i = 0; i < bytes; i++) sprintf(out + 2 * i, "%02x", raw[i]);
-    return 0;
 }
 
 static int same_secret(const char *a, const char *b)
@@ -983,7 +969,7 @@ int cmd_ui(const pb_cli_args *a)
     s.targets[0].pid = (long long)json_integer_value(json_object_get(info, "pid"));
     if (!(s.missing = json_array())) goto oom;
     if (roster_ranks(&s, info)) find_ranks(&s, info);
-    if (hex_token(s.token, 24) || hex_token(s.cookie, 24)) {
+    if (pb_auth_random_hex(s.token, 24) || pb_auth_random_hex(s.cookie, 24)) {
         pb_cli_error("cannot draw a random token: %s", strerror(errno));
         goto done;
     }

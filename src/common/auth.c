@@ -46,6 +46,23 @@ static int hmac_hex(const char *token, const char *text, size_t len, char out[PB
     return 0;
 }
 
+int pb_auth_random_hex(char *out, size_t bytes)
+{
+    unsigned char raw[64];
+    size_t got = 0;
+    if (bytes > sizeof raw) return -EINVAL;
+    while (got < bytes) {
+        ssize_t n = getrandom(raw + got, bytes - got, 0);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        got += (size_t)n;
+    }
+    to_hex(raw, bytes, out);
+    return 0;
+}
+
 static int is_hex(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -70,22 +87,13 @@ int pb_auth_sign_request(const char *token, const char *method, const char *path
                          size_t body_len, int rank, int64_t now_s, char *header, size_t headerlen,
                          char nonce[PB_AUTH_NONCE_HEX + 1])
 {
-    unsigned char raw[PB_AUTH_NONCE_HEX / 2];
-    size_t got = 0;
     char body_hash[PB_AUTH_HASH_HEX + 1], mac[PB_AUTH_HASH_HEX + 1], text[4096];
-    while (got < sizeof raw) {
-        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return -errno;
-        }
-        got += (size_t)n;
-    }
-    to_hex(raw, sizeof raw, nonce);
+    int rc = pb_auth_random_hex(nonce, PB_AUTH_NONCE_HEX / 2);
+    if (rc) return rc;
     sha256_hex(body, body_len, body_hash);
     int len = request_text(text, sizeof text, method, path, now_s, nonce, rank, body_hash);
     if (len < 0) return len;
-    int rc = hmac_hex(token, text, (size_t)len, mac);
+    rc = hmac_hex(token, text, (size_t)len, mac);
     if (rc) return rc;
     char rank_text[16];
     if (rank < 0) snprintf(rank_text, sizeof rank_text, "-");

@@ -39,6 +39,11 @@ typedef struct pb_auth_request {
     char mac[PB_AUTH_HASH_HEX + 1];
 } pb_auth_request;
 
+/* `bytes` random bytes (getrandom) as 2 * bytes lowercase hex digits and a NUL into out (at
+ * least 2 * bytes + 1 long): tokens, cookies and nonces. Returns 0, or a negative errno.
+ * [any thread] */
+int pb_auth_random_hex(char *out, size_t bytes);
+
 /* Writes the Authorization value (without "Authorization: ") for method path (the part before
  * any '?' is signed) with body[0..body_len) (NULL: empty), meant for rank (-1: any), at now_s,
  * into header; the nonce it chose into nonce (for pb_auth_verify_answer). Borrows everything.

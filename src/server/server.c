@@ -582,23 +582,6 @@ static int start_daemon(pb_server *s, listener *l)
 
 /* ---- the TCP token ---- */
 
-/* 32 random bytes as 64 hex digits. Returns 0 or a negative errno. */
-static int generate_token(char out[65])
-{
-    unsigned char raw[32];
-    size_t got = 0;
-    while (got < sizeof raw) {
-        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return -errno;
-        }
-        got += (size_t)n;
-    }
-    for (size_t i = 0; i < sizeof raw; i++) snprintf(out + 2 * i, 3, "%02x", raw[i]);
-    return 0;
-}
-
 /* Writes "<token>\nport <port>\n" to the file beside the socket (<dir>/<pid>.token), mode 0600,
  * replacing a leftover file of the same name (pids are reused). Returns 0 or a negative errno. */
 static int write_token_file(pb_server *s)
@@ -647,7 +630,7 @@ static int setup_token(pb_server *s)
         memcpy(s->token, given, len + 1);
         return 0;
     }
-    int rc = generate_token(s->token);
+    int rc = pb_auth_random_hex(s->token, 32); /* 64 hex digits */
     if (rc) return rc;
     return s->unix_path ? write_token_file(s) : 0;
 }
