@@ -597,3 +597,23 @@ def check_killed_recording(cli, path, printed, at_least):
     assert detail[:8] == list(range(8))
     assert [c["step"] for c in counts] == detail
     assert len({c["n"] for c in counts[1:]}) == 1
+
+
+@pytest.fixture
+def other_user():
+    """A second user of this machine, made for this test and removed after it (its pwd entry).
+    Skips, with the reason, where users cannot be made."""
+    import pwd
+    import uuid
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a second user (useradd); the tests run as an "
+                    "ordinary user")
+    if not shutil.which("useradd"):
+        pytest.skip("useradd is not installed")
+    name = f"pbu{uuid.uuid4().hex[:8]}"
+    subprocess.run(["useradd", "-M", "-N", "-s", "/usr/sbin/nologin", name], check=True,
+                   capture_output=True)
+    try:
+        yield pwd.getpwnam(name)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True)

@@ -204,21 +204,6 @@ def test_harden_exit_during_running_request(cli, small, during):
 # ------------------------------------------------------------------ item 3: directory trust
 
 
-@pytest.fixture
-def other_user():
-    """A second user, made for this test and removed after it."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create a second user (useradd); the tests run as an "
-                    "ordinary user")
-    if not shutil.which("useradd"):
-        pytest.skip("useradd is not installed")
-    name = f"pb{LANE}{uuid.uuid4().hex[:8]}"
-    subprocess.run(["useradd", "-M", "-N", "-s", "/usr/sbin/nologin", name], check=True,
-                   capture_output=True)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", name], capture_output=True)
 
 
 # An impostor agent: listens on <dir>/<own pid>.sock, answers every request with a forged

@@ -463,23 +463,6 @@ def test_ui_serves_on_while_idle_and_slow_sockets_are_open(cli, recording, tmp_p
         assert ui.stop() == 0
 
 
-@pytest.fixture
-def other_user():
-    """A second user of this machine, made for this test and removed after it."""
-    import pwd
-    import uuid
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create a second user (useradd); the tests run as an "
-                    "ordinary user")
-    if not shutil.which("useradd"):
-        pytest.skip("useradd is not installed")
-    name = f"pbui{uuid.uuid4().hex[:8]}"
-    subprocess.run(["useradd", "-M", "-N", "-s", "/usr/sbin/nologin", name], check=True,
-                   capture_output=True)
-    try:
-        yield pwd.getpwnam(name)
-    finally:
-        subprocess.run(["userdel", name], capture_output=True)
 
 
 ASK_AS_OTHER = r"""
