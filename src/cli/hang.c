@@ -35,7 +35,9 @@
  * never named as what the job waits for. A rank that does not answer is named first; when it
  * runs on this host its process state (/proc, e.g. T for SIGSTOP) and its stack are read from
  * outside, and while other ranks wait in a collective it is the rank the job waits for. Stacks
- * are whole (every frame), so the user's own line under a framework's is there.
+ * are whole (every frame), so the user's own line under a framework's is there; a rank is said to
+ * be in the innermost frame outside Python's standard library, and its stack is printed from
+ * there (stack_text).
  *
  * When the job has PyTorch's flight recorder on (TORCH_FR_BUFFER_SIZE) and every rank that
  * answered sent a fresh reading of it in /api/rank (job.c), the comparison runs on the
@@ -92,11 +94,32 @@ static json_t *group_of(json_t *answer, const char *group)
 }
 
 /* The main thread's stack as text lines ("file:line function"), innermost first, into a
- * malloc'ed string; *top receives the innermost frame. NULL when unknown (why in err). */
+ * malloc'ed string. top is where the rank is: the innermost frame outside Python's standard
+ * library (a rank waiting in threading.py's wait() or caught inside os.path.exists is where its
+ * own code called them; the whole stack still follows), the innermost frame when every frame is
+ * the standard library's. key is the same stack from that frame down: what ranks are grouped by,
+ * so two ranks in the same line of user code are one entry whichever stdlib call a snapshot
+ * caught them in. NULL text when unknown (why in err). */
 typedef struct stack_text {
     char top[512];
     char *text;
+    size_t key; /* offset in text of the frame named by top */
+    int found;  /* top names a frame outside the standard library */
 } stack_text;
+
+#define STACK_KEY(st) ((st).text + (st).key)
+
+/* A frame of Python's standard library: frozen modules, and files under lib/pythonX.Y/ that are
+ * not installed packages (site-packages, dist-packages). Torch, Lightning and the user's code
+ * are not: where a job waits inside them is worth telling apart. */
+static int stdlib_frame(const char *path)
+{
+    if (!path) return 0;
+    if (strncmp(path, "<frozen ", 8) == 0) return 1;
+    if (strstr(path, "/site-packages/") || strstr(path, "/dist-packages/")) return 0;
+    const char *lib = strstr(path, "/lib/python");
+    return lib && (lib[11] >= '0' && lib[11] <= '9');
+}
 
 static void short_file(const char *file, char *out, size_t outlen)
 {
@@ -114,7 +137,11 @@ static int add_frame(stack_text *st, size_t *cap, size_t *len, const char *path,
     pb_format_clean(file, sizeof file, raw); /* the job controls both: fit for a terminal */
     pb_format_clean(fn_clean, sizeof fn_clean, fn ? fn : "?");
     fn = fn_clean;
-    if (*len == 0) snprintf(st->top, sizeof st->top, "%.240s:%d %.240s", file, line, fn);
+    if (*len == 0 || (!st->found && !stdlib_frame(path))) {
+        snprintf(st->top, sizeof st->top, "%.240s:%d %.240s", file, line, fn);
+        st->key = *len;
+        st->found = !stdlib_frame(path);
+    }
     for (;;) {
         int w = snprintf(st->text + *len, *cap - *len, "      %s:%d %s\n", file, line, fn);
         if (w < 0) return -1;
@@ -338,7 +365,7 @@ static void stall_stacks(const pb_rank_ep *eps, pb_fanout_req *reqs, stack_text 
         group[r] = -1;
         if (!need_stack[r] || !stacks[r].text) continue;
         for (int q = 0; q < r && group[r] < 0; q++)
-            if (group[q] >= 0 && strcmp(stacks[q].text, stacks[r].text) == 0) group[r] = group[q];
+            if (group[q] >= 0 && strcmp(STACK_KEY(stacks[q]), STACK_KEY(stacks[r])) == 0) group[r] = group[q];
         if (group[r] < 0) group[r] = ngroups++;
         size[group[r]]++;
     }
@@ -379,16 +406,16 @@ static void stall_stacks(const pb_rank_ep *eps, pb_fanout_req *reqs, stack_text 
                 snprintf(steps, sizeof steps, " (step %lld)",
                          (long long)json_integer_value(json_object_get(reqs[first].root, "step")));
             if (ngroups == 1 && many)
-                fprintf(out, "all ranks%s are in %s\n%s", steps, stacks[first].top, stacks[first].text);
+                fprintf(out, "all ranks%s are in %s\n%s", steps, stacks[first].top, STACK_KEY(stacks[first]));
             else if (majority && g != big && !many)
                 fprintf(out, "rank %d (%s, pid %d)%s is the odd one: it is in %s\n%s", first, eps[first].host,
-                        eps[first].pid, steps, stacks[first].top, stacks[first].text);
+                        eps[first].pid, steps, stacks[first].top, STACK_KEY(stacks[first]));
             else if (majority && g != big)
                 fprintf(out, "ranks %s%s are odd ones: they are in %s\n%s", list, steps, stacks[first].top,
-                        stacks[first].text);
+                        STACK_KEY(stacks[first]));
             else
                 fprintf(out, "rank%s %s%s %s in %s\n%s", many ? "s" : "", list, steps, many ? "are" : "is",
-                        stacks[first].top, stacks[first].text);
+                        stacks[first].top, STACK_KEY(stacks[first]));
         }
     }
     for (int r = 0; r < n; r++)
@@ -647,7 +674,7 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long dea
         if (any_hang) fprintf(out, "; the job waits for it");
         if (local)
             fprintf(out, "; its process is %s", state ? pb_target_state_text(state) : "gone");
-        if (lost.text && lost.top[0]) fprintf(out, ", in %s\n%s", lost.top, lost.text);
+        if (lost.text && lost.top[0]) fprintf(out, ", in %s\n%s", lost.top, STACK_KEY(lost));
         else if (lost_err[0]) fprintf(out, "; no stack: %s\n", lost_err);
         else fprintf(out, "\n");
         free(lost.text);
@@ -659,7 +686,7 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long dea
     for (int r = 0; r < n; r++) {
         if (stalled_outside || !need_stack[r] || waiting[r]) continue;
         if (stacks[r].text)
-            fprintf(out, "rank %d (%s, pid %d) is in %s\n%s", r, eps[r].host, eps[r].pid, stacks[r].top, stacks[r].text);
+            fprintf(out, "rank %d (%s, pid %d) is in %s\n%s", r, eps[r].host, eps[r].pid, stacks[r].top, STACK_KEY(stacks[r]));
         else
             fprintf(out, "rank %d (%s, pid %d): no stack: %s\n", r, eps[r].host, eps[r].pid, stack_err[r]);
     }
@@ -669,14 +696,14 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long dea
         unsigned char *same = calloc((size_t)n, 1);
         if (!same) break;
         for (int q = r; q < n; q++)
-            if (waiting[q] && stacks[q].text && strcmp(stacks[q].text, stacks[r].text) == 0) {
+            if (waiting[q] && stacks[q].text && strcmp(STACK_KEY(stacks[q]), STACK_KEY(stacks[r])) == 0) {
                 same[q] = 1;
                 if (q != r) waiting[q] = 0;
             }
         char list[4096];
         rank_list(same, n, list, sizeof list);
         fprintf(out, "waiting rank%s %s %s in %s\n%s", count(same, n) > 1 ? "s" : "", list,
-               count(same, n) > 1 ? "are" : "is", stacks[r].top, stacks[r].text);
+               count(same, n) > 1 ? "are" : "is", stacks[r].top, STACK_KEY(stacks[r]));
         free(same);
     }
     if (from_fr)

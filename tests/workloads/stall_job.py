@@ -7,7 +7,7 @@ then an all_reduce of [loss, stall] on the default group, where rank 0 puts stal
 CONTROL.stall exists. The all_reduce gives every rank the same answer at the same step, so all
 of them stop after it, outside any collective, until CONTROL.stall is removed: ranks 0 and 1 in
 load_batch (an input pipeline that stopped delivering), the last rank in wait_for_lock (user code
-waiting on a lock nobody releases). After 3 steps each rank prints "READY <rank>". About 20 steps
+waiting on an event nobody sets, inside threading.py). After 3 steps each rank prints "READY <rank>". About 20 steps
 a second.
 
     RANK=0 WORLD_SIZE=3 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python stall_job.py CONTROL
@@ -28,9 +28,11 @@ def load_batch(control):
     return torch.randn(8, 16)
 
 
-def wait_for_lock(control, lock):
+def wait_for_lock(control, released):
+    # threading.Event.wait is Python code of the standard library (threading.py): the rank must
+    # still be named at this line, where its own code waits
     while os.path.exists(f"{control}.stall"):
-        lock.acquire(timeout=0.05)
+        released.wait(timeout=0.05)
     return torch.randn(8, 16)
 
 
@@ -40,11 +42,10 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     model = torch.nn.Linear(16, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    lock = threading.Lock()
-    lock.acquire()  # held by this thread: nobody releases it
+    released = threading.Event()  # nobody sets it
     stall, step = False, 0
     while True:
-        x = wait_for_lock(control, lock) if stall and rank == world - 1 else (
+        x = wait_for_lock(control, released) if stall and rank == world - 1 else (
             load_batch(control) if stall else torch.randn(8, 16))
         loss = model(x).square().mean()
         loss.backward()
