@@ -17,7 +17,7 @@ enum {
     PB_EXIT_OK = 0,
     PB_EXIT_ERROR = 1,   /* the request failed: SQL error, eval exception, target unreachable */
     PB_EXIT_USAGE = 2,   /* bad command line */
-    PB_EXIT_TIMEOUT = 2, /* eval or capture timed out in the target */
+    PB_EXIT_TIMEOUT = 124, /* eval or capture timed out in the target, inject waited too long (as GNU timeout) */
     PB_EXIT_INTERRUPTED = 130, /* capture: Ctrl-C (the capture was cancelled) */
     PB_EXIT_PARTIAL = 3, /* --ranks, ranks, hang: some ranks did not answer (the others' output is printed) */
 };

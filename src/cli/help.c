@@ -28,9 +28,9 @@ void pb_help_print(FILE *out)
           "                 <command>' for one command\n"
           "  -V, --version  show the version\n"
           "\nExit status: 0 success; 1 error (including SQL errors and exceptions in eval);\n"
-          "2 usage error or eval/capture timeout; 3 some ranks did not answer (ranks, hang,\n"
-          "--ranks); 130 capture interrupted (Ctrl-C); run: the command's own status\n"
-          "(127: not found).\n",
+          "2 usage error; 3 some ranks did not answer (ranks, hang, --ranks); 124 a timeout\n"
+          "(eval, capture, inject); 130 capture interrupted (Ctrl-C); run: the command's own\n"
+          "status (127: not found).\n",
           out);
 }
 
