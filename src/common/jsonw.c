@@ -11,6 +11,32 @@ void pb_jsonw_init(pb_jsonw *w, pb_buf *out)
     w->out = out;
     w->need_comma = 0;
     w->after_key = 0;
+    w->err = 0;
+}
+
+int pb_jsonw_error(const pb_jsonw *w) { return w->err; }
+
+pb_jsonw_mark pb_jsonw_save(const pb_jsonw *w)
+{
+    return (pb_jsonw_mark){.len = w->out->len, .need_comma = w->need_comma, .after_key = w->after_key};
+}
+
+void pb_jsonw_restore(pb_jsonw *w, pb_jsonw_mark m)
+{
+    if (m.len <= w->out->len) {
+        w->out->len = m.len;
+        if (w->out->data) w->out->data[m.len] = '\0';
+    }
+    w->need_comma = m.need_comma;
+    w->after_key = m.after_key;
+    w->err = 0;
+}
+
+/* Keeps the first error. */
+static int keep(pb_jsonw *w, int rc)
+{
+    if (rc && !w->err) w->err = rc;
+    return rc;
 }
 
 static int sep(pb_jsonw *w)
@@ -37,35 +63,38 @@ static int close_(pb_jsonw *w, char c)
     return pb_buf_putc(w->out, c);
 }
 
-int pb_jsonw_obj_begin(pb_jsonw *w) { return open_(w, '{'); }
-int pb_jsonw_obj_end(pb_jsonw *w) { return close_(w, '}'); }
-int pb_jsonw_arr_begin(pb_jsonw *w) { return open_(w, '['); }
-int pb_jsonw_arr_end(pb_jsonw *w) { return close_(w, ']'); }
+int pb_jsonw_obj_begin(pb_jsonw *w) { return w->err ? w->err : keep(w, open_(w, '{')); }
+int pb_jsonw_obj_end(pb_jsonw *w) { return w->err ? w->err : keep(w, close_(w, '}')); }
+int pb_jsonw_arr_begin(pb_jsonw *w) { return w->err ? w->err : keep(w, open_(w, '[')); }
+int pb_jsonw_arr_end(pb_jsonw *w) { return w->err ? w->err : keep(w, close_(w, ']')); }
 
 int pb_jsonw_key(pb_jsonw *w, const char *key)
 {
+    if (w->err) return w->err;
     int rc = sep(w);
     if (!rc) rc = pb_json_escape(w->out, key, strlen(key));
     if (!rc) rc = pb_buf_putc(w->out, ':');
     w->need_comma = 1;
     w->after_key = 1;
-    return rc;
+    return keep(w, rc);
 }
 
 static int value_done(pb_jsonw *w, int rc)
 {
     w->need_comma = 1;
-    return rc;
+    return keep(w, rc);
 }
 
 int pb_jsonw_str(pb_jsonw *w, const char *s)
 {
+    if (w->err) return w->err;
     if (!s) return pb_jsonw_null(w);
     return pb_jsonw_strn(w, s, strlen(s));
 }
 
 int pb_jsonw_strn(pb_jsonw *w, const char *s, size_t len)
 {
+    if (w->err) return w->err;
     int rc = sep(w);
     if (!rc) rc = pb_json_escape(w->out, s, len);
     return value_done(w, rc);
@@ -73,6 +102,7 @@ int pb_jsonw_strn(pb_jsonw *w, const char *s, size_t len)
 
 int pb_jsonw_int(pb_jsonw *w, int64_t v)
 {
+    if (w->err) return w->err;
     int rc = sep(w);
     if (!rc) rc = pb_buf_printf(w->out, "%" PRId64, v);
     return value_done(w, rc);
@@ -80,6 +110,7 @@ int pb_jsonw_int(pb_jsonw *w, int64_t v)
 
 int pb_jsonw_double(pb_jsonw *w, double v)
 {
+    if (w->err) return w->err;
     if (!isfinite(v)) return pb_jsonw_null(w);
     int rc = sep(w);
     if (!rc) {
@@ -93,6 +124,7 @@ int pb_jsonw_double(pb_jsonw *w, double v)
 
 int pb_jsonw_bool(pb_jsonw *w, int v)
 {
+    if (w->err) return w->err;
     int rc = sep(w);
     if (!rc) rc = pb_buf_puts(w->out, v ? "true" : "false");
     return value_done(w, rc);
@@ -100,6 +132,7 @@ int pb_jsonw_bool(pb_jsonw *w, int v)
 
 int pb_jsonw_null(pb_jsonw *w)
 {
+    if (w->err) return w->err;
     int rc = sep(w);
     if (!rc) rc = pb_buf_puts(w->out, "null");
     return value_done(w, rc);

@@ -6,6 +6,12 @@
  * escaped per RFC 8259; invalid UTF-8 bytes are replaced with U+FFFD so output is always valid
  * JSON. Doubles that are not finite are written as null. Each function returns 0 or the error of
  * the underlying pb_buf append (-ENOMEM, PB_ETOOBIG).
+ *
+ * Errors are sticky, as SQLite's sqlite3_str: the first one is kept and every later call returns
+ * it and writes nothing, so a document may be written without checking each call and checked
+ * once at its end with pb_jsonw_error (the text written is then incomplete: the caller answers
+ * an error instead). pb_jsonw_save / pb_jsonw_restore take back what was written since a mark,
+ * the error included (a row that crossed a byte cap).
  */
 #ifndef PB_COMMON_JSONW_H
 #define PB_COMMON_JSONW_H
@@ -19,7 +25,14 @@ typedef struct pb_jsonw {
     pb_buf *out;      /* borrowed */
     int need_comma;   /* a value was written at the current level */
     int after_key;    /* the next value follows a key */
+    int err;          /* the first error (0 none): sticky */
 } pb_jsonw;
+
+/* A point to go back to (pb_jsonw_restore). */
+typedef struct pb_jsonw_mark {
+    size_t len;
+    int need_comma, after_key;
+} pb_jsonw_mark;
 
 void pb_jsonw_init(pb_jsonw *w, pb_buf *out);
 int pb_jsonw_obj_begin(pb_jsonw *w);
@@ -33,6 +46,11 @@ int pb_jsonw_int(pb_jsonw *w, int64_t v);
 int pb_jsonw_double(pb_jsonw *w, double v);
 int pb_jsonw_bool(pb_jsonw *w, int v);
 int pb_jsonw_null(pb_jsonw *w);
+/* The first error of any call since init (or the last restore), 0 when none. */
+int pb_jsonw_error(const pb_jsonw *w);
+pb_jsonw_mark pb_jsonw_save(const pb_jsonw *w);
+/* Takes back everything written since m, and the error: the writer is as it was at m. */
+void pb_jsonw_restore(pb_jsonw *w, pb_jsonw_mark m);
 /* Appends s as an escaped JSON string (with quotes) to b, no comma logic. */
 int pb_json_escape(pb_buf *b, const char *s, size_t len);
 

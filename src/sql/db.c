@@ -494,15 +494,14 @@ int pb_db_query_json(pb_db *db, const char *sql, const pb_query_limits *lim, pb_
             }
             goto fail;
         }
-        size_t mark = out->len;
+        pb_jsonw_mark mark = pb_jsonw_save(&w);
         out->max_len = rows_cap;
         rc = pb_jsonw_arr_begin(&w);
         for (int i = 0; !rc && i < ncols; i++) rc = write_value(&w, stmt, i);
         if (!rc) rc = pb_jsonw_arr_end(&w);
         out->max_len = saved_max;
         if (rc == PB_ETOOBIG && rows_cap != saved_max) {
-            out->len = mark;
-            out->data[mark] = '\0';
+            pb_jsonw_restore(&w, mark); /* the row that crossed the cap, and its error */
             truncated = 1;
             break;
         }

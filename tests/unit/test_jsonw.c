@@ -6,9 +6,14 @@
  * byte: plain ASCII, quotes and backslashes, control characters (six bytes each), valid UTF-8
  * of every length and the invalid bytes that become U+FFFD. Pieces written one at a time must
  * never escape to more together than the sum of their counts (the ceiling adds pieces up).
+ *
+ * The writer's errors are sticky (jsonw.h): after the first failed append every call returns it
+ * and writes nothing, so a document checked once at its end (pb_jsonw_error) is never answered
+ * half-written; pb_jsonw_restore takes back a row that crossed a cap, its error included.
  */
 #include "buf.h"
 #include "check.h"
+#include "error.h"
 #include "jsonw.h"
 
 #include <stdint.h>
@@ -23,8 +28,47 @@ static size_t escaped(const char *s, size_t len)
     return n;
 }
 
+static void sticky_errors(void)
+{
+    pb_buf b = PB_BUF_INIT;
+    b.max_len = 16;
+    pb_jsonw w;
+    pb_jsonw_init(&w, &b);
+    pb_jsonw_obj_begin(&w);
+    pb_jsonw_key(&w, "k");
+    pb_jsonw_str(&w, "a value far longer than sixteen bytes");
+    size_t len_at_error = b.len;
+    int first = pb_jsonw_error(&w);
+    CHECK(first == PB_ETOOBIG, "the append past the cap is the writer's error (%d)", first);
+    CHECK(pb_jsonw_key(&w, "x") == first && pb_jsonw_int(&w, 1) == first &&
+              pb_jsonw_obj_end(&w) == first && pb_jsonw_null(&w) == first,
+          "every later call returns the first error");
+    CHECK(b.len == len_at_error, "and writes nothing (%zu bytes, %zu at the error)", b.len, len_at_error);
+    CHECK(pb_jsonw_error(&w) == first, "checked once at the end, the error is still there");
+    pb_buf_free(&b);
+
+    /* a row taken back: the writer goes on as if it had never been written */
+    b = (pb_buf)PB_BUF_INIT;
+    pb_jsonw_init(&w, &b);
+    pb_jsonw_arr_begin(&w);
+    pb_jsonw_int(&w, 1);
+    pb_jsonw_mark m = pb_jsonw_save(&w);
+    b.max_len = b.len + 4;
+    pb_jsonw_str(&w, "too long for the cap");
+    CHECK(pb_jsonw_error(&w) == PB_ETOOBIG, "the row crossing the cap fails");
+    b.max_len = 0;
+    pb_jsonw_restore(&w, m);
+    CHECK(pb_jsonw_error(&w) == 0, "restore clears the error");
+    pb_jsonw_int(&w, 2);
+    pb_jsonw_arr_end(&w);
+    CHECK(pb_jsonw_error(&w) == 0 && b.data && strcmp(b.data, "[1,2]") == 0,
+          "and takes the row back: %s", b.data ? b.data : "(null)");
+    pb_buf_free(&b);
+}
+
 int main(void)
 {
+    sticky_errors();
     static const struct {
         const char *s;
         size_t len;

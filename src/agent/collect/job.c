@@ -254,7 +254,7 @@ static void entry_text(char *out, size_t outlen)
     pb_jsonw_key(&w, "hb");
     pb_jsonw_double(&w, (double)pb_wall_ns() / 1e9);
     pb_jsonw_obj_end(&w);
-    snprintf(out, outlen, "%s", b.data ? b.data : "{}");
+    snprintf(out, outlen, "%s", b.data && !pb_jsonw_error(&w) ? b.data : "{}");
     pb_buf_free(&b);
 }
 
@@ -723,7 +723,7 @@ int pb_job_json(void *ctx, pb_buf *out)
         pb_jsonw_str(&w, "not part of a torch.distributed job: init_process_group has not run in "
                          "this process, or its world size is 1");
         pb_jsonw_obj_end(&w);
-        return 0;
+        return pb_jsonw_error(&w); /* sticky: the first failed write */
     }
     pb_jsonw_key(&w, "job");
     pb_jsonw_str(&w, job_id);
@@ -738,7 +738,7 @@ int pb_job_json(void *ctx, pb_buf *out)
                   missing.data ? missing.data : "");
     pthread_mutex_unlock(&mu);
     pb_jsonw_obj_end(&w);
-    return 0;
+    return pb_jsonw_error(&w); /* sticky: the first failed write */
 }
 
 static const char *state_name(int s)
@@ -872,7 +872,7 @@ int pb_job_rank_json(void *ctx, pb_buf *out)
     pb_jsonw_arr_end(&w);
     flight_recorder_json(&w, out);
     pb_jsonw_obj_end(&w);
-    return 0;
+    return pb_jsonw_error(&w); /* sticky: the first failed write */
 }
 
 int pb_job_stack_json(void *ctx, pb_buf *out)
@@ -889,7 +889,7 @@ int pb_job_stack_json(void *ctx, pb_buf *out)
         pb_jsonw_key(&w, "error");
         pb_jsonw_str(&w, why[0] ? why : "cannot read this process's Python stacks");
         pb_jsonw_obj_end(&w);
-        return 0;
+        return pb_jsonw_error(&w); /* sticky: the first failed write */
     }
     pb_jsonw_key(&w, "threads");
     pb_jsonw_arr_begin(&w);
@@ -924,5 +924,5 @@ int pb_job_stack_json(void *ctx, pb_buf *out)
     pb_jsonw_arr_end(&w);
     pb_jsonw_obj_end(&w);
     pb_pystack_free(st);
-    return 0;
+    return pb_jsonw_error(&w); /* sticky: the first failed write */
 }

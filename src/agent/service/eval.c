@@ -534,6 +534,11 @@ int pb_eval_run(void *ctx, const char *code, double timeout_s, pb_db_cancel_fn c
         }
         pb_jsonw_obj_end(&w);
         *http_status = 200;
+        if (pb_jsonw_error(&w)) { /* sticky: the first failed write; the text is incomplete */
+            *http_status = 500;
+            write_error(out, "out of memory writing the eval's answer", NULL);
+            result = -ENOMEM;
+        }
     } else if (r->state == REQ_DONE) {
         *http_status = 503;
         write_error(out, "eval was cancelled: the process is exiting", NULL);
