@@ -185,14 +185,6 @@ static void find_queries_dir(ui_server *s)
     if (!realpath(cand, s->queries_dir)) s->queries_dir[0] = '\0';
 }
 
-static int same_secret(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    unsigned diff = (unsigned)(la ^ lb);
-    for (size_t i = 0; i < la && i < lb; i++) diff |= (unsigned char)(a[i] ^ b[i]);
-    return diff == 0 && la > 0;
-}
-
 /* ---- responses ---------------------------------------------------------------------------- */
 
 static enum MHD_Result send_bytes(struct MHD_Connection *conn, unsigned status, const char *type,
@@ -620,9 +612,9 @@ static const char *admit(struct MHD_Connection *conn, const ui_server *s, const 
     const char *q = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, UI_TOKEN_HEADER);
     const char *c = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, s->cookie_name);
-    *by_query = q && same_secret(q, s->token);
-    if (*by_query || (h && same_secret(h, s->token))) return NULL;
-    if (!(c && same_secret(c, s->cookie))) return forbidden_no_token;
+    *by_query = q && pb_auth_token_equal(q, strlen(q), s->token);
+    if (*by_query || (h && pb_auth_token_equal(h, strlen(h), s->token))) return NULL;
+    if (!(c && pb_auth_token_equal(c, strlen(c), s->cookie))) return forbidden_no_token;
     /* the cookie alone: the page and its static files, nothing about the job */
     int page = !strcmp(url, "/") || !strcmp(url, "/index.html") || !strncmp(url, "/web/", 5);
     return page ? NULL : forbidden_cookie_only;

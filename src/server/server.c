@@ -315,17 +315,6 @@ static enum MHD_Result respond_request_error(struct MHD_Connection *conn, const 
     return respond_signed(conn, status, &out, NULL, r);
 }
 
-/* Compares without stopping at the first difference, so that the time taken says nothing about
- * how much of a guess was right. Returns 1 when equal. */
-int pb_server_token_equal(const char *given, size_t given_len, const char *expected)
-{
-    size_t expected_len = strlen(expected);
-    unsigned char diff = given_len != expected_len;
-    for (size_t i = 0; i < expected_len; i++)
-        diff |= (unsigned char)(i < given_len ? given[i] : 0) ^ (unsigned char)expected[i];
-    return expected_len > 0 && diff == 0;
-}
-
 /* Remembers nonce; 0 when it is new, -1 when it was seen (a replay). */
 static int nonce_fresh(pb_server *s, const char *nonce)
 {
@@ -359,7 +348,7 @@ static int authorized(pb_server *s, struct MHD_Connection *conn, const char *met
         while (*auth == ' ') auth++;
         size_t len = strlen(auth);
         while (len && auth[len - 1] == ' ') len--;
-        return pb_server_token_equal(auth, len, s->token);
+        return pb_auth_token_equal(auth, len, s->token);
     }
     if (pb_auth_parse(auth, &r->auth) != 0) return 0;
     if (!pb_auth_verify_request(s->token, &r->auth, method, url)) {
