@@ -34,6 +34,7 @@
 #include "command.h"
 #include "client.h"
 #include "exposition.h"
+#include "netaddr.h"
 #include "paths.h"
 #include "report.h"
 
@@ -829,8 +830,7 @@ int cmd_exporter(const pb_cli_args *a)
     char bound[300], dir[PATH_MAX];
     sigset_t signals;
     exporter.timeout_s = a->timeout_s > 0 ? a->timeout_s : DEFAULT_TIMEOUT_S;
-    if (gethostname(exporter.host, sizeof exporter.host)) snprintf(exporter.host, sizeof exporter.host, "localhost");
-    exporter.host[sizeof exporter.host - 1] = '\0';
+    pb_netaddr_host_name(NULL, exporter.host, sizeof exporter.host);
     if (pb_paths_dir(dir, sizeof dir))
         return pb_cli_error("the socket directory name is too long; set PROBING_DIR to a shorter "
                             "one");

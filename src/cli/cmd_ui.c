@@ -58,6 +58,7 @@
 #include "client.h"
 #include "auth.h"
 #include "fanout.h"
+#include "netaddr.h"
 #include "paths.h"
 #include "reaper.h"
 #include "recording.h"
@@ -943,7 +944,7 @@ int cmd_ui(const pb_cli_args *a)
         goto done;
     }
     find_queries_dir(&s);
-    if (gethostname(s.node, sizeof s.node - 1)) snprintf(s.node, sizeof s.node, "localhost");
+    pb_netaddr_host_name(NULL, s.node, sizeof s.node);
     if (!(s.targets = calloc(1, sizeof *s.targets))) goto oom;
     s.targets[0].t = a->resolved;
     s.ntargets = 1;

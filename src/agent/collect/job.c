@@ -24,6 +24,7 @@
 #include "intern.h"
 #include "jsonw.h"
 #include "log.h"
+#include "netaddr.h"
 #include "pystack.h"
 #include "registry.h"
 #include "step.h"
@@ -175,12 +176,7 @@ static char tcp_addr[300];
 
 const char *pb_job_host(void)
 {
-    if (!host[0]) {
-        const char *h = pb_config_str("PROBING_HOST");
-        if (h && *h) snprintf(host, sizeof host, "%s", h);
-        else if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "localhost");
-        host[sizeof host - 1] = '\0';
-    }
+    if (!host[0]) pb_netaddr_host_name(pb_config_str("PROBING_HOST"), host, sizeof host);
     return host;
 }
 
