@@ -718,35 +718,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return respond(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", data, len);
 }
 
-/* Splits ADDR:PORT, [ADDR]:PORT or :PORT. Returns 0, or -EINVAL. */
-static int parse_listen(const char *spec, char *host, size_t hostlen, char *port, size_t portlen)
-{
-    const char *colon;
-    host[0] = '\0';
-    if (spec[0] == '[') {
-        const char *close = strchr(spec, ']');
-        if (!close || close[1] != ':') return -EINVAL;
-        snprintf(host, hostlen, "%.*s", (int)(close - spec - 1), spec + 1);
-        colon = close + 1;
-    } else {
-        colon = strrchr(spec, ':');
-        if (!colon) return -EINVAL;
-        snprintf(host, hostlen, "%.*s", (int)(colon - spec), spec);
-    }
-    char *end;
-    errno = 0;
-    long p = strtol(colon + 1, &end, 10);
-    if (errno || end == colon + 1 || *end || p < 0 || p > 65535) return -EINVAL;
-    snprintf(port, portlen, "%ld", p);
-    return 0;
-}
-
 /* Opens the listening socket. Returns the fd, or -1 after printing why. */
 static int open_listener(const char *spec, char *bound, size_t boundlen)
 {
-    char host[256], port[16];
+    pb_netaddr addr;
     struct addrinfo hints, *res = NULL;
-    if (parse_listen(spec, host, sizeof host, port, sizeof port)) {
+    if (pb_netaddr_parse(spec, &addr)) {
         pb_cli_error("--listen wants ADDR:PORT, [ADDR]:PORT or :PORT (port 0 to 65535), not "
                      "'%s'", spec);
         return -2;
@@ -754,11 +731,11 @@ static int open_listener(const char *spec, char *bound, size_t boundlen)
     memset(&hints, 0, sizeof hints);
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
-    hints.ai_family = host[0] ? AF_UNSPEC : AF_INET6;
-    int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
-    if (gai && !host[0]) { /* no IPv6 on this machine */
+    hints.ai_family = addr.host[0] ? AF_UNSPEC : AF_INET6;
+    int gai = getaddrinfo(addr.host[0] ? addr.host : NULL, addr.port, &hints, &res);
+    if (gai && !addr.host[0]) { /* no IPv6 on this machine */
         hints.ai_family = AF_INET;
-        gai = getaddrinfo(NULL, port, &hints, &res);
+        gai = getaddrinfo(NULL, addr.port, &hints, &res);
     }
     if (gai) {
         pb_cli_error("cannot listen on '%s': %s", spec, gai_strerror(gai));
@@ -773,7 +750,7 @@ static int open_listener(const char *spec, char *bound, size_t boundlen)
         }
         int one = 1, zero = 0;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (ai->ai_family == AF_INET6 && !host[0])
+        if (ai->ai_family == AF_INET6 && !addr.host[0])
             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 64)) {
             err = errno;
@@ -794,8 +771,9 @@ static int open_listener(const char *spec, char *bound, size_t boundlen)
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
         getnameinfo((struct sockaddr *)&ss, sl, numhost, sizeof numhost, numport, sizeof numport,
                     NI_NUMERICHOST | NI_NUMERICSERV);
-    if (host[0]) snprintf(bound, boundlen, "%s%s%s:%s", strchr(host, ':') ? "[" : "", host,
-                          strchr(host, ':') ? "]" : "", numport);
+    int v6 = strchr(addr.host, ':') != NULL;
+    if (addr.host[0]) snprintf(bound, boundlen, "%s%s%s:%s", v6 ? "[" : "", addr.host,
+                               v6 ? "]" : "", numport);
     else snprintf(bound, boundlen, ":%s", numport);
     return fd;
 }

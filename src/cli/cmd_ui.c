@@ -833,32 +833,25 @@ static int roster_ranks(ui_server *s, json_t *info)
     return 0;
 }
 
-/* Parses --listen ADDR:PORT ("127.0.0.1:8080", "[::1]:0", "localhost:8080") and opens the
- * listening socket. Returns the socket, or -1 after printing why. */
+/* Parses --listen ADDR:PORT ("127.0.0.1:8080", "[::1]:0", "localhost:8080"; netaddr.h's grammar,
+ * a host required) and opens the listening socket. Returns the socket, or -1 after printing why. */
 static int open_listener(const char *spec, char *shown, size_t shownlen, int *port_out,
                          int *loopback_out)
 {
-    char host[256];
-    const char *colon = strrchr(spec, ':');
-    const char *h = spec;
-    size_t hl = colon ? (size_t)(colon - spec) : 0;
-    if (hl >= 2 && spec[0] == '[' && spec[hl - 1] == ']') h = spec + 1, hl -= 2;
-    char *end = NULL;
-    long port = colon ? strtol(colon + 1, &end, 10) : -1;
-    if (!colon || hl == 0 || hl >= sizeof host || !colon[1] || *end || port < 0 || port > 65535) {
+    pb_netaddr listen_addr;
+    if (pb_netaddr_parse(spec, &listen_addr) || !listen_addr.host[0]) {
         pb_cli_error("--listen wants ADDR:PORT (127.0.0.1:8080, or port 0 for a free one), not "
                      "'%s'",
                      spec);
         return -1;
     }
-    memcpy(host, h, hl);
-    host[hl] = '\0';
     struct addrinfo hints = {0}, *res = NULL;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
-    int gai = getaddrinfo(host, colon + 1, &hints, &res);
+    int gai = getaddrinfo(listen_addr.host, listen_addr.port, &hints, &res);
     if (gai) {
-        pb_cli_error("--listen: cannot use the address '%s': %s", host, gai_strerror(gai));
+        pb_cli_error("--listen: cannot use the address '%s': %s", listen_addr.host,
+                     gai_strerror(gai));
         return -1;
     }
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;

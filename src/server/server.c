@@ -18,6 +18,7 @@
 #include "config.h"
 #include "error.h"
 #include "log.h"
+#include "netaddr.h"
 #include "pool.h"
 #include "reaper.h"
 #include "routes.h"
@@ -166,40 +167,15 @@ fail:
     return rc;
 }
 
-/* Splits "host:port", "[v6]:port" or ":port". Returns 0 or -EINVAL. */
-static int split_host_port(const char *spec, char *host, size_t hostlen, const char **port)
-{
-    const char *colon;
-    if (spec[0] == '[') {
-        const char *close_br = strchr(spec, ']');
-        if (!close_br || close_br[1] != ':') return -EINVAL;
-        if ((size_t)(close_br - spec - 1) >= hostlen) return -EINVAL;
-        memcpy(host, spec + 1, (size_t)(close_br - spec - 1));
-        host[close_br - spec - 1] = '\0';
-        colon = close_br + 1;
-    } else {
-        colon = strrchr(spec, ':');
-        if (!colon || (size_t)(colon - spec) >= hostlen) return -EINVAL;
-        memcpy(host, spec, (size_t)(colon - spec));
-        host[colon - spec] = '\0';
-    }
-    *port = colon + 1;
-    char *end;
-    long p = strtol(*port, &end, 10);
-    if (!**port || *end || p < 0 || p > 65535) return -EINVAL;
-    return 0;
-}
-
 static int listen_tcp(pb_server *s, const char *spec)
 {
-    char host[256];
-    const char *port;
-    int rc = split_host_port(spec, host, sizeof host, &port);
-    if (rc) return rc;
+    pb_netaddr addr;
+    int rc = pb_netaddr_parse(spec, &addr);
+    if (rc) return -EINVAL;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
-    int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+    int gai = getaddrinfo(addr.host[0] ? addr.host : NULL, addr.port, &hints, &res);
     if (gai != 0) return gai == EAI_MEMORY ? -ENOMEM : -EINVAL;
     rc = -EADDRNOTAVAIL;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
