@@ -661,11 +661,8 @@ static int lock_within(double timeout_s)
 {
     double wait_s = timeout_s - 0.1;
     if (wait_s <= 0) return pthread_mutex_trylock(&exporter.lock) ? -ETIMEDOUT : 0;
-    struct timespec until; /* pthread_mutex_timedlock counts in CLOCK_REALTIME */
-    clock_gettime(CLOCK_REALTIME, &until);
-    long long ns = until.tv_nsec + (long long)((wait_s - (double)(long long)wait_s) * 1e9);
-    until.tv_sec += (time_t)wait_s + (time_t)(ns / 1000000000);
-    until.tv_nsec = (long)(ns % 1000000000);
+    /* pthread_mutex_timedlock counts in CLOCK_REALTIME */
+    struct timespec until = pb_deadline_s(CLOCK_REALTIME, wait_s);
     int rc;
     while ((rc = pthread_mutex_timedlock(&exporter.lock, &until)) == EINTR) {}
     return rc ? -ETIMEDOUT : 0;
