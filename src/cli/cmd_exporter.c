@@ -34,6 +34,7 @@
 #include "command.h"
 #include "client.h"
 #include "exposition.h"
+#include "http.h"
 #include "netaddr.h"
 #include "paths.h"
 #include "report.h"
@@ -638,21 +639,13 @@ fail:
 static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, const char *type,
                                char *body, size_t len)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", type);
-    enum MHD_Result ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return ret;
+    return pb_http_respond(c, status, body, len, MHD_RESPMEM_MUST_FREE, type, NULL);
 }
 
 static enum MHD_Result respond_text(struct MHD_Connection *c, unsigned status, const char *text)
 {
-    char *copy = strdup(text);
-    return copy ? respond(c, status, "text/plain; charset=utf-8", copy, strlen(copy)) : MHD_NO;
+    return pb_http_respond(c, status, (void *)text, strlen(text), MHD_RESPMEM_MUST_COPY,
+                           "text/plain; charset=utf-8", NULL);
 }
 
 /* Takes exporter.lock if it comes free within timeout_s, leaving at least a tenth of a second

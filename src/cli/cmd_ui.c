@@ -58,6 +58,7 @@
 #include "client.h"
 #include "auth.h"
 #include "fanout.h"
+#include "http.h"
 #include "netaddr.h"
 #include "paths.h"
 #include "reaper.h"
@@ -192,26 +193,20 @@ static enum MHD_Result send_bytes(struct MHD_Connection *conn, unsigned status, 
                                   const void *data, size_t len, int set_cookie, const ui_server *s,
                                   const char *disposition)
 {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
-    if (!r) return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", type);
-    MHD_add_response_header(r, "Cache-Control", "no-store");
-    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
-    MHD_add_response_header(r, "Content-Security-Policy",
-                            "default-src 'self'; style-src 'self' 'unsafe-inline'; "
-                            "img-src 'self' data:; connect-src 'self'");
-    if (disposition) MHD_add_response_header(r, "Content-Disposition", disposition);
-    if (set_cookie) {
-        char cookie[160];
+    char cookie[160];
+    if (set_cookie)
         snprintf(cookie, sizeof cookie, "%s=%s; Path=/; HttpOnly; SameSite=Strict",
                  s->cookie_name, s->cookie);
-        MHD_add_response_header(r, "Set-Cookie", cookie);
-    }
-    enum MHD_Result ret = MHD_queue_response(conn, status, r);
-    MHD_destroy_response(r);
-    return ret;
+    const char *const headers[] = {
+        "Cache-Control", "no-store",
+        "X-Content-Type-Options", "nosniff",
+        "Referrer-Policy", "no-referrer",
+        "Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+                                   "img-src 'self' data:; connect-src 'self'",
+        "Content-Disposition", disposition,
+        "Set-Cookie", set_cookie ? cookie : NULL,
+        NULL};
+    return pb_http_respond(conn, status, (void *)data, len, MHD_RESPMEM_MUST_COPY, type, headers);
 }
 
 static enum MHD_Result send_error(struct MHD_Connection *conn, unsigned status, const char *msg)

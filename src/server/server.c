@@ -17,6 +17,7 @@
 #include "auth.h"
 #include "config.h"
 #include "error.h"
+#include "http.h"
 #include "log.h"
 #include "netaddr.h"
 #include "pool.h"
@@ -241,29 +242,27 @@ static enum MHD_Result respond_signed(struct MHD_Connection *conn, int status, p
                                       const char *allow, const request_state *request)
 {
     static const char oom[] = "{\"error\":\"out of memory\"}";
+    const char *const headers[] = {MHD_HTTP_HEADER_CACHE_CONTROL, "no-store",
+                                   MHD_HTTP_HEADER_ALLOW, allow, NULL};
     struct MHD_Response *resp = NULL;
     size_t len = 0;
     char *data = pb_buf_steal(body, &len);
-    if (data) resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(data);
+    if (data)
+        resp = pb_http_response(data, len, MHD_RESPMEM_MUST_FREE, "application/json", headers);
+    if (!resp) { /* data, if any, was freed */
         data = (char *)oom;
         len = sizeof oom - 1;
         status = 500;
-        resp = MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+        resp = pb_http_response((void *)oom, sizeof oom - 1, MHD_RESPMEM_PERSISTENT,
+                                "application/json", headers);
         if (!resp) return MHD_NO;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    if (allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     char signature[PB_AUTH_HASH_HEX + 1];
     if (request && request->signed_request &&
         pb_auth_sign_answer(request->server->token, request->auth.nonce, status, data, len,
                             signature) == 0)
         MHD_add_response_header(resp, PB_AUTH_ANSWER_HEADER, signature);
-    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return pb_http_queue(conn, (unsigned)status, resp);
 }
 
 static enum MHD_Result respond_error(struct MHD_Connection *conn, int status, const char *fmt, ...)
