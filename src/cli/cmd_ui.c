@@ -63,6 +63,7 @@
 #include "paths.h"
 #include "reaper.h"
 #include "recording.h"
+#include "child.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -75,7 +76,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdatomic.h>
 #include <strings.h>
 #include <stdio.h>
@@ -330,16 +330,10 @@ static enum MHD_Result relay(struct MHD_Connection *conn, ui_server *s, size_t i
  * signals, and a hostile recording can keep one busy for PROBING_QUERY_TIMEOUT). */
 static atomic_int ui_stopping;
 
+static int ui_is_stopping(void) { return atomic_load(&ui_stopping); }
+
 static int run_self(const ui_server *s, char **argv, pb_buf *out, pb_buf *err)
 {
-    int op[2] = {-1, -1}, ep[2] = {-1, -1}, status = -1;
-    pid_t pid = -1;
-    posix_spawn_file_actions_t fa;
-    if (pipe2(op, O_CLOEXEC) || pipe2(ep, O_CLOEXEC)) goto done;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, op[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, ep[1], 2);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     argv[0] = (char *)s->exe;
     /* a TCP target's token goes to the child in its environment, never on its command line
      * (which other users can read in /proc) */
@@ -358,54 +352,22 @@ static int run_self(const ui_server *s, char **argv, pb_buf *out, pb_buf *err)
             env = own_env;
         }
     }
-    int src = posix_spawn(&pid, s->exe, &fa, NULL, argv, env);
+    pb_child_opts opts = {.file = s->exe, .argv = argv, .envp = env,
+                          .in = PB_CHILD_NULL, .out = PB_CHILD_PIPE, .err = PB_CHILD_PIPE};
+    pid_t pid;
+    int out_fd, err_fd;
+    int rc = pb_child_start(&opts, &pid, &out_fd, &err_fd);
     free(own_env);
-    posix_spawn_file_actions_destroy(&fa);
-    close(op[1]);
-    close(ep[1]);
-    op[1] = ep[1] = -1;
-    if (src) {
-        pb_buf_printf(err, "cannot run %s: %s", s->exe, strerror(src));
-        pid = -1;
-        goto done;
+    if (rc) {
+        pb_buf_printf(err, "cannot run %s: %s", s->exe, strerror(-rc));
+        return -1;
     }
-    struct pollfd fds[2] = {{op[0], POLLIN, 0}, {ep[0], POLLIN, 0}};
-    int open_fds = 2, waited_ms = 0;
-    while (open_fds > 0 && waited_ms < UI_CHILD_TIMEOUT_S * 1000 && !atomic_load(&ui_stopping)) {
-        int n = poll(fds, 2, 200);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) break;
-        if (n == 0) {
-            waited_ms += 200;
-            continue;
-        }
-        for (int i = 0; i < 2; i++) {
-            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            char chunk[65536];
-            ssize_t got = read(fds[i].fd, chunk, sizeof chunk);
-            if (got > 0) {
-                pb_buf *b = i == 0 ? out : err;
-                if (b->len + (size_t)got <= PB_CLIENT_MAX_BODY) pb_buf_append(b, chunk, (size_t)got);
-            } else if (got == 0 || errno != EINTR) {
-                fds[i].fd = -1;
-                open_fds--;
-            }
-        }
-    }
-    if (open_fds > 0) {
-        kill(pid, SIGKILL);
-        if (atomic_load(&ui_stopping)) pb_buf_printf(err, "stopped: the web view is stopping");
-        else pb_buf_printf(err, "gave no answer within %d s", UI_CHILD_TIMEOUT_S);
-    }
-    int ws;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
-    if (open_fds == 0 && WIFEXITED(ws)) status = WEXITSTATUS(ws);
-done:
-    for (int i = 0; i < 2; i++) {
-        if (op[i] >= 0) close(op[i]);
-        if (ep[i] >= 0) close(ep[i]);
-    }
-    return status;
+    rc = pb_child_collect(pid, out_fd, err_fd, out, err, PB_CLIENT_MAX_BODY,
+                          UI_CHILD_TIMEOUT_S * 1000, ui_is_stopping);
+    if (rc == -ECANCELED) pb_buf_printf(err, "stopped: the web view is stopping");
+    else if (rc) pb_buf_printf(err, "gave no answer within %d s", UI_CHILD_TIMEOUT_S);
+    int status = pb_child_wait(pid);
+    return rc ? -1 : status;
 }
 
 /* Answers with the stdout of `probing <argv...>` (200), or 502 with its error message. */
@@ -895,15 +857,12 @@ static pid_t open_browser(const char *url)
     const char *browser = getenv("BROWSER");
     char *argv[] = {(char *)(browser && *browser ? browser : "xdg-open"), (char *)url, NULL};
     pid_t pid;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
+    pb_child_opts opts = {.file = argv[0], .argv = argv, .search = 1, .in = PB_CHILD_NULL,
+                          .out = PB_CHILD_NULL};
+    int rc = pb_child_start(&opts, &pid, NULL, NULL);
     if (rc) {
         pb_cli_error("warning: --open: cannot start %s (%s); open the URL above by hand",
-                     argv[0], strerror(rc));
+                     argv[0], strerror(-rc));
         return 0;
     }
     return pid;
