@@ -19,6 +19,7 @@
  */
 #include "command.h"
 #include "client.h"
+#include "child.h"
 
 #include <dirent.h>
 #include <ctype.h>
@@ -239,20 +240,15 @@ int cmd_export(const pb_cli_args *a)
     argv[k++] = (char *)a->parquet_dir;
     for (int i = 0; i < count; i++) argv[k++] = paths[i];
     fflush(stdout);
-    pid_t child = fork();
-    if (child < 0) {
-        pb_cli_error("cannot start %s: %s", python, strerror(errno));
+    pb_child_opts opts = {.file = python, .argv = argv, .search = 1};
+    pid_t child;
+    int started = pb_child_start(&opts, &child, NULL, NULL);
+    if (started) {
+        pb_cli_error("cannot run %s: %s; export --parquet needs a Python with pyarrow: set "
+                     "PROBING_PYTHON", python, strerror(-started));
         goto fail;
     }
-    if (child == 0) {
-        execvp(python, argv);
-        fprintf(stderr, "probing: cannot run %s: %s; export --parquet needs a Python with "
-                        "pyarrow: set PROBING_PYTHON\n", python, strerror(errno));
-        _exit(127);
-    }
-    int status = 0;
-    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {}
-    rc = WIFEXITED(status) && WEXITSTATUS(status) == 0 ? PB_EXIT_OK : PB_EXIT_ERROR;
+    rc = pb_child_wait(child) == 0 ? PB_EXIT_OK : PB_EXIT_ERROR;
 fail:
     remove_staging(staging);
     free(argv);

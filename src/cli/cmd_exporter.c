@@ -34,6 +34,8 @@
 #include "command.h"
 #include "client.h"
 #include "exposition.h"
+#include "http.h"
+#include "netaddr.h"
 #include "paths.h"
 #include "report.h"
 
@@ -637,21 +639,13 @@ fail:
 static enum MHD_Result respond(struct MHD_Connection *c, unsigned status, const char *type,
                                char *body, size_t len)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", type);
-    enum MHD_Result ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return ret;
+    return pb_http_respond(c, status, body, len, MHD_RESPMEM_MUST_FREE, type, NULL);
 }
 
 static enum MHD_Result respond_text(struct MHD_Connection *c, unsigned status, const char *text)
 {
-    char *copy = strdup(text);
-    return copy ? respond(c, status, "text/plain; charset=utf-8", copy, strlen(copy)) : MHD_NO;
+    return pb_http_respond(c, status, (void *)text, strlen(text), MHD_RESPMEM_MUST_COPY,
+                           "text/plain; charset=utf-8", NULL);
 }
 
 /* Takes exporter.lock if it comes free within timeout_s, leaving at least a tenth of a second
@@ -660,11 +654,8 @@ static int lock_within(double timeout_s)
 {
     double wait_s = timeout_s - 0.1;
     if (wait_s <= 0) return pthread_mutex_trylock(&exporter.lock) ? -ETIMEDOUT : 0;
-    struct timespec until; /* pthread_mutex_timedlock counts in CLOCK_REALTIME */
-    clock_gettime(CLOCK_REALTIME, &until);
-    long long ns = until.tv_nsec + (long long)((wait_s - (double)(long long)wait_s) * 1e9);
-    until.tv_sec += (time_t)wait_s + (time_t)(ns / 1000000000);
-    until.tv_nsec = (long)(ns % 1000000000);
+    /* pthread_mutex_timedlock counts in CLOCK_REALTIME */
+    struct timespec until = pb_deadline_s(CLOCK_REALTIME, wait_s);
     int rc;
     while ((rc = pthread_mutex_timedlock(&exporter.lock, &until)) == EINTR) {}
     return rc ? -ETIMEDOUT : 0;
@@ -717,35 +708,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return respond(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", data, len);
 }
 
-/* Splits ADDR:PORT, [ADDR]:PORT or :PORT. Returns 0, or -EINVAL. */
-static int parse_listen(const char *spec, char *host, size_t hostlen, char *port, size_t portlen)
-{
-    const char *colon;
-    host[0] = '\0';
-    if (spec[0] == '[') {
-        const char *close = strchr(spec, ']');
-        if (!close || close[1] != ':') return -EINVAL;
-        snprintf(host, hostlen, "%.*s", (int)(close - spec - 1), spec + 1);
-        colon = close + 1;
-    } else {
-        colon = strrchr(spec, ':');
-        if (!colon) return -EINVAL;
-        snprintf(host, hostlen, "%.*s", (int)(colon - spec), spec);
-    }
-    char *end;
-    errno = 0;
-    long p = strtol(colon + 1, &end, 10);
-    if (errno || end == colon + 1 || *end || p < 0 || p > 65535) return -EINVAL;
-    snprintf(port, portlen, "%ld", p);
-    return 0;
-}
-
 /* Opens the listening socket. Returns the fd, or -1 after printing why. */
 static int open_listener(const char *spec, char *bound, size_t boundlen)
 {
-    char host[256], port[16];
+    pb_netaddr addr;
     struct addrinfo hints, *res = NULL;
-    if (parse_listen(spec, host, sizeof host, port, sizeof port)) {
+    if (pb_netaddr_parse(spec, &addr)) {
         pb_cli_error("--listen wants ADDR:PORT, [ADDR]:PORT or :PORT (port 0 to 65535), not "
                      "'%s'", spec);
         return -2;
@@ -753,11 +721,11 @@ static int open_listener(const char *spec, char *bound, size_t boundlen)
     memset(&hints, 0, sizeof hints);
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
-    hints.ai_family = host[0] ? AF_UNSPEC : AF_INET6;
-    int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
-    if (gai && !host[0]) { /* no IPv6 on this machine */
+    hints.ai_family = addr.host[0] ? AF_UNSPEC : AF_INET6;
+    int gai = getaddrinfo(addr.host[0] ? addr.host : NULL, addr.port, &hints, &res);
+    if (gai && !addr.host[0]) { /* no IPv6 on this machine */
         hints.ai_family = AF_INET;
-        gai = getaddrinfo(NULL, port, &hints, &res);
+        gai = getaddrinfo(NULL, addr.port, &hints, &res);
     }
     if (gai) {
         pb_cli_error("cannot listen on '%s': %s", spec, gai_strerror(gai));
@@ -772,7 +740,7 @@ static int open_listener(const char *spec, char *bound, size_t boundlen)
         }
         int one = 1, zero = 0;
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (ai->ai_family == AF_INET6 && !host[0])
+        if (ai->ai_family == AF_INET6 && !addr.host[0])
             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 64)) {
             err = errno;
@@ -793,8 +761,9 @@ static int open_listener(const char *spec, char *bound, size_t boundlen)
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
         getnameinfo((struct sockaddr *)&ss, sl, numhost, sizeof numhost, numport, sizeof numport,
                     NI_NUMERICHOST | NI_NUMERICSERV);
-    if (host[0]) snprintf(bound, boundlen, "%s%s%s:%s", strchr(host, ':') ? "[" : "", host,
-                          strchr(host, ':') ? "]" : "", numport);
+    int v6 = strchr(addr.host, ':') != NULL;
+    if (addr.host[0]) snprintf(bound, boundlen, "%s%s%s:%s", v6 ? "[" : "", addr.host,
+                               v6 ? "]" : "", numport);
     else snprintf(bound, boundlen, ":%s", numport);
     return fd;
 }
@@ -829,8 +798,7 @@ int cmd_exporter(const pb_cli_args *a)
     char bound[300], dir[PATH_MAX];
     sigset_t signals;
     exporter.timeout_s = a->timeout_s > 0 ? a->timeout_s : DEFAULT_TIMEOUT_S;
-    if (gethostname(exporter.host, sizeof exporter.host)) snprintf(exporter.host, sizeof exporter.host, "localhost");
-    exporter.host[sizeof exporter.host - 1] = '\0';
+    pb_netaddr_host_name(NULL, exporter.host, sizeof exporter.host);
     if (pb_paths_dir(dir, sizeof dir))
         return pb_cli_error("the socket directory name is too long; set PROBING_DIR to a shorter "
                             "one");

@@ -22,6 +22,7 @@
 #include "clock.h"
 #include "inject.h"
 #include "paths.h"
+#include "child.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -181,16 +182,13 @@ static int remote_exec(pid_t pid, const char *script_path)
     char exe[64], code[PATH_MAX + 128];
     snprintf(exe, sizeof exe, "/proc/%d/exe", (int)pid);
     snprintf(code, sizeof code, "import sys; sys.remote_exec(%d, sys.argv[1])", (int)pid);
-    pid_t child = fork();
-    if (child < 0) return -errno;
-    if (child == 0) {
-        execl(exe, "python", "-I", "-c", code, script_path, (char *)NULL);
-        _exit(127);
-    }
-    int status;
-    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
-    }
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+    char *argv[] = {"python", "-I", "-c", code, (char *)script_path, NULL};
+    pb_child_opts opts = {.file = exe, .argv = argv};
+    pid_t child;
+    int rc = pb_child_start(&opts, &child, NULL, NULL);
+    if (rc == -ENOENT || rc == -EACCES) return -1; /* as an exec that failed in the child */
+    if (rc) return rc;
+    return pb_child_wait(child) == 0 ? 0 : -1;
 }
 
 int cmd_inject(const pb_cli_args *a)

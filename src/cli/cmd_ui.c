@@ -58,9 +58,12 @@
 #include "client.h"
 #include "auth.h"
 #include "fanout.h"
+#include "http.h"
+#include "netaddr.h"
 #include "paths.h"
 #include "reaper.h"
 #include "recording.h"
+#include "child.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -73,7 +76,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdatomic.h>
 #include <strings.h>
 #include <stdio.h>
@@ -185,40 +187,26 @@ static void find_queries_dir(ui_server *s)
     if (!realpath(cand, s->queries_dir)) s->queries_dir[0] = '\0';
 }
 
-static int same_secret(const char *a, const char *b)
-{
-    size_t la = strlen(a), lb = strlen(b);
-    unsigned diff = (unsigned)(la ^ lb);
-    for (size_t i = 0; i < la && i < lb; i++) diff |= (unsigned char)(a[i] ^ b[i]);
-    return diff == 0 && la > 0;
-}
-
 /* ---- responses ---------------------------------------------------------------------------- */
 
 static enum MHD_Result send_bytes(struct MHD_Connection *conn, unsigned status, const char *type,
                                   const void *data, size_t len, int set_cookie, const ui_server *s,
                                   const char *disposition)
 {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(len, (void *)data, MHD_RESPMEM_MUST_COPY);
-    if (!r) return MHD_NO;
-    MHD_add_response_header(r, "Content-Type", type);
-    MHD_add_response_header(r, "Cache-Control", "no-store");
-    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
-    MHD_add_response_header(r, "Content-Security-Policy",
-                            "default-src 'self'; style-src 'self' 'unsafe-inline'; "
-                            "img-src 'self' data:; connect-src 'self'");
-    if (disposition) MHD_add_response_header(r, "Content-Disposition", disposition);
-    if (set_cookie) {
-        char cookie[160];
+    char cookie[160];
+    if (set_cookie)
         snprintf(cookie, sizeof cookie, "%s=%s; Path=/; HttpOnly; SameSite=Strict",
                  s->cookie_name, s->cookie);
-        MHD_add_response_header(r, "Set-Cookie", cookie);
-    }
-    enum MHD_Result ret = MHD_queue_response(conn, status, r);
-    MHD_destroy_response(r);
-    return ret;
+    const char *const headers[] = {
+        "Cache-Control", "no-store",
+        "X-Content-Type-Options", "nosniff",
+        "Referrer-Policy", "no-referrer",
+        "Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; "
+                                   "img-src 'self' data:; connect-src 'self'",
+        "Content-Disposition", disposition,
+        "Set-Cookie", set_cookie ? cookie : NULL,
+        NULL};
+    return pb_http_respond(conn, status, (void *)data, len, MHD_RESPMEM_MUST_COPY, type, headers);
 }
 
 static enum MHD_Result send_error(struct MHD_Connection *conn, unsigned status, const char *msg)
@@ -342,16 +330,10 @@ static enum MHD_Result relay(struct MHD_Connection *conn, ui_server *s, size_t i
  * signals, and a hostile recording can keep one busy for PROBING_QUERY_TIMEOUT). */
 static atomic_int ui_stopping;
 
+static int ui_is_stopping(void) { return atomic_load(&ui_stopping); }
+
 static int run_self(const ui_server *s, char **argv, pb_buf *out, pb_buf *err)
 {
-    int op[2] = {-1, -1}, ep[2] = {-1, -1}, status = -1;
-    pid_t pid = -1;
-    posix_spawn_file_actions_t fa;
-    if (pipe2(op, O_CLOEXEC) || pipe2(ep, O_CLOEXEC)) goto done;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, op[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, ep[1], 2);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     argv[0] = (char *)s->exe;
     /* a TCP target's token goes to the child in its environment, never on its command line
      * (which other users can read in /proc) */
@@ -370,54 +352,22 @@ static int run_self(const ui_server *s, char **argv, pb_buf *out, pb_buf *err)
             env = own_env;
         }
     }
-    int src = posix_spawn(&pid, s->exe, &fa, NULL, argv, env);
+    pb_child_opts opts = {.file = s->exe, .argv = argv, .envp = env,
+                          .in = PB_CHILD_NULL, .out = PB_CHILD_PIPE, .err = PB_CHILD_PIPE};
+    pid_t pid;
+    int out_fd, err_fd;
+    int rc = pb_child_start(&opts, &pid, &out_fd, &err_fd);
     free(own_env);
-    posix_spawn_file_actions_destroy(&fa);
-    close(op[1]);
-    close(ep[1]);
-    op[1] = ep[1] = -1;
-    if (src) {
-        pb_buf_printf(err, "cannot run %s: %s", s->exe, strerror(src));
-        pid = -1;
-        goto done;
+    if (rc) {
+        pb_buf_printf(err, "cannot run %s: %s", s->exe, strerror(-rc));
+        return -1;
     }
-    struct pollfd fds[2] = {{op[0], POLLIN, 0}, {ep[0], POLLIN, 0}};
-    int open_fds = 2, waited_ms = 0;
-    while (open_fds > 0 && waited_ms < UI_CHILD_TIMEOUT_S * 1000 && !atomic_load(&ui_stopping)) {
-        int n = poll(fds, 2, 200);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) break;
-        if (n == 0) {
-            waited_ms += 200;
-            continue;
-        }
-        for (int i = 0; i < 2; i++) {
-            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            char chunk[65536];
-            ssize_t got = read(fds[i].fd, chunk, sizeof chunk);
-            if (got > 0) {
-                pb_buf *b = i == 0 ? out : err;
-                if (b->len + (size_t)got <= PB_CLIENT_MAX_BODY) pb_buf_append(b, chunk, (size_t)got);
-            } else if (got == 0 || errno != EINTR) {
-                fds[i].fd = -1;
-                open_fds--;
-            }
-        }
-    }
-    if (open_fds > 0) {
-        kill(pid, SIGKILL);
-        if (atomic_load(&ui_stopping)) pb_buf_printf(err, "stopped: the web view is stopping");
-        else pb_buf_printf(err, "gave no answer within %d s", UI_CHILD_TIMEOUT_S);
-    }
-    int ws;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
-    if (open_fds == 0 && WIFEXITED(ws)) status = WEXITSTATUS(ws);
-done:
-    for (int i = 0; i < 2; i++) {
-        if (op[i] >= 0) close(op[i]);
-        if (ep[i] >= 0) close(ep[i]);
-    }
-    return status;
+    rc = pb_child_collect(pid, out_fd, err_fd, out, err, PB_CLIENT_MAX_BODY,
+                          UI_CHILD_TIMEOUT_S * 1000, ui_is_stopping);
+    if (rc == -ECANCELED) pb_buf_printf(err, "stopped: the web view is stopping");
+    else if (rc) pb_buf_printf(err, "gave no answer within %d s", UI_CHILD_TIMEOUT_S);
+    int status = pb_child_wait(pid);
+    return rc ? -1 : status;
 }
 
 /* Answers with the stdout of `probing <argv...>` (200), or 502 with its error message. */
@@ -620,9 +570,9 @@ static const char *admit(struct MHD_Connection *conn, const ui_server *s, const 
     const char *q = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, UI_TOKEN_HEADER);
     const char *c = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, s->cookie_name);
-    *by_query = q && same_secret(q, s->token);
-    if (*by_query || (h && same_secret(h, s->token))) return NULL;
-    if (!(c && same_secret(c, s->cookie))) return forbidden_no_token;
+    *by_query = q && pb_auth_token_equal(q, strlen(q), s->token);
+    if (*by_query || (h && pb_auth_token_equal(h, strlen(h), s->token))) return NULL;
+    if (!(c && pb_auth_token_equal(c, strlen(c), s->cookie))) return forbidden_no_token;
     /* the cookie alone: the page and its static files, nothing about the job */
     int page = !strcmp(url, "/") || !strcmp(url, "/index.html") || !strncmp(url, "/web/", 5);
     return page ? NULL : forbidden_cookie_only;
@@ -840,32 +790,25 @@ static int roster_ranks(ui_server *s, json_t *info)
     return 0;
 }
 
-/* Parses --listen ADDR:PORT ("127.0.0.1:8080", "[::1]:0", "localhost:8080") and opens the
- * listening socket. Returns the socket, or -1 after printing why. */
+/* Parses --listen ADDR:PORT ("127.0.0.1:8080", "[::1]:0", "localhost:8080"; netaddr.h's grammar,
+ * a host required) and opens the listening socket. Returns the socket, or -1 after printing why. */
 static int open_listener(const char *spec, char *shown, size_t shownlen, int *port_out,
                          int *loopback_out)
 {
-    char host[256];
-    const char *colon = strrchr(spec, ':');
-    const char *h = spec;
-    size_t hl = colon ? (size_t)(colon - spec) : 0;
-    if (hl >= 2 && spec[0] == '[' && spec[hl - 1] == ']') h = spec + 1, hl -= 2;
-    char *end = NULL;
-    long port = colon ? strtol(colon + 1, &end, 10) : -1;
-    if (!colon || hl == 0 || hl >= sizeof host || !colon[1] || *end || port < 0 || port > 65535) {
+    pb_netaddr listen_addr;
+    if (pb_netaddr_parse(spec, &listen_addr) || !listen_addr.host[0]) {
         pb_cli_error("--listen wants ADDR:PORT (127.0.0.1:8080, or port 0 for a free one), not "
                      "'%s'",
                      spec);
         return -1;
     }
-    memcpy(host, h, hl);
-    host[hl] = '\0';
     struct addrinfo hints = {0}, *res = NULL;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
-    int gai = getaddrinfo(host, colon + 1, &hints, &res);
+    int gai = getaddrinfo(listen_addr.host, listen_addr.port, &hints, &res);
     if (gai) {
-        pb_cli_error("--listen: cannot use the address '%s': %s", host, gai_strerror(gai));
+        pb_cli_error("--listen: cannot use the address '%s': %s", listen_addr.host,
+                     gai_strerror(gai));
         return -1;
     }
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
@@ -914,15 +857,12 @@ static pid_t open_browser(const char *url)
     const char *browser = getenv("BROWSER");
     char *argv[] = {(char *)(browser && *browser ? browser : "xdg-open"), (char *)url, NULL};
     pid_t pid;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
+    pb_child_opts opts = {.file = argv[0], .argv = argv, .search = 1, .in = PB_CHILD_NULL,
+                          .out = PB_CHILD_NULL};
+    int rc = pb_child_start(&opts, &pid, NULL, NULL);
     if (rc) {
         pb_cli_error("warning: --open: cannot start %s (%s); open the URL above by hand",
-                     argv[0], strerror(rc));
+                     argv[0], strerror(-rc));
         return 0;
     }
     return pid;
@@ -951,7 +891,7 @@ int cmd_ui(const pb_cli_args *a)
         goto done;
     }
     find_queries_dir(&s);
-    if (gethostname(s.node, sizeof s.node - 1)) snprintf(s.node, sizeof s.node, "localhost");
+    pb_netaddr_host_name(NULL, s.node, sizeof s.node);
     if (!(s.targets = calloc(1, sizeof *s.targets))) goto oom;
     s.targets[0].t = a->resolved;
     s.ntargets = 1;

@@ -14,6 +14,7 @@
 #include "client.h"
 #include "clock.h"
 #include "format.h"
+#include "netaddr.h"
 #include "paths.h"
 
 #include <dirent.h>
@@ -269,12 +270,7 @@ void pb_fanout_free(pb_fanout_req *reqs, int n)
 const char *pb_fanout_local_host(void)
 {
     static char host[256];
-    if (!host[0]) {
-        const char *h = getenv("PROBING_HOST");
-        if (h && *h) snprintf(host, sizeof host, "%s", h);
-        else if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "localhost");
-        host[sizeof host - 1] = '\0';
-    }
+    if (!host[0]) pb_netaddr_host_name(getenv("PROBING_HOST"), host, sizeof host);
     return host;
 }
 

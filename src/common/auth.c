@@ -153,6 +153,15 @@ int pb_auth_parse(const char *header, pb_auth_request *out)
     return 0;
 }
 
+int pb_auth_token_equal(const char *given, size_t given_len, const char *expected)
+{
+    size_t expected_len = strlen(expected);
+    unsigned char diff = given_len != expected_len;
+    for (size_t i = 0; i < expected_len; i++)
+        diff |= (unsigned char)(i < given_len ? given[i] : 0) ^ (unsigned char)expected[i];
+    return expected_len > 0 && diff == 0;
+}
+
 int pb_auth_verify_request(const char *token, const pb_auth_request *a, const char *method,
                            const char *path)
 {

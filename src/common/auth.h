@@ -44,6 +44,13 @@ typedef struct pb_auth_request {
  * [any thread] */
 int pb_auth_random_hex(char *out, size_t bytes);
 
+/* 1 when given (given_len bytes, not NUL-terminated) equals the non-empty expected token, else
+ * 0; the time taken does not depend on where they differ, so it says nothing about how much of
+ * a guess was right. The one comparison of a secret a client sends in the clear: the agent's
+ * bearer token on its Unix socket (server.c) and the web view's token and cookie (cmd_ui.c).
+ * Borrows both. [any thread] */
+int pb_auth_token_equal(const char *given, size_t given_len, const char *expected);
+
 /* Writes the Authorization value (without "Authorization: ") for method path (the part before
  * any '?' is signed) with body[0..body_len) (NULL: empty), meant for rank (-1: any), at now_s,
  * into header; the nonce it chose into nonce (for pb_auth_verify_answer). Borrows everything.

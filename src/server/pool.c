@@ -8,6 +8,7 @@
 #include "pool.h"
 
 #include "api.h"
+#include "clock.h"
 #include "config.h"
 
 #include <errno.h>
@@ -97,28 +98,13 @@ void pb__pool_release(pb__pool *p, pb_db *db)
 }
 
 /* Now plus s seconds, on the condition's clock. */
-static struct timespec after_s(double s)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    double ns = (double)t.tv_nsec + (s - (double)(time_t)s) * 1e9;
-    t.tv_sec += (time_t)s + (time_t)(ns / 1e9);
-    t.tv_nsec = (long)ns % 1000000000L;
-    return t;
-}
+static struct timespec after_s(double s) { return pb_deadline_s(CLOCK_MONOTONIC, s); }
 
 static struct timespec queue_deadline(void) { return after_s(QUEUE_WAIT_S); }
 
-static int before(struct timespec a, struct timespec b)
-{
-    return a.tv_sec < b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec < b.tv_nsec);
-}
-
 static double seconds_since(struct timespec t)
 {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double)(now.tv_sec - t.tv_sec) + (double)(now.tv_nsec - t.tv_nsec) / 1e9;
+    return (double)(pb_now_ns() - pb_timespec_ns(t)) / 1e9;
 }
 
 /* The busy answer for a spent result budget. [p->lock held] */
@@ -226,18 +212,18 @@ int pb__pool_eval_begin(pb__pool *p, size_t want, double *wait_s, pb_db_cancel_f
          * slot is free, as long as any other request waits for it. */
         if (!p->eval_running && budget_until.tv_sec == 0) budget_until = queue_deadline();
         struct timespec slice = after_s(EVAL_CHECK_MS / 1000.0);
-        if (budget_until.tv_sec && !before(slice, budget_until)) slice = budget_until;
-        if (!before(slice, slot_until)) slice = slot_until;
+        if (budget_until.tv_sec && !pb_timespec_before(slice, budget_until)) slice = budget_until;
+        if (!pb_timespec_before(slice, slot_until)) slice = slot_until;
         pthread_cond_timedwait(&p->changed, &p->lock, &slice);
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         if (atomic_load(&p->stopping)) continue;
         if (!p->eval_running && p->results_in_flight + want <= p->results_budget) continue;
-        if (budget_until.tv_sec && !p->eval_running && !before(now, budget_until)) {
+        if (budget_until.tv_sec && !p->eval_running && !pb_timespec_before(now, budget_until)) {
             status = budget_busy(p, not_run, out);
             break;
         }
-        if (!before(now, slot_until)) {
+        if (!pb_timespec_before(now, slot_until)) {
             if (p->eval_running)
                 status = pb_api_error(out, 503,
                                       "busy: another eval is running (evals run one at a time) "

@@ -7,6 +7,7 @@
  */
 #include "reaper.h"
 
+#include "clock.h"
 #include "log.h"
 
 #include <errno.h>
@@ -34,23 +35,14 @@ struct pb_reaper {
     pthread_t thread;
 };
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void *reaper_main(void *arg)
 {
     pb_reaper *r = arg;
     pthread_mutex_lock(&r->lock);
     while (!r->stopping) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += 1;
+        struct timespec until = pb_deadline_ns(CLOCK_MONOTONIC, 1000000000);
         pthread_cond_timedwait(&r->wake, &r->lock, &until);
-        int64_t limit = now_ns() - (int64_t)(r->deadline_s * 1e9);
+        int64_t limit = pb_now_ns() - (int64_t)(r->deadline_s * 1e9);
         for (pb_reaper_conn *c = r->conns; c; c = c->next)
             if (c->reading && c->request_started_ns < limit) {
                 pb_log_debug("http: closing a connection that sent no whole request within %g s",
@@ -115,7 +107,7 @@ pb_reaper_conn *pb_reaper_open(pb_reaper *r, int fd)
     pb_reaper_conn *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->fd = fd;
-    c->request_started_ns = now_ns();
+    c->request_started_ns = pb_now_ns();
     c->reading = 1;
     pthread_mutex_lock(&r->lock);
     c->next = r->conns;
@@ -136,7 +128,7 @@ void pb_reaper_next(pb_reaper *r, pb_reaper_conn *c)
 {
     if (!c) return;
     pthread_mutex_lock(&r->lock);
-    c->request_started_ns = now_ns();
+    c->request_started_ns = pb_now_ns();
     c->reading = 1;
     pthread_mutex_unlock(&r->lock);
 }

@@ -17,7 +17,9 @@
 #include "auth.h"
 #include "config.h"
 #include "error.h"
+#include "http.h"
 #include "log.h"
+#include "netaddr.h"
 #include "pool.h"
 #include "reaper.h"
 #include "routes.h"
@@ -166,40 +168,15 @@ fail:
     return rc;
 }
 
-/* Splits "host:port", "[v6]:port" or ":port". Returns 0 or -EINVAL. */
-static int split_host_port(const char *spec, char *host, size_t hostlen, const char **port)
-{
-    const char *colon;
-    if (spec[0] == '[') {
-        const char *close_br = strchr(spec, ']');
-        if (!close_br || close_br[1] != ':') return -EINVAL;
-        if ((size_t)(close_br - spec - 1) >= hostlen) return -EINVAL;
-        memcpy(host, spec + 1, (size_t)(close_br - spec - 1));
-        host[close_br - spec - 1] = '\0';
-        colon = close_br + 1;
-    } else {
-        colon = strrchr(spec, ':');
-        if (!colon || (size_t)(colon - spec) >= hostlen) return -EINVAL;
-        memcpy(host, spec, (size_t)(colon - spec));
-        host[colon - spec] = '\0';
-    }
-    *port = colon + 1;
-    char *end;
-    long p = strtol(*port, &end, 10);
-    if (!**port || *end || p < 0 || p > 65535) return -EINVAL;
-    return 0;
-}
-
 static int listen_tcp(pb_server *s, const char *spec)
 {
-    char host[256];
-    const char *port;
-    int rc = split_host_port(spec, host, sizeof host, &port);
-    if (rc) return rc;
+    pb_netaddr addr;
+    int rc = pb_netaddr_parse(spec, &addr);
+    if (rc) return -EINVAL;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
-    int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+    int gai = getaddrinfo(addr.host[0] ? addr.host : NULL, addr.port, &hints, &res);
     if (gai != 0) return gai == EAI_MEMORY ? -ENOMEM : -EINVAL;
     rc = -EADDRNOTAVAIL;
     for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
@@ -265,29 +242,27 @@ static enum MHD_Result respond_signed(struct MHD_Connection *conn, int status, p
                                       const char *allow, const request_state *request)
 {
     static const char oom[] = "{\"error\":\"out of memory\"}";
+    const char *const headers[] = {MHD_HTTP_HEADER_CACHE_CONTROL, "no-store",
+                                   MHD_HTTP_HEADER_ALLOW, allow, NULL};
     struct MHD_Response *resp = NULL;
     size_t len = 0;
     char *data = pb_buf_steal(body, &len);
-    if (data) resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
-    if (!resp) {
-        free(data);
+    if (data)
+        resp = pb_http_response(data, len, MHD_RESPMEM_MUST_FREE, "application/json", headers);
+    if (!resp) { /* data, if any, was freed */
         data = (char *)oom;
         len = sizeof oom - 1;
         status = 500;
-        resp = MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+        resp = pb_http_response((void *)oom, sizeof oom - 1, MHD_RESPMEM_PERSISTENT,
+                                "application/json", headers);
         if (!resp) return MHD_NO;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    if (allow) MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     char signature[PB_AUTH_HASH_HEX + 1];
     if (request && request->signed_request &&
         pb_auth_sign_answer(request->server->token, request->auth.nonce, status, data, len,
                             signature) == 0)
         MHD_add_response_header(resp, PB_AUTH_ANSWER_HEADER, signature);
-    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, resp);
-    MHD_destroy_response(resp);
-    return ret;
+    return pb_http_queue(conn, (unsigned)status, resp);
 }
 
 static enum MHD_Result respond_error(struct MHD_Connection *conn, int status, const char *fmt, ...)
@@ -313,17 +288,6 @@ static enum MHD_Result respond_request_error(struct MHD_Connection *conn, const 
     pb_buf out = PB_BUF_INIT;
     pb_api_error(&out, status, "%s", msg);
     return respond_signed(conn, status, &out, NULL, r);
-}
-
-/* Compares without stopping at the first difference, so that the time taken says nothing about
- * how much of a guess was right. Returns 1 when equal. */
-int pb_server_token_equal(const char *given, size_t given_len, const char *expected)
-{
-    size_t expected_len = strlen(expected);
-    unsigned char diff = given_len != expected_len;
-    for (size_t i = 0; i < expected_len; i++)
-        diff |= (unsigned char)(i < given_len ? given[i] : 0) ^ (unsigned char)expected[i];
-    return expected_len > 0 && diff == 0;
 }
 
 /* Remembers nonce; 0 when it is new, -1 when it was seen (a replay). */
@@ -359,7 +323,7 @@ static int authorized(pb_server *s, struct MHD_Connection *conn, const char *met
         while (*auth == ' ') auth++;
         size_t len = strlen(auth);
         while (len && auth[len - 1] == ' ') len--;
-        return pb_server_token_equal(auth, len, s->token);
+        return pb_auth_token_equal(auth, len, s->token);
     }
     if (pb_auth_parse(auth, &r->auth) != 0) return 0;
     if (!pb_auth_verify_request(s->token, &r->auth, method, url)) {

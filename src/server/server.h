@@ -97,10 +97,6 @@ int pb_server_tcp_port(const pb_server *s);
  * or the token was given). Borrowed; valid until pb_server_stop(). [any thread] */
 const char *pb_server_token_path(const pb_server *s);
 
-/* 1 when given (given_len bytes, not NUL-terminated) equals the non-empty expected token; the
- * time taken does not depend on where they differ. [any thread] */
-int pb_server_token_equal(const char *given, size_t given_len, const char *expected);
-
 /* Whether a peer with uid `peer` may use an agent running as `self`: the same user or root.
  * [any thread] */
 int pb_server_peer_allowed(uid_t peer, uid_t self);

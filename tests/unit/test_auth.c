@@ -81,5 +81,14 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK(pb_auth_parse(bad[i], &a) != 0, "malformed header %zu refused", i);
+    /* the constant-time token compare (the agent's bearer token, the web view's token) */
+    CHECK(pb_auth_token_equal(TOKEN, strlen(TOKEN), TOKEN), "a token equals itself");
+    CHECK(!pb_auth_token_equal(TOKEN, strlen(TOKEN) - 1, TOKEN), "not its prefix");
+    CHECK(!pb_auth_token_equal(TOKEN "9", strlen(TOKEN) + 1, TOKEN), "not a longer string");
+    CHECK(!pb_auth_token_equal("job-token-0123456780", 20, TOKEN), "not one differing in the last byte");
+    CHECK(!pb_auth_token_equal("Job-token-0123456789", 20, TOKEN), "not one differing in the first");
+    CHECK(pb_auth_token_equal(TOKEN "tail", strlen(TOKEN), TOKEN),
+          "given_len bounds the given bytes (no NUL needed)");
+    CHECK(!pb_auth_token_equal("", 0, ""), "an empty expected token never matches");
     return check_summary();
 }

@@ -24,6 +24,7 @@
 #include "intern.h"
 #include "jsonw.h"
 #include "log.h"
+#include "netaddr.h"
 #include "pystack.h"
 #include "registry.h"
 #include "step.h"
@@ -175,12 +176,7 @@ static char tcp_addr[300];
 
 const char *pb_job_host(void)
 {
-    if (!host[0]) {
-        const char *h = pb_config_str("PROBING_HOST");
-        if (h && *h) snprintf(host, sizeof host, "%s", h);
-        else if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "localhost");
-        host[sizeof host - 1] = '\0';
-    }
+    if (!host[0]) pb_netaddr_host_name(pb_config_str("PROBING_HOST"), host, sizeof host);
     return host;
 }
 
@@ -502,17 +498,10 @@ static void *job_main(void *arg)
     pthread_mutex_lock(&mu);
     for (;;) {
         while (!stop_requested && !roster_wanted && !fr_wanted && pb_now_ns() < next_hb) {
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
             int64_t wait = next_hb - pb_now_ns();
             if (wait > 1000000000) wait = 1000000000;
             if (wait < 1000000) wait = 1000000;
-            until.tv_sec += wait / 1000000000;
-            until.tv_nsec += wait % 1000000000;
-            if (until.tv_nsec >= 1000000000) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000;
-            }
+            struct timespec until = pb_deadline_ns(CLOCK_REALTIME, wait);
             pthread_cond_timedwait(&cv, &mu, &until);
         }
         int stop = stop_requested, want = roster_wanted, want_fr = fr_wanted;
@@ -651,13 +640,7 @@ void pb_job_stop(void)
     pthread_mutex_lock(&mu);
     stop_requested = 1;
     pthread_cond_broadcast(&cv);
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 200 * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
+    struct timespec until = pb_deadline_ns(CLOCK_REALTIME, 200 * 1000000);
     while (thread_running && pthread_cond_timedwait(&cv, &mu, &until) == 0) {}
     joined = !thread_running;
     pthread_mutex_unlock(&mu);
@@ -701,8 +684,7 @@ static int ask_job_thread(int *wanted, const uint64_t *gen, int seconds)
     *wanted = 1;
     pthread_cond_broadcast(&cv);
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += seconds;
+    until = pb_deadline_ns(CLOCK_REALTIME, (int64_t)seconds * 1000000000);
     while (thread_running && *gen == before && pthread_cond_timedwait(&cv, &mu, &until) == 0) {}
     return *gen != before;
 }

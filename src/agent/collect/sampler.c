@@ -1,19 +1,11 @@
 /* sampler.c - the samplers' thread; see sampler.h. */
 #include "sampler.h"
 
+#include "clock.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <time.h>
-
-static void add_ms(struct timespec *t, long ms)
-{
-    t->tv_sec += ms / 1000;
-    t->tv_nsec += (ms % 1000) * 1000000L;
-    if (t->tv_nsec >= 1000000000L) {
-        t->tv_nsec -= 1000000000L;
-        t->tv_sec++;
-    }
-}
 
 static void *sampler_main(void *arg)
 {
@@ -30,7 +22,7 @@ static void *sampler_main(void *arg)
             if (!s->fixed_rate) clock_gettime(CLOCK_MONOTONIC, &next);
         }
         tick = 1;
-        add_ms(&next, s->period_ms);
+        next = pb_timespec_add_ns(next, (int64_t)s->period_ms * 1000000);
         while (!s->stop_requested && pthread_cond_timedwait(&s->cond, &s->lock, &next) != ETIMEDOUT) {
         }
     }

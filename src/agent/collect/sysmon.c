@@ -12,6 +12,7 @@
  */
 #include "sysmon.h"
 
+#include "clock.h"
 #include "config.h"
 #include "log.h"
 #include "sampler.h"
@@ -204,19 +205,6 @@ static long page_size;
 
 static int64_t timeval_ns(struct timeval tv) { return (int64_t)tv.tv_sec * 1000000000 + tv.tv_usec * 1000; }
 
-static double wall_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static float read_rss_mb(void)
 {
@@ -273,8 +261,8 @@ static void sample_gpus(double now)
 static void sample(void)
 {
     struct rusage ru;
-    int64_t cpu = cpu_ns(&ru), wall = mono_ns();
-    pb_process_row r = {.time = wall_seconds()};
+    int64_t cpu = cpu_ns(&ru), wall = pb_now_ns();
+    pb_process_row r = {.time = pb_wall_s()};
     r.cpu_percent = wall > last_wall ? (float)(100.0 * (double)(cpu - last_cpu) / (double)(wall - last_wall)) : 0;
     r.rss_mb = read_rss_mb();
     r.threads = read_threads();
@@ -302,7 +290,7 @@ int pb_sysmon_start(void)
     if (period < 10) period = 10;
     struct rusage ru;
     last_cpu = cpu_ns(&ru); /* the first sample's CPU share is over its first period */
-    last_wall = mono_ns();
+    last_wall = pb_now_ns();
     sampler.tick = sample;
     sampler.period_ms = period;
     sampler.tick_first = 0;

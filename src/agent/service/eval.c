@@ -384,13 +384,7 @@ void pb_eval_shutdown(void)
     stopping = 1;
     pthread_cond_broadcast(&done); /* waiting server threads answer 503 at once */
     if (have_gil && running_generation) {
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += SHUTDOWN_WAIT_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        struct timespec until = pb_deadline_ns(CLOCK_MONOTONIC, (int64_t)SHUTDOWN_WAIT_MS * 1000000);
         pthread_mutex_unlock(&lock);
         Py_BEGIN_ALLOW_THREADS
         pthread_mutex_lock(&lock);
@@ -442,14 +436,8 @@ static void write_error(pb_buf *out, const char *msg, const char *phase)
 /* The earlier of a and now + ms. */
 static struct timespec earlier(struct timespec a, long ms)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    t.tv_nsec += ms * 1000000L;
-    if (t.tv_nsec >= 1000000000L) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000L;
-    }
-    return (t.tv_sec < a.tv_sec || (t.tv_sec == a.tv_sec && t.tv_nsec < a.tv_nsec)) ? t : a;
+    struct timespec t = pb_deadline_ns(CLOCK_MONOTONIC, (int64_t)ms * 1000000);
+    return pb_timespec_before(t, a) ? t : a;
 }
 
 int pb_eval_run(void *ctx, const char *code, double timeout_s, pb_db_cancel_fn cancelled,
@@ -479,14 +467,7 @@ int pb_eval_run(void *ctx, const char *code, double timeout_s, pb_db_cancel_fn c
     queue_tail = r;
     pthread_cond_signal(&wake);
 
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += (time_t)timeout_s;
-    deadline.tv_nsec += (long)((timeout_s - (double)(time_t)timeout_s) * 1e9);
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    struct timespec deadline = pb_deadline_s(CLOCK_MONOTONIC, timeout_s);
     int rc = 0, why = 0;
     while (r->state != REQ_DONE && rc != ETIMEDOUT && !stopping) {
         struct timespec slice = earlier(deadline, CANCEL_CHECK_MS);

@@ -532,9 +532,7 @@ static void on_process_exit(int status, void *unused)
 {
     (void)unused;
     if (getpid() != agent_pid) return; /* a fork()ed child */
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 1;
+    struct timespec deadline = pb_deadline_ns(CLOCK_REALTIME, 1000000000);
     if (pthread_mutex_timedlock(&control_lock, &deadline) != 0) return;
     have_exit_status = 1;
     exit_status = status;
@@ -746,14 +744,7 @@ void pb_record_expect(void)
  * Returns 0 when it has. [control_lock held, server thread] */
 static int wait_started_locked(void)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += PB_RECORD_START_WAIT_MS / 1000;
-    until.tv_nsec += (long)(PB_RECORD_START_WAIT_MS % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = pb_deadline_ns(CLOCK_MONOTONIC, (int64_t)PB_RECORD_START_WAIT_MS * 1000000);
     while (starting)
         if (pthread_cond_timedwait(&started_cond, &control_lock, &until) == ETIMEDOUT) break;
     return starting ? -ETIMEDOUT : 0;
