@@ -963,6 +963,8 @@ int pb_job_arrivals_json(void *ctx, pb_buf *out)
     pb_jsonw_obj_begin(&w);
     pb_jsonw_key(&w, "rank");
     pb_jsonw_int(&w, atomic_load(&rank_registered));
+    pb_jsonw_key(&w, "now"); /* for the CLI's clock offset (fanout.h) */
+    pb_jsonw_double(&w, (double)pb_wall_ns() / 1e9);
     pb_jsonw_key(&w, "host");
     pb_jsonw_str(&w, pb_job_host());
     double median = step_median_s();

@@ -82,7 +82,7 @@ int pb_job_rank_json(void *ctx, pb_buf *out);
 int pb_job_stack_json(void *ctx, pb_buf *out);
 
 /* GET /api/arrivals: per process group, the last PB_JOB_ARRIVALS collectives this rank entered,
- * oldest first: {"rank","host","step_median_s","groups":[{"group","arrivals":[[seq, op, bytes,
+ * oldest first: {"rank","now","host","step_median_s","groups":[{"group","arrivals":[[seq, op, bytes,
  * entered_unix_s, completed_unix_s|null], ...]}]}. Times are this host's CLOCK_REALTIME (the CLI
  * aligns hosts with timeline's offsets). A bounded summary: at most 16 groups x 512 entries.
  * Any thread; takes each ring's mutex briefly. Returns 0, or ENOMEM when its copy buffer
