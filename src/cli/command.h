@@ -57,6 +57,7 @@ int cmd_export(const pb_cli_args *a);
 int cmd_ui(const pb_cli_args *a);
 int cmd_ranks(const pb_cli_args *a);
 int cmd_hang(const pb_cli_args *a);
+int cmd_stragglers(const pb_cli_args *a);
 int cmd_doctor(const pb_cli_args *a);
 
 #endif

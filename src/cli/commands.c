@@ -195,6 +195,19 @@ const pb_command pb_commands_table[] = {
      "token (PROBING_TOKEN, PROBING_TOKEN_FILE or --token).\n"
      "  --deadline S  wait at most S seconds for the ranks (default 5)\n"
      "Exit status 3 when some ranks did not answer (their reason is in the state column).\n"},
+    {"stragglers", cmd_stragglers, PB_OPT_DEADLINE | PB_OPT_JSON, PB_CMD_TARGET,
+     "probing <target> stragglers [--json] [--deadline S]",
+     "say which rank makes the others wait in collectives, by how much, and in which phase",
+     "Every rank's agent keeps, per process group, when it entered and completed its last 512\n"
+     "collectives (torch.distributed calls and DDP gradient buckets); the clocks are aligned as in\n"
+     "'timeline --ranks all'. Per collective that every member reported, the rank that entered\n"
+     "last and its lag behind the median entry. A rank is named only when it is last in >= 60 %\n"
+     "of them with a median lag >= max(2 ms, 5 % of the median step); its phase is the one of\n"
+     "its own python.steps longer than the other ranks' by at least half that lag. A node whose\n"
+     "ranks are all last is named as the node (docs/cli.md).\n"
+     "  --json        the analysis as one JSON object\n"
+     "  --deadline S  wait at most S seconds for the ranks (default 5)\n"
+     "Exit status 3 when some ranks did not answer (they are named on stderr).\n"},
     {"hang", cmd_hang, PB_OPT_DEADLINE, PB_CMD_TARGET, "probing <target> hang [--deadline S]",
      "say which rank a stalled job waits for, and where that rank is",
      "Compares every rank's last collective per process group (sequence number, entered or\n"

@@ -37,6 +37,7 @@ static int route_record_stop(const pb__routes_env *env, const request *req, pb_b
 static int route_job(const pb__routes_env *env, const request *req, pb_buf *out);
 static int route_rank(const pb__routes_env *env, const request *req, pb_buf *out);
 static int route_stack(const pb__routes_env *env, const request *req, pb_buf *out);
+static int route_arrivals(const pb__routes_env *env, const request *req, pb_buf *out);
 
 static const struct route {
     const char *method;
@@ -59,6 +60,7 @@ static const struct route {
     {"GET", "/api/job", route_job, NULL},
     {"GET", "/api/rank", route_rank, NULL},
     {"GET", "/api/stack", route_stack, NULL},
+    {"GET", "/api/arrivals", route_arrivals, NULL},
 };
 
 #define NROUTES (sizeof routes / sizeof routes[0])
@@ -413,4 +415,10 @@ static int route_stack(const pb__routes_env *env, const request *req, pb_buf *ou
 {
     (void)req;
     return route_job_fn(env, env->stack, "stack", out);
+}
+
+static int route_arrivals(const pb__routes_env *env, const request *req, pb_buf *out)
+{
+    (void)req;
+    return route_job_fn(env, env->arrivals, "arrivals", out);
 }

@@ -28,6 +28,7 @@ typedef struct pb__routes_env {
     pb_info_fn job;        /* GET /api/job */
     pb_info_fn rank;       /* GET /api/rank */
     pb_info_fn stack;      /* GET /api/stack */
+    pb_info_fn arrivals;   /* GET /api/arrivals */
     void *ctx;             /* passed to every callback above */
     pb_query_limits limits; /* of every query (its cancelled/cancel_ctx are the request's) */
     pb__pool *pool;        /* SQL connections and query admission */

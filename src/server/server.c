@@ -630,7 +630,7 @@ int pb_server_start(pb_server **out, const pb_server_opts *opts)
     if (s->opts.limits.timeout_s <= 0) s->opts.limits.timeout_s = pb_config_double("PROBING_QUERY_TIMEOUT", 30);
     s->routes = (pb__routes_env){.eval = opts->eval, .info = opts->info, .detach = opts->detach,
                                  .capture = opts->capture, .record = opts->record,
-                                 .job = opts->job, .rank = opts->rank, .stack = opts->stack,
+                                 .job = opts->job, .rank = opts->rank, .stack = opts->stack, .arrivals = opts->arrivals,
                                  .ctx = opts->ctx, .limits = s->opts.limits, .pool = s->pool};
 
     if (s->unix_path && (rc = listen_unix(s, s->unix_path))) goto fail;

@@ -65,6 +65,7 @@ typedef struct pb_server_opts {
     pb_info_fn job;           /* GET /api/job (the job's roster); NULL: 503 */
     pb_info_fn rank;          /* GET /api/rank (this rank's step and collectives); NULL: 503 */
     pb_info_fn stack;         /* GET /api/stack (this process's Python stacks); NULL: 503 */
+    pb_info_fn arrivals;      /* GET /api/arrivals (bounded per-group collective arrivals); NULL: 503 */
     int (*self_rank)(void *ctx); /* the rank the process registered as in its job, or -1: a
                                   * signed TCP request for another rank is refused (common/auth.h).
                                   * NULL or -1: RANK, else 0 [server thread] */

@@ -447,7 +447,11 @@ static PyObject *ddp_hook_call(PyObject *self, PyObject *args, PyObject *kwargs)
     pb_nccl_row r = {0};
     int record = atomic_load_explicit(&enabled, memory_order_relaxed) && pb_table_nccl_trace.ring;
     if (record) ddp_hook_row(h, bucket, h->user_hook ? op_comm_hook : op_all_reduce, &r, start);
-    PyObject *chained = then_row(fut, &r, start, record, h->user_hook ? RESULT_VALUE : RESULT_FIRST, -1, 0);
+    /* The bucket's all-reduce counts in its group's sequence (job.h): hang's state and the
+     * arrivals of `stragglers`. Every rank runs the same buckets in the same order. */
+    int slot = pb_job_coll_enter(h->group, h->user_hook ? op_comm_hook : op_all_reduce, r.bytes);
+    uint64_t seq = pb_job_coll_seq(slot);
+    PyObject *chained = then_row(fut, &r, start, record, h->user_hook ? RESULT_VALUE : RESULT_FIRST, slot, seq);
     Py_DECREF(fut);
     return chained;
 }

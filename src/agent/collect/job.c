@@ -79,6 +79,19 @@ typedef struct coll_slot {
 } coll_slot;
 
 static coll_slot slots[MAX_GROUPS];
+
+/* Per slot, the last PB_JOB_ARRIVALS calls (entry seq % PB_JOB_ARRIVALS): stragglers' input.
+ * Written under the GIL (enter) or from a Work's future callback (exit), read by the HTTP
+ * thread: one mutex per ring, held for a few stores or one copy. */
+typedef struct arrival {
+    uint64_t seq; /* 0: empty */
+    uint32_t op_id;
+    int64_t bytes, enter_wall_ns, enter_mono_ns, exit_mono_ns; /* exit 0: not completed */
+} arrival;
+static struct arrival_ring {
+    pthread_mutex_t mu;
+    arrival e[PB_JOB_ARRIVALS];
+} rings[MAX_GROUPS] = {[0 ... MAX_GROUPS - 1] = {PTHREAD_MUTEX_INITIALIZER, {{0}}}};
 static _Atomic int nslots;
 static PyObject *default_group; /* the default process group object, to call it WORLD */
 
@@ -125,6 +138,13 @@ int pb_job_coll_enter(PyObject *group, uint32_t op_id, int64_t bytes)
     atomic_store_explicit(&s->enter_mono_ns, pb_now_ns(), memory_order_relaxed);
     atomic_store_explicit(&s->state, COLL_ENTERED, memory_order_relaxed);
     atomic_fetch_add(&s->version, 1);
+    struct arrival_ring *r = &rings[i];
+    uint64_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed);
+    pthread_mutex_lock(&r->mu);
+    r->e[seq % PB_JOB_ARRIVALS] = (arrival){seq, op_id, bytes,
+                                            atomic_load_explicit(&s->enter_wall_ns, memory_order_relaxed),
+                                            atomic_load_explicit(&s->enter_mono_ns, memory_order_relaxed), 0};
+    pthread_mutex_unlock(&r->mu);
     return i;
 }
 
@@ -138,6 +158,11 @@ void pb_job_coll_exit_at(int slot, uint64_t seq, int ok)
 {
     if (slot < 0 || slot >= MAX_GROUPS) return;
     coll_slot *s = &slots[slot];
+    struct arrival_ring *r = &rings[slot];
+    pthread_mutex_lock(&r->mu);
+    arrival *a = &r->e[seq % PB_JOB_ARRIVALS];
+    if (a->seq == seq && ok) a->exit_mono_ns = pb_now_ns();
+    pthread_mutex_unlock(&r->mu);
     if (atomic_load_explicit(&s->seq, memory_order_relaxed) != seq) return;
     atomic_fetch_add(&s->version, 1);
     atomic_store_explicit(&s->exit_mono_ns, pb_now_ns(), memory_order_relaxed);
@@ -659,6 +684,7 @@ void pb_job_forget_after_fork(void)
     thread_running = 0;
     pthread_mutex_init(&mu, NULL);
     pthread_cond_init(&cv, NULL);
+    for (int i = 0; i < MAX_GROUPS; i++) pthread_mutex_init(&rings[i].mu, NULL); /* a thread may have held one at fork */
 }
 
 /* ---------------------------------------------------------------- the routes [server thread] */
@@ -907,4 +933,62 @@ int pb_job_stack_json(void *ctx, pb_buf *out)
     pb_jsonw_obj_end(&w);
     pb_pystack_free(st);
     return pb_jsonw_error(&w); /* sticky: the first failed write */
+}
+
+int pb_job_arrivals_json(void *ctx, pb_buf *out)
+{
+    (void)ctx;
+    arrival *copy = malloc(sizeof rings[0].e);
+    if (!copy) return ENOMEM;
+    pb_jsonw w;
+    pb_jsonw_init(&w, out);
+    pb_jsonw_obj_begin(&w);
+    pb_jsonw_key(&w, "rank");
+    pb_jsonw_int(&w, atomic_load(&rank_registered));
+    pb_jsonw_key(&w, "now"); /* for the CLI's clock offset (fanout.h) */
+    pb_jsonw_double(&w, (double)pb_wall_ns() / 1e9);
+    pb_jsonw_key(&w, "host");
+    pb_jsonw_str(&w, pb_job_host());
+    double median = step_median_s();
+    pb_jsonw_key(&w, "step_median_s");
+    if (median >= 0) pb_jsonw_double(&w, median);
+    else pb_jsonw_null(&w);
+    pb_jsonw_key(&w, "groups");
+    pb_jsonw_arr_begin(&w);
+    int n = atomic_load(&nslots);
+    for (int i = 0; i < n; i++) {
+        uint32_t name = atomic_load(&slots[i].name_id);
+        if (!name) continue;
+        pthread_mutex_lock(&rings[i].mu);
+        memcpy(copy, rings[i].e, sizeof rings[i].e);
+        pthread_mutex_unlock(&rings[i].mu);
+        /* Oldest first: the smallest seq present. */
+        size_t first = 0;
+        for (size_t k = 0; k < PB_JOB_ARRIVALS; k++)
+            if (copy[k].seq && (!copy[first].seq || copy[k].seq < copy[first].seq)) first = k;
+        pb_jsonw_obj_begin(&w);
+        pb_jsonw_key(&w, "group");
+        pb_jsonw_str(&w, pb_intern_get(name));
+        pb_jsonw_key(&w, "arrivals");
+        pb_jsonw_arr_begin(&w);
+        for (size_t k = 0; k < PB_JOB_ARRIVALS; k++) {
+            const arrival *a = &copy[(first + k) % PB_JOB_ARRIVALS];
+            if (!a->seq) continue;
+            pb_jsonw_arr_begin(&w);
+            pb_jsonw_int(&w, (int64_t)a->seq);
+            pb_jsonw_str(&w, pb_intern_get(a->op_id));
+            pb_jsonw_int(&w, a->bytes);
+            pb_jsonw_double(&w, (double)a->enter_wall_ns / 1e9);
+            if (a->exit_mono_ns)
+                pb_jsonw_double(&w, (double)(a->enter_wall_ns + (a->exit_mono_ns - a->enter_mono_ns)) / 1e9);
+            else pb_jsonw_null(&w);
+            pb_jsonw_arr_end(&w);
+        }
+        pb_jsonw_arr_end(&w);
+        pb_jsonw_obj_end(&w);
+    }
+    pb_jsonw_arr_end(&w);
+    pb_jsonw_obj_end(&w);
+    free(copy);
+    return 0;
 }

@@ -81,6 +81,15 @@ int pb_job_rank_json(void *ctx, pb_buf *out);
  * on its own pid: no GIL needed, so it works while the main thread holds it). [server thread] */
 int pb_job_stack_json(void *ctx, pb_buf *out);
 
+/* GET /api/arrivals: per process group, the last PB_JOB_ARRIVALS collectives this rank entered,
+ * oldest first: {"rank","now","host","step_median_s","groups":[{"group","arrivals":[[seq, op, bytes,
+ * entered_unix_s, completed_unix_s|null], ...]}]}. Times are this host's CLOCK_REALTIME (the CLI
+ * aligns hosts with timeline's offsets). A bounded summary: at most 16 groups x 512 entries.
+ * Any thread; takes each ring's mutex briefly. Returns 0, or ENOMEM when its copy buffer
+ * cannot be allocated. */
+enum { PB_JOB_ARRIVALS = 512 };
+int pb_job_arrivals_json(void *ctx, pb_buf *out);
+
 /* The host name ranks are listed under: PROBING_HOST, else gethostname(). [any thread] */
 const char *pb_job_host(void);
 

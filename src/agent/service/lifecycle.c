@@ -430,6 +430,7 @@ int pb_agent_start(void)
     opts.rank = pb_job_rank_json;
     opts.self_rank = pb_job_registered_rank;
     opts.stack = pb_job_stack_json;
+    opts.arrivals = pb_job_arrivals_json;
     opts.eval = pb_eval_run;
     opts.info = info_json;
     opts.detach = detach_requested_cb;

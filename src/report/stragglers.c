@@ -1,0 +1,276 @@
+/*
+ * stragglers.c - which rank makes everyone wait, from arrival order (see stragglers.h).
+ *
+ * Per collective (group, seq) that every member of the group reported, the rank that entered
+ * last and its lag behind the median entry: the others sit in the collective for about that
+ * long waiting for it (the rule of trace analyzers such as TraceLens and Greyhound: the rank
+ * that arrives last waits least). Cost: one sort of all arrivals, O(A log A) for A arrivals
+ * (ranks x ring size), so it grows with ranks, not steps.
+ *
+ * The culprit rule, and why: on a healthy job which rank arrives last is chance, each rank is
+ * last in about 1/N of the collectives, and the lag is scheduling noise. So a rank is named
+ * only when both hold:
+ *   - it is last in a clear majority, >= 60 %, of at least SG_MIN_COLLECTIVES complete
+ *     collectives (with 2 ranks chance gives 50 %; with more it is far below);
+ *   - its median lag when last is >= FLOOR = max(2 ms, 5 % of the median step), the floor
+ *     cluster.c uses for phases: below it the wait does not cost the job a real share.
+ * A host is late when, in that same majority of collectives, its ranks (two or more, not all
+ * of the group) are exactly the last ones to enter: a slow node, not a slow rank.
+ * The phase: the culprit's own python.steps phase medians against the other ranks' median;
+ * the phase with the largest excess is named when it explains at least half the median lag.
+ */
+#include "stragglers.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const pb_sg_phase_name[PB_SG_PHASES] = {"data", "forward", "backward", "optimizer"};
+
+enum { SG_MIN_COLLECTIVES = 5 };
+#define SG_MAJORITY 0.60
+#define SG_FLOOR_MS 2.0
+#define SG_FLOOR_SHARE 0.05
+
+typedef struct sg_entry {
+    uint32_t group;
+    uint64_t seq;
+    int64_t enter_ns;
+    size_t r; /* index into the input */
+} sg_entry;
+
+typedef struct sg_lag {
+    size_t r;
+    double ms;
+} sg_lag;
+
+static int entry_cmp(const void *a, const void *b) {
+    const sg_entry *x = a, *y = b;
+    if (x->group != y->group) return x->group < y->group ? -1 : 1;
+    if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+    if (x->enter_ns != y->enter_ns) return x->enter_ns < y->enter_ns ? -1 : 1;
+    return x->r < y->r ? -1 : x->r > y->r;
+}
+
+static int gr_cmp(const void *a, const void *b) { /* (group, rank) pairs, by group then rank */
+    const sg_entry *x = a, *y = b;
+    if (x->group != y->group) return x->group < y->group ? -1 : 1;
+    return x->r < y->r ? -1 : x->r > y->r;
+}
+
+static int lag_cmp(const void *a, const void *b) {
+    const sg_lag *x = a, *y = b;
+    if (x->r != y->r) return x->r < y->r ? -1 : 1;
+    return x->ms < y->ms ? -1 : x->ms > y->ms;
+}
+
+static int dbl_cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median_sorted(const double *v, size_t n) {
+    if (n == 0) return 0;
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+typedef struct sg_host_ix {
+    const char *host;
+    size_t r;
+} sg_host_ix;
+
+static int host_cmp(const void *a, const void *b) {
+    const sg_host_ix *x = a, *y = b;
+    int c = strcmp(x->host, y->host);
+    return c ? c : (x->r < y->r ? -1 : x->r > y->r);
+}
+
+/* Members of `group`: binary search in the sorted (group, count) table. */
+typedef struct sg_group {
+    uint32_t group;
+    size_t members;
+} sg_group;
+
+static size_t group_members(const sg_group *g, size_t n, uint32_t group) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (g[mid].group == group) return g[mid].members;
+        if (g[mid].group < group) lo = mid + 1;
+        else hi = mid;
+    }
+    return 0;
+}
+
+int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_result *out) {
+    if (!ranks || !n_ranks || !out) {
+        errno = EINVAL;
+        return -1;
+    }
+    memset(out, 0, sizeof *out);
+    out->culprit = -1;
+    out->culprit_phase = -1;
+    size_t total = 0;
+    for (size_t i = 0; i < n_ranks; i++) total += ranks[i].n_arrivals;
+
+    sg_entry *e = total ? malloc(total * sizeof *e) : NULL;
+    sg_lag *lags = total ? malloc(total * sizeof *lags) : NULL;
+    sg_group *groups = total ? malloc(total * sizeof *groups) : NULL;
+    size_t *host_of = malloc(n_ranks * sizeof *host_of);     /* rank index -> host id */
+    size_t *host_size = calloc(n_ranks, sizeof *host_size);  /* host id -> ranks */
+    size_t *host_late = calloc(n_ranks, sizeof *host_late);  /* host id -> late collectives */
+    sg_host_ix *hx = malloc(n_ranks * sizeof *hx);
+    double *tmp = malloc((n_ranks > total ? n_ranks : total) * sizeof *tmp + sizeof *tmp);
+    out->ranks = calloc(n_ranks, sizeof *out->ranks);
+    if ((total && (!e || !lags || !groups)) || !host_of || !host_size || !host_late || !hx ||
+        !tmp || !out->ranks) {
+        free(e), free(lags), free(groups), free(host_of), free(host_size), free(host_late);
+        free(hx), free(tmp), free(out->ranks);
+        out->ranks = NULL;
+        errno = ENOMEM;
+        return -1;
+    }
+    out->n_ranks = n_ranks;
+    for (size_t i = 0; i < n_ranks; i++) {
+        out->ranks[i].rank = ranks[i].rank;
+        out->ranks[i].host = ranks[i].host;
+        hx[i].host = ranks[i].host ? ranks[i].host : "";
+        hx[i].r = i;
+    }
+    /* Host ids by sorting: O(N log N) even at 10,000 ranks. An unknown host ("") never counts
+     * as a node. */
+    qsort(hx, n_ranks, sizeof *hx, host_cmp);
+    size_t hid = 0;
+    for (size_t i = 0; i < n_ranks; i++) {
+        if (i && strcmp(hx[i].host, hx[i - 1].host)) hid++;
+        host_of[hx[i].r] = hid;
+        host_size[hid]++;
+    }
+    size_t n_hosts = hid + 1;
+
+    /* Median step over ranks, and the noise floor. */
+    size_t ns = 0;
+    for (size_t i = 0; i < n_ranks; i++)
+        if (ranks[i].step_ms > 0) tmp[ns++] = ranks[i].step_ms;
+    qsort(tmp, ns, sizeof *tmp, dbl_cmp);
+    out->step_ms = median_sorted(tmp, ns);
+    out->floor_ms = SG_FLOOR_SHARE * out->step_ms > SG_FLOOR_MS ? SG_FLOOR_SHARE * out->step_ms
+                                                                : SG_FLOOR_MS;
+
+    size_t k = 0;
+    for (size_t i = 0; i < n_ranks; i++)
+        for (size_t j = 0; j < ranks[i].n_arrivals; j++) {
+            const pb_arrival *a = &ranks[i].arrivals[j];
+            e[k++] = (sg_entry){a->group, a->seq, a->enter_ns, i};
+        }
+
+    /* Members per group: distinct ranks that reported the group at all. */
+    size_t ng = 0;
+    if (total) {
+        sg_entry *pairs = malloc(total * sizeof *pairs);
+        if (!pairs) {
+            pb_stragglers_free(out);
+            free(e), free(lags), free(groups), free(host_of), free(host_size), free(host_late);
+            free(hx), free(tmp);
+            errno = ENOMEM;
+            return -1;
+        }
+        memcpy(pairs, e, total * sizeof *pairs);
+        qsort(pairs, total, sizeof *pairs, gr_cmp);
+        for (size_t i = 0; i < total; i++) {
+            if (!i || pairs[i].group != pairs[i - 1].group) groups[ng++] = (sg_group){pairs[i].group, 0};
+            if (!i || pairs[i].group != pairs[i - 1].group || pairs[i].r != pairs[i - 1].r)
+                groups[ng - 1].members++;
+        }
+        free(pairs);
+    }
+
+    qsort(e, total, sizeof *e, entry_cmp);
+    size_t nl = 0;
+    for (size_t i = 0; i < total;) {
+        size_t j = i;
+        while (j < total && e[j].group == e[i].group && e[j].seq == e[i].seq) j++;
+        size_t run = j - i, members = group_members(groups, ng, e[i].group);
+        if (run < 2 || run != members) { /* a member missing (or duplicate): not comparable */
+            out->incomplete++;
+            i = j;
+            continue;
+        }
+        out->collectives++;
+        int64_t med = run % 2 ? e[i + run / 2].enter_ns
+                              : e[i + run / 2 - 1].enter_ns / 2 + e[i + run / 2].enter_ns / 2;
+        const sg_entry *last = &e[j - 1];
+        lags[nl++] = (sg_lag){last->r, (double)(last->enter_ns - med) / 1e6};
+        out->ranks[last->r].times_last++;
+        /* Late host: the last m entries are exactly the m ranks of one known host, 2 <= m < run. */
+        size_t h = host_of[last->r], m = host_size[h];
+        if (m >= 2 && m < run && ranks[last->r].host && ranks[last->r].host[0]) {
+            size_t s = 0;
+            while (s < m && host_of[e[j - 1 - s].r] == h) s++;
+            if (s == m) host_late[h]++;
+        }
+        i = j;
+    }
+
+    /* Median lag per rank (over the collectives it was last in). */
+    qsort(lags, nl, sizeof *lags, lag_cmp);
+    for (size_t i = 0; i < nl;) {
+        size_t j = i;
+        while (j < nl && lags[j].r == lags[i].r) tmp[j - i] = lags[j].ms, j++;
+        out->ranks[lags[i].r].median_lag_ms = median_sorted(tmp, j - i);
+        i = j;
+    }
+
+    size_t need = (size_t)(SG_MAJORITY * (double)out->collectives + 0.999999);
+    if (out->collectives >= SG_MIN_COLLECTIVES) {
+        for (size_t i = 0; i < n_ranks; i++) {
+            const pb_sg_rank_result *r = &out->ranks[i];
+            if (r->times_last >= need && r->median_lag_ms >= out->floor_ms) out->culprit = (int)i;
+        }
+        for (size_t h = 0; h < n_hosts; h++)
+            if (host_late[h] >= need) {
+                /* Name it only if the lag of its last rank clears the floor too. */
+                for (size_t i = 0; i < n_ranks; i++)
+                    if (host_of[i] == h && out->ranks[i].times_last &&
+                        out->ranks[i].median_lag_ms >= out->floor_ms) {
+                        out->late_host = ranks[i].host;
+                        out->late_host_count = host_late[h];
+                        break;
+                    }
+            }
+        /* A late host spreads "last" over its ranks: its most-often-last rank, if it clears the
+         * floor, stands as the culprit so the phase below is still said. */
+        if (out->culprit < 0 && out->late_host) {
+            size_t best = 0;
+            for (size_t i = 0; i < n_ranks; i++)
+                if (out->ranks[i].times_last > out->ranks[best].times_last) best = i;
+            if (out->ranks[best].median_lag_ms >= out->floor_ms) out->culprit = (int)best;
+        }
+    }
+
+    if (out->culprit >= 0) {
+        const pb_arrival_rank *c = &ranks[out->culprit];
+        double lag = out->ranks[out->culprit].median_lag_ms, best = 0;
+        for (int p = 0; p < PB_SG_PHASES; p++) {
+            if (c->phase_ms[p] < 0) continue;
+            size_t n = 0;
+            for (size_t i = 0; i < n_ranks; i++)
+                if ((int)i != out->culprit && ranks[i].phase_ms[p] >= 0) tmp[n++] = ranks[i].phase_ms[p];
+            if (!n) continue;
+            qsort(tmp, n, sizeof *tmp, dbl_cmp);
+            double excess = c->phase_ms[p] - median_sorted(tmp, n);
+            if (excess > best && excess >= 0.5 * lag) best = excess, out->culprit_phase = p;
+        }
+        out->culprit_phase_excess_ms = best;
+    }
+    free(e), free(lags), free(groups), free(host_of), free(host_size), free(host_late);
+    free(hx), free(tmp);
+    return 0;
+}
+
+void pb_stragglers_free(pb_sg_result *r) {
+    if (!r) return;
+    free(r->ranks);
+    r->ranks = NULL;
+    r->n_ranks = 0;
+}

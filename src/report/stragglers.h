@@ -1,0 +1,67 @@
+/*
+ * stragglers.h - which rank makes everyone wait: arrival order per collective (issue 31).
+ *
+ * Input: one pb_arrival_rank per rank, each with the bounded list of collectives it entered
+ * (group, sequence number, op, bytes, entry and completion time on clocks already aligned
+ * across nodes, in nanoseconds) and the medians of its own step phases (python.steps).
+ * Output: for every (group, seq) that every member of the group reported, the last arriving
+ * rank and its lag behind the median entry; per rank how often it was last and its median lag;
+ * the culprit, if any, with the phase in which it spends the time; whether a whole node is late.
+ *
+ * Pure computation: no I/O, no globals, thread-safe for distinct outputs. The caller owns the
+ * inputs; pb_stragglers_analyze fills a caller-owned result whose per-rank array it allocates
+ * (free with pb_stragglers_free).
+ */
+#ifndef PB_REPORT_STRAGGLERS_H
+#define PB_REPORT_STRAGGLERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { PB_SG_PHASES = 4 }; /* data, forward, backward, optimizer (python.steps' columns) */
+extern const char *const pb_sg_phase_name[PB_SG_PHASES];
+
+typedef struct pb_arrival {
+    uint32_t group;    /* process group id, the same on every member */
+    uint64_t seq;      /* the group's collective sequence number, the same on every member */
+    const char *op;    /* e.g. "all_reduce"; borrowed */
+    uint64_t bytes;
+    int64_t enter_ns;  /* aligned clock */
+    int64_t exit_ns;   /* aligned clock; 0 when not completed */
+} pb_arrival;
+
+typedef struct pb_arrival_rank {
+    int rank;
+    const char *host;          /* borrowed; NULL or "" = unknown */
+    double step_ms;            /* median step time of this rank; <= 0 unknown */
+    double phase_ms[PB_SG_PHASES]; /* median per phase; < 0 unknown */
+    const pb_arrival *arrivals;
+    size_t n_arrivals;
+} pb_arrival_rank;
+
+typedef struct pb_sg_rank_result {
+    int rank;
+    const char *host;
+    size_t times_last;     /* complete collectives this rank entered last */
+    double median_lag_ms;  /* median lag behind the median entry when it was last; 0 if never */
+} pb_sg_rank_result;
+
+typedef struct pb_sg_result {
+    size_t collectives;     /* complete (group, seq) pairs analysed */
+    size_t incomplete;      /* pairs some member did not report (ring wrapped, still running) */
+    pb_sg_rank_result *ranks; /* n_ranks entries, input order */
+    size_t n_ranks;
+    double step_ms;         /* median over ranks of their median step time; 0 unknown */
+    double floor_ms;        /* max(2 ms, 5 % of step_ms): a lag below it is noise */
+    int culprit;            /* index into ranks, -1 = nobody */
+    int culprit_phase;      /* PB_SG_PHASES index, -1 = none explains the lag */
+    double culprit_phase_excess_ms; /* its phase median minus the other ranks' median */
+    const char *late_host;  /* a host all of whose ranks arrive late, NULL if none; borrowed */
+    size_t late_host_count; /* collectives in which that host was late */
+} pb_sg_result;
+
+/* Analyse. Returns 0, or -1 with errno ENOMEM/EINVAL (n_ranks 0 or NULL input). */
+int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_result *out);
+void pb_stragglers_free(pb_sg_result *r);
+
+#endif

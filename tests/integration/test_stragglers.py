@@ -1,0 +1,86 @@
+"""`probing <rank> stragglers` on a real 4-rank gloo DDP job on this machine: one rank's forward
+is ~30 ms slower each step (tests/workloads/late_rank_ddp.py), so the others wait for it in
+DDP's gradient all-reduce; the command must name that rank and its forward. The same job with
+no slow rank names nobody. Both read what the agents recorded (GET /api/arrivals), not timings
+of the test."""
+import json
+import time
+
+import pytest
+
+from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, Launcher, free_port, poll_cli
+
+
+def start_job(cli, env, session_dir, slow_rank):
+    work = session_dir / f"stragglers-{time.monotonic_ns()}"
+    work.mkdir()
+    launcher = Launcher(cli, env, work, env["PROBING_DIR"])
+    port = free_port()
+    ranks = []
+    for rank in range(4):
+        e = dict(env, RANK=str(rank), WORLD_SIZE="4", LOCAL_RANK=str(rank),
+                 MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        ranks.append(launcher.command([cli.binary, "run", "--", PYTHON, "-u",
+                                       WORKLOADS / "late_rank_ddp.py", "--slow-rank",
+                                       str(slow_rank)], env=e, name=f"sgrank{rank}"))
+    for r, t in enumerate(ranks):
+        t._poll(f"READY {r}", lambda t=t, r=r: f"READY {r}" in t.stdout(), STEP_TIMEOUT_S)
+    return launcher, ranks
+
+
+@pytest.fixture
+def slow_job(cli, env, session_dir):
+    launcher, ranks = start_job(cli, env, session_dir, slow_rank=2)
+    try:
+        yield ranks
+    finally:
+        launcher.cleanup()
+
+
+@pytest.fixture
+def healthy_job(cli, env, session_dir):
+    launcher, ranks = start_job(cli, env, session_dir, slow_rank=-1)
+    try:
+        yield ranks
+    finally:
+        launcher.cleanup()
+
+
+def analysis(r):
+    if r.returncode != 0:
+        return None
+    return json.loads(r.stdout)
+
+
+def test_stragglers_names_the_slow_rank_and_its_forward(cli, slow_job):
+    ranks = slow_job
+    # Wait until enough collectives were seen by all four ranks for a verdict.
+    r = poll_cli(cli, ranks[0].pid, ["stragglers", "--json"],
+                 lambda r: (analysis(r) or {}).get("collectives", 0) >= 40,
+                 "40 complete collectives", ranks)
+    a = analysis(r)
+    assert a["culprit"] == 2, r.stdout
+    assert a["phase"] == "forward", r.stdout
+    assert a["late_host"] is None, r.stdout
+    by_rank = {x["rank"]: x for x in a["ranks"]}
+    assert by_rank[2]["times_last"] >= 0.6 * a["collectives"], r.stdout
+    assert by_rank[2]["median_lag_ms"] >= a["floor_ms"], r.stdout
+    # The text form: the verdict line first, then the table.
+    t = cli(ranks[1].pid, "stragglers")
+    lines = t.stdout.splitlines()
+    assert lines[0].startswith("rank 2 (") and "makes the others wait" in lines[0], t.stdout
+    assert "its forward is" in lines[0], t.stdout
+    assert lines[1].split() == ["rank", "host", "times_last", "median_lag_ms", "phase"], t.stdout
+    row2 = [l.split() for l in lines[2:] if l.split() and l.split()[0] == "2"]
+    assert row2 and row2[0][-1] == "forward", t.stdout
+
+
+def test_stragglers_healthy_job_names_nobody(cli, healthy_job):
+    ranks = healthy_job
+    r = poll_cli(cli, ranks[3].pid, ["stragglers", "--json"],
+                 lambda r: (analysis(r) or {}).get("collectives", 0) >= 40,
+                 "40 complete collectives", ranks)
+    a = analysis(r)
+    assert a["culprit"] is None and a["late_host"] is None, r.stdout
+    t = cli(ranks[0].pid, "stragglers")
+    assert t.stdout.startswith("no straggler: "), t.stdout

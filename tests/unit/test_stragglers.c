@@ -1,0 +1,139 @@
+/*
+ * test_stragglers.c - the arrival-order analysis (src/report/stragglers.c) on generated
+ * summaries: a healthy job names nobody, a slow rank is named with its phase, a slow node is
+ * named as the node, a systematic lag below the floor is noise, incomplete collectives are not
+ * compared, and the same holds at 1,024 ranks (timed, not asserted on speed).
+ */
+#include "check.h"
+#include "stragglers.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { RING = 512 };
+
+static uint64_t rng = 88172645463325252ull;
+static double jitter_ms(double max) { /* xorshift64: deterministic, uniform in [0, max) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (double)(rng % 1000000) / 1e6 * max;
+}
+
+typedef struct job {
+    size_t n;
+    pb_arrival_rank *ranks;
+    pb_arrival *arr;
+    char (*host)[32];
+} job;
+
+/* n ranks, per_host ranks a host, `colls` all-reduces each step of 100 ms. Each rank enters
+ * collective s at s*100 ms + jitter (up to 1 ms) + delay(rank); its forward phase is 30 ms +
+ * delay (the slow rank spends its extra time in forward). */
+static job make_job(size_t n, size_t per_host, size_t colls, const double *delay_ms) {
+    job j = {n, calloc(n, sizeof(pb_arrival_rank)), calloc(n * colls, sizeof(pb_arrival)),
+             calloc(n, 32)};
+    for (size_t r = 0; r < n; r++) {
+        snprintf(j.host[r], 32, "node%zu", r / per_host);
+        pb_arrival_rank *pr = &j.ranks[r];
+        pr->rank = (int)r;
+        pr->host = j.host[r];
+        pr->step_ms = 100;
+        pr->phase_ms[0] = 5 + jitter_ms(0.5);
+        pr->phase_ms[1] = 30 + delay_ms[r] + jitter_ms(0.5);
+        pr->phase_ms[2] = 50 + jitter_ms(0.5);
+        pr->phase_ms[3] = 10;
+        pr->arrivals = &j.arr[r * colls];
+        pr->n_arrivals = colls;
+        for (size_t s = 0; s < colls; s++) {
+            int64_t enter = (int64_t)((double)s * 100e6 + (jitter_ms(1.0) + delay_ms[r]) * 1e6);
+            j.arr[r * colls + s] = (pb_arrival){1, 1000 + s, "all_reduce", 1 << 20, enter,
+                                                enter + 2000000};
+        }
+    }
+    return j;
+}
+
+static void free_job(job *j) {
+    free(j->ranks), free(j->arr), free(j->host);
+}
+
+static void healthy_and_slow(size_t n, size_t per_host, int slow, size_t ring) {
+    double *d = calloc(n, sizeof *d);
+    job j = make_job(n, per_host, ring, d);
+    pb_sg_result r;
+    clock_t t0 = clock();
+    CHECK(pb_stragglers_analyze(j.ranks, n, &r) == 0, "%zu ranks healthy: analysed", n);
+    double sec = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    printf("       %zu ranks x %zu arrivals: %.1f ms of CPU\n", n, ring, sec * 1e3);
+    CHECK(r.collectives == ring && r.incomplete == 0, "%zu ranks healthy: %zu collectives (got %zu)",
+          n, ring, r.collectives);
+    CHECK(r.culprit == -1 && r.late_host == NULL, "%zu ranks healthy: nobody named (culprit %d)", n,
+          r.culprit);
+    CHECK(r.floor_ms == 5.0, "floor is 5 %% of the 100 ms step (got %.2f)", r.floor_ms);
+    pb_stragglers_free(&r);
+    free_job(&j);
+
+    d[slow] = 30;
+    j = make_job(n, per_host, ring, d);
+    CHECK(pb_stragglers_analyze(j.ranks, n, &r) == 0, "%zu ranks, rank %d slow: analysed", n, slow);
+    CHECK(r.culprit >= 0 && r.ranks[r.culprit].rank == slow, "%zu ranks: rank %d is the culprit (got %d)",
+          n, slow, r.culprit >= 0 ? r.ranks[r.culprit].rank : -1);
+    CHECK(r.ranks[slow].times_last == ring, "rank %d last in every collective (%zu)", slow,
+          r.ranks[slow].times_last);
+    CHECK(r.ranks[slow].median_lag_ms > 29 && r.ranks[slow].median_lag_ms < 31,
+          "its median lag is about 30 ms (%.2f)", r.ranks[slow].median_lag_ms);
+    CHECK(r.culprit_phase == 1, "its time goes to forward (phase %d, +%.1f ms)", r.culprit_phase,
+          r.culprit_phase_excess_ms);
+    CHECK(r.late_host == NULL, "%zu ranks, one slow rank: no late node", n);
+    pb_stragglers_free(&r);
+    free_job(&j);
+    free(d);
+}
+
+int main(void) {
+    healthy_and_slow(8, 4, 5, RING);
+    healthy_and_slow(1024, 8, 777, RING);
+    healthy_and_slow(10000, 8, 9321, 64); /* 640,000 arrivals: the CLI's work at 10,000 ranks */
+
+    /* A slow node: ranks 4..7 (node1) all 20 ms late. */
+    double d[8] = {0, 0, 0, 0, 20, 20, 20, 20};
+    job j = make_job(8, 4, 64, d);
+    pb_sg_result r;
+    CHECK(pb_stragglers_analyze(j.ranks, 8, &r) == 0, "slow node: analysed");
+    CHECK(r.late_host && strcmp(r.late_host, "node1") == 0, "node1 is the late node (%s, %zu)",
+          r.late_host ? r.late_host : "(none)", r.late_host_count);
+    CHECK(r.late_host_count == 64, "late in all 64 collectives (%zu)", r.late_host_count);
+    pb_stragglers_free(&r);
+    free_job(&j);
+
+    /* Systematic but small: rank 3 always 1.5 ms late on a 100 ms step is noise. */
+    double small[8] = {0, 0, 0, 1.5, 0, 0, 0, 0};
+    j = make_job(8, 4, 64, small);
+    CHECK(pb_stragglers_analyze(j.ranks, 8, &r) == 0, "small lag: analysed");
+    CHECK(r.ranks[3].times_last > 32, "rank 3 is last most often (%zu of 64)", r.ranks[3].times_last);
+    CHECK(r.culprit == -1, "but below the 5 ms floor nobody is named (culprit %d)", r.culprit);
+    pb_stragglers_free(&r);
+
+    /* A rank whose ring holds only the later half: the first half is not compared. */
+    j.ranks[2].arrivals += 32;
+    j.ranks[2].n_arrivals = 32;
+    CHECK(pb_stragglers_analyze(j.ranks, 8, &r) == 0 && r.collectives == 32 && r.incomplete == 32,
+          "a member missing: 32 compared, 32 incomplete (%zu, %zu)", r.collectives, r.incomplete);
+    pb_stragglers_free(&r);
+    free_job(&j);
+
+    /* Too few collectives to claim a majority. */
+    double slow1[4] = {0, 25, 0, 0};
+    j = make_job(4, 4, 3, slow1);
+    CHECK(pb_stragglers_analyze(j.ranks, 4, &r) == 0 && r.culprit == -1,
+          "3 collectives: too few to name anyone (culprit %d)", r.culprit);
+    pb_stragglers_free(&r);
+    free_job(&j);
+
+    errno = 0;
+    CHECK(pb_stragglers_analyze(NULL, 0, &r) == -1 && errno == EINVAL, "no ranks: EINVAL");
+    return check_summary();
+}
