@@ -990,5 +990,5 @@ int pb_job_arrivals_json(void *ctx, pb_buf *out)
     pb_jsonw_arr_end(&w);
     pb_jsonw_obj_end(&w);
     free(copy);
-    return 0;
+    return pb_jsonw_error(&w); /* sticky: the first failed write */
 }
