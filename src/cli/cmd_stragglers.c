@@ -12,6 +12,7 @@
  */
 #include "command.h"
 #include "fanout.h"
+#include "format.h"
 #include "stragglers.h"
 
 #include <jansson.h>
@@ -45,13 +46,14 @@ static double col_median_ms(json_t *root, size_t c) {
     return m;
 }
 
-/* Group names -> small ids, the same on every rank (names come from the group's group_name). */
-static uint32_t group_id(const char **names, uint32_t *n, const char *name) {
-    for (uint32_t i = 0; i < *n; i++)
-        if (!strcmp(names[i], name)) return i;
-    if (*n >= 64) return 63; /* the agent keeps 16 groups a rank; 64 names is beyond a job */
-    names[*n] = name;
-    return (*n)++;
+/* Group names -> ids, the same on every rank (names come from the group's group_name), in a
+ * jansson object used as a hash map: a job of thousands of ranks in tensor- and data-parallel
+ * groups has as many group names, each its own id. Returns -1 out of memory. */
+static int64_t group_id(json_t *ids, const char *name) {
+    json_t *id = json_object_get(ids, name);
+    if (id) return json_integer_value(id);
+    json_int_t next = (json_int_t)json_object_size(ids);
+    return json_object_set_new(ids, name, json_integer(next)) ? -1 : next;
 }
 
 int cmd_stragglers(const pb_cli_args *a)
@@ -69,11 +71,10 @@ int cmd_stragglers(const pb_cli_args *a)
     pb_arrival_rank *in = calloc((size_t)n, sizeof *in);
     pb_arrival **lists = calloc((size_t)n, sizeof *lists);
     int *who = calloc((size_t)n, sizeof *who);
-    const char *gnames[64];
-    uint32_t ng = 0;
+    json_t *gids = json_object();
     pb_sg_result res = {0};
     json_t *out = NULL;
-    if (!arr || !steps || !in || !lists || !who) goto done;
+    if (!arr || !steps || !in || !lists || !who || !gids) goto oom;
     pb_fanout_run(arr, n, "GET", "/api/arrivals", NULL, deadline);
     pb_fanout_run(steps, n, "POST", "/api/query", SG_STEPS_SQL, deadline);
     int m = 0, missing = 0;
@@ -92,18 +93,19 @@ int cmd_stragglers(const pb_cli_args *a)
         json_t *g;
         json_array_foreach(groups, gi, g) total += json_array_size(json_object_get(g, "arrivals"));
         lists[m] = total ? calloc(total, sizeof **lists) : NULL;
-        if (total && !lists[m]) goto done;
+        if (total && !lists[m]) goto oom;
         size_t k = 0;
         json_array_foreach(groups, gi, g) {
             const char *name = json_string_value(json_object_get(g, "group"));
-            uint32_t id = group_id(gnames, &ng, name ? name : "?");
+            int64_t id = group_id(gids, name ? name : "?");
+            if (id < 0) goto oom;
             size_t ai;
             json_t *e;
             json_array_foreach(json_object_get(g, "arrivals"), ai, e) {
                 double en = json_number_value(json_array_get(e, 3)) - offset;
                 json_t *ex = json_array_get(e, 4);
                 lists[m][k++] = (pb_arrival){
-                    id, (uint64_t)json_integer_value(json_array_get(e, 0)),
+                    (uint32_t)id, (uint64_t)json_integer_value(json_array_get(e, 0)),
                     json_string_value(json_array_get(e, 1)),
                     (uint64_t)json_integer_value(json_array_get(e, 2)), (int64_t)llround(en * 1e9),
                     json_is_number(ex) ? (int64_t)llround((json_number_value(ex) - offset) * 1e9) : 0};
@@ -123,10 +125,7 @@ int cmd_stragglers(const pb_cli_args *a)
         pb_cli_error("no rank answered");
         goto done;
     }
-    if (pb_stragglers_analyze(in, (size_t)m, &res)) {
-        pb_cli_error("out of memory");
-        goto done;
-    }
+    if (pb_stragglers_analyze(in, (size_t)m, &res)) goto oom;
     const pb_sg_rank_result *c = res.culprit >= 0 ? &res.ranks[res.culprit] : NULL;
     const char *phase = c && res.culprit_phase >= 0 ? pb_sg_phase_name[res.culprit_phase] : NULL;
     if (a->json) {
@@ -148,13 +147,16 @@ int cmd_stragglers(const pb_cli_args *a)
             goto done;
         }
     } else {
+        char host[256], late[256];
+        pb_format_clean(host, sizeof host, c && c->host ? c->host : "?");
+        pb_format_clean(late, sizeof late, res.late_host ? res.late_host : "?");
         if (res.late_host && c)
             printf("node %s is late: its ranks enter last in %zu of %zu collectives; rank %d's median "
-                   "lag %.1f ms (step %.1f ms)", res.late_host, res.late_host_count, res.collectives,
+                   "lag %.1f ms (step %.1f ms)", late, res.late_host_count, res.collectives,
                    c->rank, c->median_lag_ms, res.step_ms);
         else if (c)
             printf("rank %d (%s) makes the others wait: last in %zu of %zu collectives, median lag "
-                   "%.1f ms behind the median arrival (step %.1f ms)", c->rank, c->host ? c->host : "?",
+                   "%.1f ms behind the median arrival (step %.1f ms)", c->rank, host,
                    c->times_last, res.collectives, c->median_lag_ms, res.step_ms);
         else
             printf("no straggler: no rank is last in >= 60 %% of %zu collectives with a median lag "
@@ -167,16 +169,20 @@ int cmd_stragglers(const pb_cli_args *a)
         printf("%-6s %-20s %10s %14s  %s\n", "rank", "host", "times_last", "median_lag_ms", "phase");
         for (size_t i = 0; i < res.n_ranks; i++) {
             const pb_sg_rank_result *r = &res.ranks[i];
-            printf("%-6d %-20s %10zu %14.1f  %s\n", r->rank, r->host ? r->host : "?", r->times_last,
+            pb_format_clean(host, sizeof host, r->host ? r->host : "?");
+            printf("%-6d %-20s %10zu %14.1f  %s\n", r->rank, host, r->times_last,
                    r->median_lag_ms, (int)i == res.culprit && phase ? phase : "-");
         }
         if (res.incomplete)
             printf("(%zu collectives not seen by every member were left out)\n", res.incomplete);
     }
     rc = missing ? PB_EXIT_PARTIAL : PB_EXIT_OK;
+    goto done;
+oom:
+    pb_cli_error("out of memory");
 done:
-    if (rc == PB_EXIT_ERROR && !(arr && steps && in && lists && who)) pb_cli_error("out of memory");
     json_decref(out);
+    json_decref(gids);
     pb_stragglers_free(&res);
     for (int i = 0; lists && i < n; i++) free(lists[i]);
     free(lists), free(in), free(who);
