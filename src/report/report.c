@@ -420,6 +420,7 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
         pb__report_baseline(&r);
         pb__report_slow_steps(&r);
         pb__report_bottleneck(&r);
+        pb__report_device_time(&r);
         pb__report_check_gil(&r);
         pb__report_sample_size(&r);
     }

@@ -29,6 +29,10 @@ void pb__report_check_collectives(pb__report *r); /* collectives; steps needed *
 void pb__report_check_amp(pb__report *r);         /* amp (GradScaler) */
 void pb__report_check_syncs(pb__report *r);       /* host_syncs; steps needed */
 
+/* device.c (docs/report.md, "Device time"): GPU-bound, launch-bound or host-bound from
+ * python.device_steps; silent on a CPU model. */
+void pb__report_device_time(pb__report *r); /* device_time */
+
 /* memory_section.c (docs/report.md, "Memory"); only with steps in the window. */
 void pb__report_memory_growth(pb__report *r); /* memory_growth: a leak, and when it ends the job */
 void pb__report_memory(pb__report *r);        /* the "memory" section: breakdown, fragmentation */

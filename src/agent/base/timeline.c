@@ -61,7 +61,7 @@ void pb_timeline_attribute(pb_timeline *tl, int64_t from_ns, int64_t to_ns, int6
     qsort(tl->intervals, (size_t)n, sizeof tl->intervals[0], by_start);
 
     /* active: indices of the intervals covering the current point (unordered, small) */
-    static int active[PB_TIMELINE_MAX];
+    int *active = tl->active; /* each timeline's own: the training thread and the device reader attribute theirs */
     int nactive = 0, next = 0;
     int64_t t = from_ns;
     while (t < to_ns) {

@@ -14,8 +14,9 @@
  * exactly, whatever the nesting or overlap, and intervals may arrive in any order (a backward
  * pass is added when it ends, after the collectives inside it).
  *
- * One timeline per clock: the host clock (pb_now_ns(), the training thread) today; device
- * intervals (a later change) go to a timeline of their own, attributed the same way.
+ * One timeline per clock: the host clock (pb_now_ns(), the training thread), and the device's
+ * (base/devtime.h: CUDA events placed on the host clock), each attributed the same way by the
+ * thread that owns it.
  *
  * Plain C, no Python: tests/unit/test_timeline.c drives it directly.
  */
@@ -40,7 +41,7 @@ typedef enum pb_activity {
 /* The clocks a step can be seen on. */
 typedef enum pb_clock {
     PB_CLOCK_HOST = 0, /* the training thread's wall clock (pb_now_ns()) */
-    PB_CLOCK_DEVICE,   /* the accelerator's own intervals (kernels, copies): not filled yet */
+    PB_CLOCK_DEVICE,   /* the device's: when it ran the work each phase queued (devtime.h) */
     PB_CLOCK_COUNT
 } pb_clock;
 
@@ -58,6 +59,7 @@ typedef struct pb_timeline {
     uint32_t added;
     int64_t dropped; /* intervals not kept because the step had PB_TIMELINE_MAX already: their
                       * time goes to whatever covers it otherwise */
+    int active[PB_TIMELINE_MAX]; /* pb_timeline_attribute's scratch: the intervals covering a point */
     uint64_t resets; /* pb_timeline_reset calls: a reader keeping an index into intervals
                       * compares it to know the index is stale */
 } pb_timeline;

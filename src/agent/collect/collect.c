@@ -13,6 +13,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "device.h"
 #include "gil.h"
 #include "intern.h"
 #include "log.h"
@@ -51,6 +52,7 @@ static double cuda_capability = NAN; /* read once, when CUDA is first seen initi
 static PyObject *dataloader_iter_cls, *grad_scaler_cls, *optimizer_cls, *torch_cuda;
 static PyObject *wrap_next, *wrap_scaler_step, *wrap_zero_grad, *wrap_synchronize;
 static PyObject *wrap_item, *wrap_tolist, *wrap_cpu;
+static PyObject *autograd_mod, *wrap_backward; /* torch.autograd.backward, wrapped on CUDA only */
 static PyTypeObject *tensor_type;
 static PyObject *is_autocast_enabled, *get_autocast_dtype, *str_cpu, *str_cuda;
 static PyObject *cuda_get_device_capability;
@@ -164,6 +166,8 @@ static pb_table *const tables[] = {&pb_table_dataloader_trace, &pb_table_steps, 
 
 int pb_collect_tables_init(void)
 {
+    int drc = pb_device_tables_init();
+    if (drc) return drc;
     static const uint64_t capacity[NTABLES] = {1 << 16, 1 << 16, 1 << 17, 1 << 16, 1 << 14, 1 << 14,
                                                1 << 16};
     int rc = 0;
@@ -181,6 +185,7 @@ fail:
 
 void pb_collect_tables_free(void)
 {
+    pb_device_tables_free();
     for (size_t i = 0; i < NTABLES; i++) {
         pb_ring_destroy(tables[i]->ring);
         tables[i]->ring = NULL;
@@ -604,6 +609,7 @@ static PyObject *zero_grad(PyObject *orig, PyObject *const *args, size_t nargsf,
 /* torch.cuda.synchronize(device=None): counted when it returns (it raises without CUDA). */
 static PyObject *synchronize(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
+    pb_device_sync();
     PyObject *res = PyObject_Vectorcall(orig, args, nargsf, kwnames);
     if (res) syncs++;
     return res;
@@ -614,6 +620,12 @@ static PyObject *synchronize(PyObject *orig, PyObject *const *args, size_t nargs
  * when self.is_cuda. */
 static PyObject *host_sync(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
+    if (pb_device_on && PyVectorcall_NARGS(nargsf) >= 1) { /* how far the device runs behind now */
+        PyObject *cuda = PyObject_GetAttr(args[0], str_is_cuda);
+        if (cuda == Py_True) pb_device_sync();
+        Py_XDECREF(cuda);
+        if (!cuda) PyErr_Clear();
+    }
     PyObject *res = PyObject_Vectorcall(orig, args, nargsf, kwnames);
     if (res && PyVectorcall_NARGS(nargsf) >= 1) {
         PyObject *cuda = PyObject_GetAttr(args[0], str_is_cuda);
@@ -621,6 +633,17 @@ static PyObject *host_sync(PyObject *orig, PyObject *const *args, size_t nargsf,
         Py_XDECREF(cuda);
         if (!cuda) PyErr_Clear();
     }
+    return res;
+}
+
+/* torch.autograd.backward(...) (what Tensor.backward() calls): the device time of the work the
+ * backward pass queues (device.h). The host's backward span comes from the autograd probes. */
+static PyObject *autograd_backward(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    int device = pb_device_on;
+    if (device) pb_device_phase(1, PB_ACT_BACKWARD);
+    PyObject *res = PyObject_Vectorcall(orig, args, nargsf, kwnames);
+    if (device) pb_device_phase(0, PB_ACT_BACKWARD);
     return res;
 }
 
@@ -716,6 +739,9 @@ int pb_collect_install(void)
         wrap_or_skip(tensor_cls, "torch.Tensor", "item", host_sync, &wrap_item);
         wrap_or_skip(tensor_cls, "torch.Tensor", "tolist", host_sync, &wrap_tolist);
         wrap_or_skip(tensor_cls, "torch.Tensor", "cpu", host_sync, &wrap_cpu);
+        autograd_mod = PyImport_ImportModule("torch.autograd");
+        PyErr_Clear();
+        wrap_or_skip(autograd_mod, "torch.autograd", "backward", autograd_backward, &wrap_backward);
     }
     Py_XDECREF(avail);
     PyErr_Clear();
@@ -735,6 +761,9 @@ void pb_collect_remove(void)
         pb_unwrap_attr((PyObject *)tensor_type, "tolist", &wrap_tolist);
         pb_unwrap_attr((PyObject *)tensor_type, "cpu", &wrap_cpu);
     }
+    if (autograd_mod) pb_unwrap_attr(autograd_mod, "backward", &wrap_backward);
+    Py_CLEAR(autograd_mod);
+    pb_device_stop();
     PyErr_Restore(et, ev, tb);
     samples = 0;
     syncs = batches = 0;

@@ -24,6 +24,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "device.h"
 #include "intern.h"
 #include "job.h"
 #include "registry.h"
@@ -308,9 +309,12 @@ static PyObject *collective_call(PyObject *self, PyObject *args, PyObject *kwarg
     int slot = pb_job_coll_enter(arg_at(args, kwargs, spec->group_pos, "group"), c->op_id, r.bytes);
     uint64_t seq = pb_job_coll_seq(slot);
     depth++;
+    int device = pb_device_on;
+    if (device) pb_device_phase(1, PB_ACT_COLLECTIVE);
     int64_t start = pb_now_ns();
     PyObject *result = PyObject_Call(c->original, args, kwargs);
     int64_t end = pb_now_ns();
+    if (device) pb_device_phase(0, PB_ACT_COLLECTIVE);
     depth--;
     if (!result) {
         pb_job_coll_exit_at(slot, seq, 0);

@@ -51,6 +51,7 @@
 #include "clock.h"
 #include "collect.h"
 #include "config.h"
+#include "device.h"
 #include "log.h"
 #include "wrap.h"
 
@@ -62,6 +63,7 @@
 #include <unistd.h>
 
 int pb_autograd_pass_active, pb_autograd_paused;
+static int backward_device; /* grad sync's begin was marked on the device */
 static PyObject *queue_callback;   /* bound Variable._execution_engine.queue_callback */
 static PyObject *str_register_prehook;
 
@@ -398,6 +400,8 @@ static PyObject *backward_done(PyObject *self, PyObject *unused)
         if (r) {
             Py_DECREF(r);
             backward_done_ns = pb_now_ns();
+            backward_device = pb_device_on;
+            if (backward_device) pb_device_phase(1, PB_ACT_GRAD_SYNC);
         } else {
             PyErr_Clear();
         }
@@ -409,6 +413,8 @@ static PyMethodDef backward_done_def = {"_backward_done", (PyCFunction)backward_
 /* Queued by backward_done: the engine's final callbacks (DDP's gradient sync) are over. */
 static PyObject *backward_synced(PyObject *self, PyObject *unused)
 {
+    if (backward_device) pb_device_phase(0, PB_ACT_GRAD_SYNC);
+    backward_device = 0;
     if (backward_done_ns && atomic_load_explicit(&pb_step_enabled, memory_order_relaxed))
         pb_step_interval(PB_ACT_GRAD_SYNC, backward_done_ns, pb_now_ns());
     backward_done_ns = 0;

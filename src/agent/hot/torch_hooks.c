@@ -39,6 +39,7 @@
 #include "collect.h"
 #include "config.h"
 #include "detail.h"
+#include "device.h"
 #include "frames.h"
 #include "intern.h"
 #include "log.h"
@@ -73,6 +74,8 @@ static int record_backward = 1; /* PROBING_BACKWARD */
 static int64_t opt_start_ns;
 static int64_t opt_closure_ns; /* time in the closure of the running optimizer.step() */
 static uint32_t opt_seq;
+static int opt_device;                          /* 1: optimizer phase marked on the device, 2: and its module span */
+static uint32_t opt_device_name, opt_device_type; /* the optimizer's row, for its device END */
 static pb_detail detail_policy;
 static int detail;          /* the current step records rows (detail.h) */
 static int detail_measured; /* no capture ran in the current step: it counts for the policy */
@@ -429,6 +432,7 @@ static void end_step(int64_t now)
     step_start_cpu_ns = cpu_now;
     step_cpu_thread = thread;
     pb_collect_step_end(done, wall, cpu, detail);
+    pb_device_step_end(done);
     pb_detail_step_done(&detail_policy, done, wall, cpu, detail, detail_measured && !pb_capture_ranges);
     atomic_fetch_add_explicit(&pb_step_number, 1, memory_order_relaxed);
     pb_step_start_ns = now;
@@ -579,6 +583,7 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
     f->layer_capture = 0;
     f->detail = (uint8_t)(ts->depth ? ts->stack[ts->depth - 1].detail : detail);
     ts->depth++;
+    if (ts->depth == 1) pb_device_begin(PB_ACT_FORWARD);
     if (!f->detail) { /* summary: only the root's time is needed */
         if (ts->depth == 1) f->start_ns = pb_now_ns();
         return;
@@ -597,6 +602,7 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
         pb_autograd_frame_begin(f, ts->depth > 1 ? &ts->stack[ts->depth - 2] : NULL);
     }
     f->range = pb_capture_ranges ? pb_capture_range_enter(f->name) : NULL;
+    if (pb_device_on) pb_device_module(1, (pb_activity)-1, f->name, f->type, f->seq, PB_STAGE_FORWARD, ts->depth - 1);
     f->start_ns = pb_now_ns();
 }
 
@@ -650,6 +656,7 @@ static void leave(PyObject *mod, PyObject *output)
     int64_t now = pb_now_ns(), total = now - f->start_ns;
     if (f->detail) {
         end_capture_range(f);
+        if (pb_device_on) pb_device_module(0, (pb_activity)-1, f->name, f->type, f->seq, PB_STAGE_FORWARD, depth);
         int64_t own = total - (pb_step_collectives_total_ns - f->collectives_at_start); /* without collectives */
         if (output) {
             pb_frames_push_row(f->start_ns, now, own - f->child_ns, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
@@ -682,6 +689,7 @@ static void leave(PyObject *mod, PyObject *output)
     /* a root call: its whole time is forward time on the step's timeline, less what runs
      * inside it (collectives, a nested backward), which the timeline gives to the innermost */
     pb_step_interval(PB_ACT_FORWARD, f->start_ns, now);
+    pb_device_end(PB_ACT_FORWARD);
     if (pb_autograd_paused) pb_autograd_resume();
     if (output) pb_collect_phase(mod == primary_root ? PB_PHASE_AFTER_FORWARD : PB_PHASE_AFTER_LOSS);
     if (mod == primary_root) primary_ran = 1;
@@ -837,7 +845,10 @@ static PyObject *closure_vectorcall(PyObject *self, PyObject *const *args, size_
 {
     pb_wrapper *w = (pb_wrapper *)self;
     int64_t start = pb_now_ns();
+    int device = pb_device_on;
+    if (device) pb_device_phase(1, PB_ACT_HOST);
     PyObject *res = PyObject_Vectorcall(w->orig, args, nargsf, kwnames);
+    if (device) pb_device_phase(0, PB_ACT_HOST);
     if (atomic_load_explicit(&pb_step_enabled, memory_order_relaxed)) {
         int64_t end = pb_now_ns();
         pb_step_interval(PB_ACT_HOST, start, end);
@@ -888,6 +899,17 @@ static PyObject *opt_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     if (!atomic_load_explicit(&pb_step_enabled, memory_order_relaxed)) Py_RETURN_NONE;
     opt_seq = pb_step_seq++;
     opt_closure_ns = 0;
+    opt_device = 0;
+    if (pb_device_on) { /* on detail steps also the optimizer's own row in python.device_trace */
+        opt_device = 1;
+        pb_device_phase(1, PB_ACT_OPTIMIZER);
+        if (detail && nargs >= 1) {
+            opt_device_type = pb_intern_cstr(class_name(args[0]));
+            opt_device_name = optimizer_name(args[0], opt_device_type);
+            pb_device_module(1, (pb_activity)-1, opt_device_name, opt_device_type, opt_seq, PB_STAGE_STEP, 0);
+            opt_device = 2;
+        }
+    }
     opt_start_ns = pb_now_ns();
     PyObject *changed = nargs >= 3 ? with_wrapped_closure(args[1], args[2]) : NULL;
     if (changed) return changed;
@@ -899,6 +921,9 @@ static PyObject *opt_post(PyObject *self, PyObject *const *args, Py_ssize_t narg
 {
     int64_t now = pb_now_ns();
     if (!atomic_load_explicit(&pb_step_enabled, memory_order_relaxed) || nargs < 1) Py_RETURN_NONE;
+    if (opt_device == 2) pb_device_module(0, (pb_activity)-1, opt_device_name, opt_device_type, opt_seq, PB_STAGE_STEP, 0);
+    if (opt_device) pb_device_phase(0, PB_ACT_OPTIMIZER);
+    opt_device = 0;
     if (opt_start_ns) {
         pb_step_interval(PB_ACT_OPTIMIZER, opt_start_ns, now);
         if (detail) {

@@ -21,6 +21,7 @@
 #include "record.h"
 #include "paths.h"
 #include "server.h"
+#include "device.h"
 #include "sysmon.h"
 #include "registry.h"
 #include "torch_trace.h"
@@ -175,6 +176,8 @@ static int info_json(void *ctx, pb_buf *out)
     pb_jsonw_str(&w, pb_gil_status());
     pb_jsonw_key(&w, "nvml");
     pb_jsonw_str(&w, nvml);
+    pb_jsonw_key(&w, "device_time"); /* CUDA events (device.h) */
+    pb_jsonw_str(&w, pb_device_status());
     pb_jsonw_obj_end(&w);
     pb_jsonw_key(&w, "version");
     pb_jsonw_str(&w, PB_VERSION);
@@ -333,6 +336,7 @@ static void atfork_child(void)
     server = NULL;
     pb_memsample_forget_after_fork();
     pb_sysmon_forget_after_fork();
+    pb_device_forget_after_fork();
     pb_eval_forget_after_fork();
     pb_capture_forget_after_fork();
     pb_job_forget_after_fork();
