@@ -28,6 +28,8 @@
 #include <cstring>
 #include <ctime>
 #include <memory>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 extern "C" {
@@ -97,8 +99,11 @@ struct PreHook : torch::autograd::FunctionPreHook {
     void compiled_args(torch::dynamo::autograd::CompiledNodeArgs &) const override {}
 };
 
-/* Held node references; a handle is (generation << 32) | (index + 1). */
-std::vector<c10::intrusive_ptr<Node>> held;
+/* Held node references; a handle is (generation << 32) | (index + 1). The pointer type is
+ * whatever Tensor::grad_fn() returns: std::shared_ptr<Node> up to torch 2.12, c10::intrusive_ptr
+ * from 2.13. */
+using NodeRef = std::decay_t<decltype(std::declval<const at::Tensor &>().grad_fn())>;
+std::vector<NodeRef> held;
 uint32_t generation = 1;
 
 uint64_t node_of(PyObject *obj, const void **id)
@@ -108,7 +113,7 @@ uint64_t node_of(PyObject *obj, const void **id)
         if (!THPVariable_Check(obj)) return 0;
         const at::Tensor &t = THPVariable_Unpack(obj);
         if (!t.defined()) return 0;
-        c10::intrusive_ptr<Node> fn = t.grad_fn();
+        NodeRef fn = t.grad_fn();
         if (!fn || held.size() >= 0xffffffffu) return 0;
         *id = fn.get();
         held.push_back(std::move(fn));
@@ -141,7 +146,7 @@ int hook(uint64_t handle, uint64_t tag)
 
 void release_all()
 {
-    std::vector<c10::intrusive_ptr<Node>> old;
+    std::vector<NodeRef> old;
     old.swap(held); /* freeing nodes can run Python (tensor deallocation): state first */
     held.reserve(old.capacity());
     generation++;

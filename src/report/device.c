@@ -95,9 +95,10 @@ void pb__report_device_time(pb__report *r)
     if (behind >= BEHIND_GPU_BOUND * step) {
         type = "gpu_bound";
         claim = pb__report_textf(
-            "GPU-bound: the device runs %.3g ms behind the host (median, %.0f%% of the %.3g ms step)%s; device time per "
-            "step: forward %.3g ms, backward %.3g, optimizer %.3g, collectives %.3g, outside them %.3g",
-            behind * 1e3, 100 * behind / step, step * 1e3, syncs, med[C_FWD] * 1e3, med[C_BWD] * 1e3, med[C_OPT] * 1e3,
+            "GPU-bound: the device needs %.3g ms per step where the host takes %.3g ms, and runs %.3g ms behind it "
+            "(medians)%s; device time per step: forward %.3g ms, backward %.3g, optimizer %.3g, collectives %.3g, "
+            "outside them %.3g",
+            med[C_WALL] * 1e3, step * 1e3, behind * 1e3, syncs, med[C_FWD] * 1e3, med[C_BWD] * 1e3, med[C_OPT] * 1e3,
             med[C_COLL] * 1e3, med[C_OTHER] * 1e3);
         advice = "The GPU is the constraint: make its work cheaper. Look at the modules with the most device time "
                  "(python.device_trace), use bf16 autocast on tensor cores, and check the collectives' device share "

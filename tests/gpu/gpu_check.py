@@ -3,8 +3,9 @@
 Runs tests/gpu/workload.py with and without probing, reads what probing recorded
 (`probing run -o X.db`, then `probing X.db query -f json` and `report --json`), and checks:
   identical      the MLP's losses are bit-identical with and without probing
-  events_truth   the heavy model's device forward/backward per step agree with torch.cuda.Event
-                 pairs around the same calls, measured by the workload itself (within 10 %)
+  events_truth   the heavy model's device forward/backward per step (median) agree with
+                 torch.cuda.Event pairs the workload records around the same calls in the same
+                 steps (within 5 %)
   modules_sum    on detail steps, the forward modules' device self times add up to the step's
                  device forward (within 5 %)
   gpu_bound      the heavy model is called GPU-bound, with device figures
@@ -123,7 +124,7 @@ def main():
         fwd, bwd = float(ev[-1][0]), float(ev[-1][1])
         fig["heavy_torch_events_ms"] = {"forward": fwd, "backward": bwd}
         dfwd, dbwd = fig["heavy_device_ms"]["forward"], fig["heavy_device_ms"]["backward"]
-        checks["events_truth"] = abs(dfwd - fwd) <= 0.10 * fwd and abs(dbwd - bwd) <= 0.10 * bwd
+        checks["events_truth"] = abs(dfwd - fwd) <= 0.05 * fwd and abs(dbwd - bwd) <= 0.05 * bwd
     else:
         checks["events_truth"] = False
     mods = query(db, "SELECT t.step, SUM(t.duration) AS self_sum, d.forward FROM python.device_trace t JOIN python.device_steps d "
@@ -180,16 +181,27 @@ def main():
     fig["system_gpu"] = g[0] if g else None
     checks["system_gpu"] = bool(g) and g[0]["n"] > 0
 
-    # overhead, interleaved: plain, probing, plain, probing
-    for kind, steps in (("heavy", 40), ("tiny", 60)):
-        plain, probed = [], []
+    # overhead, interleaved: plain, probing, probing without device time (PROBING_DEVICE_TIME=0)
+    def run_probed_env(kind, steps, name, extra):
+        saved = dict(env)
+        env.update(extra)
+        try:
+            return run_probed(kind, steps, name)
+        finally:
+            env.clear()
+            env.update(saved)
+
+    for kind, steps in (("heavy", 40), ("tiny", 150)):
+        res = {"plain_ms": [], "probing_ms": [], "probing_no_device_ms": []}
         for _ in range(2):
-            plain.append(step_ms(run_plain(kind, steps)))
-            probed.append(step_ms(run_probed(kind, steps, f"{kind}_oh")[0]))
-        fig[f"overhead_{kind}"] = {"plain_ms": plain, "probing_ms": probed}
-        ok = [x for x in plain + probed if x]
-        if len(ok) == 4:
-            fig[f"overhead_{kind}"]["ratio"] = statistics.mean(probed) / statistics.mean(plain)
+            res["plain_ms"].append(step_ms(run_plain(kind, steps)))
+            res["probing_ms"].append(step_ms(run_probed(kind, steps, f"{kind}_oh")[0]))
+            res["probing_no_device_ms"].append(step_ms(run_probed_env(kind, steps, f"{kind}_oh0", {"PROBING_DEVICE_TIME": "0"})[0]))
+        if all(x for v in res.values() for x in v):
+            base = statistics.mean(res["plain_ms"])
+            res["ratio"] = statistics.mean(res["probing_ms"]) / base
+            res["ratio_no_device"] = statistics.mean(res["probing_no_device_ms"]) / base
+        fig[f"overhead_{kind}"] = res
 
     fig["checks"] = checks
     Path(args.out).write_text(json.dumps(fig, indent=1))

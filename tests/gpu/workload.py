@@ -11,8 +11,9 @@ KIND:
   item   the heavy model with loss.item() on every step: the host waits for the device there
   nccl   one-rank NCCL process group: an all_reduce of 256 MB per step beside a little compute
 
-heavy also prints `EVENTS fwd_ms=.. bwd_ms=..`: torch.cuda.Event pairs around model(x) and
-loss.backward(), the reference gpu_check compares probing's device times with.
+heavy also prints `EVENTS fwd_ms=.. bwd_ms=..`: medians of torch.cuda.Event pairs around model(x)
+and loss.backward() in the same steps (from the first quarter on), the reference gpu_check
+compares probing's device times with.
 Prints `STEP_MS <median ms>` (whole-step time from the host, synchronised every 10 steps) last.
 """
 import argparse
@@ -63,14 +64,29 @@ def main():
         dist.init_process_group("nccl", rank=0, world_size=1)
         payload = torch.ones(64 * 1024 * 1024, device=dev)  # 256 MB
     times = []
+    # heavy: the reference, torch.cuda.Event pairs around model(x) and loss.backward() in the same
+    # steps probing measures (read once the step is done: at every 10th step's synchronize)
+    ref = args.kind == "heavy"
+    ref_fwd, ref_bwd, pending = [], [], []
     t0 = time.perf_counter()
     for step in range(args.steps):
+        if ref:
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+            ev[0].record()
         out = model(x)
+        if ref:
+            ev[1].record()
         if args.kind == "mlp":
             loss = nn.functional.cross_entropy(out, y)
         else:
             loss = out.float().pow(2).mean()
+        if ref:
+            ev[2].record()
         loss.backward()
+        if ref:
+            ev[3].record()
+            if step >= args.steps // 4:
+                pending.append(ev)
         if args.kind == "nccl":
             dist.all_reduce(payload)
         opt.step()
@@ -83,26 +99,16 @@ def main():
             if args.kind != "mlp":
                 loss.item()
             torch.cuda.synchronize()
+            for e in pending:
+                ref_fwd.append(e[0].elapsed_time(e[1]))
+                ref_bwd.append(e[2].elapsed_time(e[3]))
+            pending = []
             t1 = time.perf_counter()
             times.append((t1 - t0) / 10 * 1000)
             t0 = t1
     torch.cuda.synchronize()
-    if args.kind == "heavy":  # the reference: torch.cuda.Event pairs around the same calls
-        fwd, bwd = [], []
-        for _ in range(6):
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-            ev[0].record()
-            out = model(x)
-            ev[1].record()
-            loss = out.float().pow(2).mean()
-            ev[2].record()
-            loss.backward()
-            ev[3].record()
-            opt.zero_grad(set_to_none=True)
-            torch.cuda.synchronize()
-            fwd.append(ev[0].elapsed_time(ev[1]))
-            bwd.append(ev[2].elapsed_time(ev[3]))
-        print(f"EVENTS fwd_ms={statistics.median(fwd[1:]):.4f} bwd_ms={statistics.median(bwd[1:]):.4f}", flush=True)
+    if ref_fwd:
+        print(f"EVENTS fwd_ms={statistics.median(ref_fwd):.4f} bwd_ms={statistics.median(ref_bwd):.4f} steps={len(ref_fwd)}", flush=True)
     if args.kind == "nccl":
         import torch.distributed as dist
         dist.destroy_process_group()
