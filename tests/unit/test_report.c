@@ -1441,6 +1441,71 @@ static void test_gil(void)
     json_decref(doc);
 }
 
+/* python.device_steps (device time, CUDA events): GPU-bound when the device runs far behind the
+ * host, launch-bound when it keeps up while the host's step is mostly forward/backward/optimizer,
+ * host-bound when it keeps up while the host does something else; silent without the table. */
+static void device_case(double host_wall, double data, double fwd, double bwd, double opt, double dev_wall,
+                        double lag, double sync_wait)
+{
+    fresh(1);
+    exec("CREATE TABLE python.steps (step INTEGER, wall REAL, data_wait REAL, forward REAL,"
+         " backward REAL, optimizer REAL, collectives REAL, other REAL, samples INTEGER,"
+         " syncs INTEGER, rank INTEGER)");
+    exec("CREATE TABLE python.device_steps (step INTEGER, device INTEGER, wall REAL, data_wait REAL,"
+         " forward REAL, backward REAL, optimizer REAL, collectives REAL, grad_sync REAL, other REAL,"
+         " lag REAL, sync_wait REAL, syncs INTEGER, anchor_error REAL, dropped INTEGER, rank INTEGER)");
+    for (int st = 0; st < 20; st++) {
+        char sql[512];
+        add_step(st, fwd, bwd, opt, host_wall, 300);
+        snprintf(sql, sizeof sql, "INSERT INTO python.steps VALUES (%d, %.9f, %.9f, %.9f, %.9f, %.9f, 0, %.9f, 64, %d, 0)",
+                 st, host_wall, data, fwd, bwd, opt, host_wall - data - fwd - bwd - opt, sync_wait > 0);
+        exec(sql);
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO python.device_steps VALUES (%d, 0, %.9f, 0, %.9f, %.9f, %.9f, 0, 0, %.9f, %.9f, %.9f, %d, 2e-5, 0, 0)",
+                 st, dev_wall, dev_wall * 0.33, dev_wall * 0.6, dev_wall * 0.03, dev_wall * 0.04, lag, sync_wait, sync_wait > 0);
+        exec(sql);
+    }
+}
+
+static const char *device_type(json_t *doc)
+{
+    return json_string_value(json_object_get(finding(doc, "device_time"), "type"));
+}
+
+static void test_device_time(void)
+{
+    /* the H200 run of gpu_check: 4 bf16 8192x8192 layers, the host queues a step in 1.8 ms */
+    device_case(0.0018, 0, 0.0002, 0.00024, 0.00016, 0.019, 0.093, 0);
+    json_t *doc = build(0, NULL);
+    CHECK_STR(device_type(doc), "gpu_bound", "device far behind the host: GPU-bound");
+    CHECK(claim(doc, "device_time") && strstr(claim(doc, "device_time"), "19 ms per step"), "the claim names the device step");
+    CHECK(sql_reruns(finding(doc, "device_time")), "the device_time SQL re-runs");
+    json_decref(doc);
+    /* a planted .item() per step: lag 0 at the step's end, but the sync waited 16.5 ms */
+    device_case(0.0191, 0, 0.0002, 0.00024, 0.00016, 0.0192, 0.00001, 0.0165);
+    doc = build(0, NULL);
+    CHECK_STR(device_type(doc), "gpu_bound", "a sync that waits most of the step: GPU-bound");
+    CHECK(claim(doc, "device_time") && strstr(claim(doc, "device_time"), "waits 16.5 ms"), "the claim names the sync's wait");
+    json_decref(doc);
+    /* 200 tiny layers: the device finishes 8 us after the host, the host is 89 % fwd/bwd/opt */
+    device_case(0.031, 0, 0.0085, 0.0165, 0.0025, 0.0318, 0.000008, 0);
+    doc = build(0, NULL);
+    CHECK_STR(device_type(doc), "launch_bound", "device keeps up, host launching: launch-bound");
+    CHECK_STR(severity(doc, "device_time"), "warning", "launch-bound is a warning");
+    json_decref(doc);
+    /* the device keeps up while the host waits for data */
+    device_case(0.03, 0.02, 0.003, 0.004, 0.001, 0.03, 0.00002, 0);
+    doc = build(0, NULL);
+    CHECK_STR(device_type(doc), "host_bound", "device keeps up, host elsewhere: host-bound");
+    json_decref(doc);
+    /* no device rows (a CPU job, an older agent): no finding at all */
+    fresh(1);
+    for (int st = 0; st < 10; st++) add_step(st, 0.004, 0.005, 0.0005, 0.0102, 300);
+    doc = build(0, NULL);
+    CHECK(finding(doc, "device_time") == NULL, "without python.device_steps: no device_time finding");
+    json_decref(doc);
+}
+
 int main(void)
 {
     test_missing_trace();
@@ -1472,6 +1537,7 @@ int main(void)
     test_causes_throughput_sample();
     test_straggler_mirror();
     test_gil();
+    test_device_time();
     json_decref(test_info);
     sqlite3_close(db);
     return check_summary();
