@@ -191,6 +191,8 @@ int main(void)
         CHECK(s->end_ns - s->host_end_ns > 20 * MS, "GPU-bound: the device finished the step >20 ms after the host ended it (lag %.3f ms)",
               (s->end_ns - s->host_end_ns) / 1e6);
         CHECK(s->device == 3, "the context's device is named (%d)", s->device);
+        CHECK(s->start_ns - s->host_start_ns > 20 * MS, "GPU-bound: the device began the step >20 ms after the host (%.3f ms)",
+              (s->start_ns - s->host_start_ns) / 1e6);
         CHECK(s->anchor_error_ns >= 0 && s->anchor_error_ns < MS, "the anchor's error is kept (%lld ns)", (long long)s->anchor_error_ns);
     }
     CHECK(sim.syncs_called > 0 && atomic_load(&d.dropped) == 0, "GPU-bound: only the anchor synchronised, nothing dropped");

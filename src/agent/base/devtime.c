@@ -159,6 +159,7 @@ static void end_step(pb_devtime *d, const pb_dev_mark *m, int64_t dev_ns, int64_
         row.step = d->step;
         row.start_ns = d->step_start_ns;
         row.end_ns = dev_ns;
+        row.host_start_ns = d->step_host_start_ns;
         row.host_end_ns = m->host_ns;
         pb_timeline_attribute(&d->timeline, d->step_start_ns, dev_ns, row.share);
         row.sync_wait_ns = d->sync_wait_ns;
@@ -172,6 +173,7 @@ static void end_step(pb_devtime *d, const pb_dev_mark *m, int64_t dev_ns, int64_
     d->have_step = 1;
     d->step = m->step + 1;
     d->step_start_ns = dev_ns;
+    d->step_host_start_ns = m->host_ns;
     d->sync_wait_ns = 0;
     d->syncs = 0;
 }

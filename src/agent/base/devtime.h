@@ -85,6 +85,7 @@ typedef struct pb_dev_mark {
 typedef struct pb_dev_step {
     int64_t step;
     int64_t start_ns, end_ns;   /* device times of the step's two boundary marks */
+    int64_t host_start_ns;      /* when the host recorded the opening mark (its step began) */
     int64_t host_end_ns;        /* when the host recorded the closing mark */
     int64_t share[PB_ACT_COUNT]; /* the device span attributed to activities (add up to span) */
     int64_t sync_wait_ns;       /* sum over the step's syncs of how far the device ran behind */
@@ -140,7 +141,7 @@ typedef struct pb_devtime {
     } stack[PB_DEV_STACK];
     int depth, stack_overflow;
     int have_step;
-    int64_t step, step_start_ns, sync_wait_ns;
+    int64_t step, step_start_ns, step_host_start_ns, sync_wait_ns;
     int32_t syncs;
     pb_timeline timeline;
     int failed; /* a driver call failed in a way that stops device timing; reason in why */

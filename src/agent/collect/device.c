@@ -19,7 +19,7 @@
 typedef struct pb_device_step_row {
     int64_t step;
     int64_t wall_ns, data_wait_ns, forward_ns, backward_ns, optimizer_ns, collectives_ns, grad_sync_ns, other_ns;
-    int64_t lag_ns, sync_wait_ns, anchor_error_ns, dropped;
+    int64_t lag_ns, sync_wait_ns, anchor_error_ns, dropped, time_offset_ns;
     int32_t syncs, device;
     uint16_t rank;
 } pb_device_step_row;
@@ -45,6 +45,7 @@ static const pb_column step_cols[] = {
     COL("collectives", PB_COL_NS_SEC, pb_device_step_row, collectives_ns, "device seconds of the work collective calls queued (NCCL kernels on the current stream; async work on NCCL's own stream counts where the current stream waits for it)"),
     COL("grad_sync", PB_COL_NS_SEC, pb_device_step_row, grad_sync_ns, "device seconds of the work autograd's final callbacks queued (DDP's bucket all-reduces when they run on the current stream)"),
     COL("other", PB_COL_NS_SEC, pb_device_step_row, other_ns, "device seconds no phase above queued: work the loop's own code queued (a loss outside a module, copies to the device) and the device idle waiting for the host"),
+    COL("time_offset", PB_COL_NS_SEC, pb_device_step_row, time_offset_ns, "seconds from the host's start of the step (python.steps) to the device's: how far behind the device began it (timeline places the device track with it)"),
     COL("lag", PB_COL_NS_SEC, pb_device_step_row, lag_ns, "seconds the device finished the step's work after the host ended the step: large = the host runs ahead and waits on the device (GPU-bound); about 0 = the device waits on the host (host- or launch-bound)"),
     COL("sync_wait", PB_COL_NS_SEC, pb_device_step_row, sync_wait_ns, "seconds the host waited for the device in the step's synchronisations (.item(), .cpu(), torch.cuda.synchronize()): for each, how far the device's queue ran behind when the host asked"),
     COL("syncs", PB_COL_I32, pb_device_step_row, syncs, "synchronisations timed in the step"),
@@ -141,6 +142,7 @@ static void on_step(const pb_dev_step *s, void *ctx)
     r.grad_sync_ns = s->share[PB_ACT_GRAD_SYNC];
     r.other_ns = s->share[PB_ACT_HOST];
     r.lag_ns = s->end_ns - s->host_end_ns;
+    r.time_offset_ns = s->start_ns - s->host_start_ns;
     r.sync_wait_ns = s->sync_wait_ns;
     r.syncs = s->syncs;
     r.anchor_error_ns = s->anchor_error_ns;
