@@ -7,6 +7,8 @@
  *   python.torch_trace      one slice per module execution (forward, backward) and optimizer step
  *   python.dataloader_trace one slice per batch the loop waited for, "data wait"
  *   python.nccl_trace       one slice per collective, named by its operation
+ *   python.device_steps     on CUDA, the device track: one slice per step as the device ran it
+ *   python.device_trace     ... and one per module call of a detail step on the device
  * All are complete events ("ph":"X"), ts and dur in microseconds, pid = rank, tid = the OS
  * thread (torch_trace.thread). Steps, data waits and collectives have no thread column: they are
  * put on the training thread, the thread that ran most root forwards.
@@ -18,6 +20,11 @@
  * out. Times are computed in integer nanoseconds so nesting is exact; a slice that starts inside
  * another on its thread but would end after it (sibling backward branches overlap, rounding) is
  * cut at its parent's end, so every thread's slices nest.
+ *
+ * The device track is a thread of its own (tid PB_DEVICE_TID + the CUDA ordinal): a device step
+ * starts device_steps.time_offset after its host step, a module device_trace.time_offset after
+ * its device step. The device tables are read quietly: a CPU job, or a record from an agent
+ * without them, has no device track.
  */
 #include "command.h"
 #include "client.h"
@@ -79,6 +86,73 @@ static int64_t step_start(const step_starts *ss, long long step)
     if (step < ss->first) return -1;
     if ((unsigned long long)(step - ss->first) >= ss->count) return ss->start_ns[ss->count];
     return ss->start_ns[step - ss->first];
+}
+
+#define PB_DEVICE_TID 1000000000LL /* + the CUDA ordinal: no OS thread id is that large */
+
+/* The device track of t (see the top). Returns 0 (also when t has no device rows) or -ENOMEM. */
+static int device_slices(const pb_target *t, long long pid, const step_starts *ss, slices *s)
+{
+    json_t *steps = NULL, *mods = NULL, *row;
+    char *error = NULL, label[256];
+    size_t i;
+    int rc = 0;
+    if (pb_client_query_objects(t, "SELECT step, device, time_offset, wall, rank FROM python.device_steps ORDER BY step",
+                                PB_CLI_QUERY_TIMEOUT_MS, &steps, &error)) {
+        free(error);
+        return 0;
+    }
+    if (pb_client_query_objects(t, "SELECT step, module, time_offset, total_duration FROM python.device_trace "
+                                   "ORDER BY step, seq", PB_CLI_QUERY_TIMEOUT_MS, &mods, &error)) {
+        free(error);
+        error = NULL;
+        mods = NULL;
+    }
+    /* the device start of each step held in ss, for its modules */
+    int64_t *dev_start = ss->count ? calloc(ss->count, sizeof *dev_start) : NULL;
+    long long *dev_tid = ss->count ? calloc(ss->count, sizeof *dev_tid) : NULL;
+    long long *dev_pid = ss->count ? calloc(ss->count, sizeof *dev_pid) : NULL;
+    if (ss->count && (!dev_start || !dev_tid || !dev_pid)) {
+        rc = -ENOMEM;
+        goto done;
+    }
+    for (size_t k = 0; k < ss->count; k++) dev_start[k] = -1;
+#define NUM(o, k) json_object_get(o, k)
+    json_array_foreach(steps, i, row) {
+        long long step = (long long)json_integer_value(NUM(row, "step"));
+        int64_t host = step_start(ss, step);
+        if (host < 0 || step < ss->first || (unsigned long long)(step - ss->first) >= ss->count) continue;
+        int64_t start = host + seconds_ns(NUM(row, "time_offset"));
+        long long tid = PB_DEVICE_TID + (long long)json_integer_value(NUM(row, "device"));
+        dev_start[step - ss->first] = start;
+        dev_tid[step - ss->first] = tid;
+        dev_pid[step - ss->first] = pid >= 0 ? pid : (long long)json_integer_value(NUM(row, "rank"));
+        snprintf(label, sizeof label, "step %lld (device)", step);
+        if (add_slice(s, start, seconds_ns(NUM(row, "wall")), dev_pid[step - ss->first], tid, label, "device", step)) {
+            rc = -ENOMEM;
+            goto done;
+        }
+    }
+    json_array_foreach(mods, i, row) {
+        long long step = (long long)json_integer_value(NUM(row, "step"));
+        if (step < ss->first || (unsigned long long)(step - ss->first) >= ss->count || dev_start[step - ss->first] < 0)
+            continue;
+        size_t k = (size_t)(step - ss->first);
+        if (add_slice(s, dev_start[k] + seconds_ns(NUM(row, "time_offset")), seconds_ns(NUM(row, "total_duration")),
+                      dev_pid[k], dev_tid[k],
+                      json_string_value(NUM(row, "module")), "device", step)) {
+            rc = -ENOMEM;
+            goto done;
+        }
+    }
+#undef NUM
+done:
+    free(dev_start);
+    free(dev_tid);
+    free(dev_pid);
+    json_decref(steps);
+    json_decref(mods);
+    return rc;
 }
 
 static int by_thread_then_time(const void *x, const void *y)
@@ -236,6 +310,7 @@ static int collect_slices(const pb_target *t, long long pid, long long anchor_st
             goto done;
     }
 #undef PID
+    if (device_slices(t, pid, &ss, s)) goto done;
     if (anchor_ns) {
         int64_t rel = step_start(&ss, anchor_step);
         int64_t shift = anchor_ns - (rel >= 0 ? rel : ss.start_ns[ss.count]);
