@@ -211,6 +211,41 @@ async function refreshOverview() {
   const unit = rows.some((row) => row[PHASES.length + 2] > 0) ? 'samples/s' : 'steps/s';
   plot('tput-' + unit, $('ov-tput'), [{ label: unit, stroke: '#2563eb', width: 1.5 }], [x, tput],
     { ylabel: unit, height: 180 });
+  await refreshDevice();
+}
+
+/* The device's time by phase (python.device_steps: CUDA events, docs/tables.md "Device time"),
+ * stacked like the host's; the card stays hidden without rows (a CPU job, an older record). */
+async function refreshDevice() {
+  let b;
+  try {
+    b = await bucketFor('python.device_steps');
+  } catch (e) { b = { n: 0 }; }
+  ui.devicePoints = 0;
+  $('ov-device-row').hidden = !b.n;
+  if (!b.n) return;
+  const N = b.bucket;
+  const cols = PHASES.map(([c]) => `avg(${c})`).join(', ');
+  const r = await query(`SELECT (step / ${N}) * ${N} AS s, ${cols}, avg(lag) FROM python.device_steps ` +
+    `GROUP BY step / ${N} ORDER BY s`);
+  const x = r.rows.map((row) => row[0]);
+  const raw = PHASES.map((_, k) => r.rows.map((row) => row[1 + k] || 0));
+  const cum = [];
+  let acc = x.map(() => 0);
+  for (const v of raw) { acc = acc.map((a, i) => a + v[i]); cum.push(acc); }
+  const series = [], data = [x];
+  for (let k = PHASES.length - 1; k >= 0; k--) {
+    const [, label, color] = PHASES[k];
+    const values = raw[k];
+    series.push({ label, stroke: color, fill: color + 'cc', width: 1,
+      value: (u, v, si, i) => (i == null ? '' : fmt(values[i]) + ' s') });
+    data.push(cum[k]);
+  }
+  plot('device', $('ov-device'), series, data, { ylabel: 'device seconds', height: 240 });
+  ui.devicePoints = x.length;
+  const lags = r.rows.map((row) => row[PHASES.length + 1]).filter((v) => v != null).sort((p, q) => p - q);
+  $('ov-dev-note').textContent = `${b.n} steps` + (N > 1 ? `, buckets of ${N}` : '') +
+    (lags.length ? `; the device finishes a step ${fmt(lags[lags.length >> 1])} s after the host (median lag)` : '');
 }
 
 function shadeWarmup(u) {

@@ -763,3 +763,40 @@ def test_ui_cookie_and_cross_origin_in_a_browser(cli, held, tmp_path):
         driver.quit()
         thief.stop()
         ui.stop()
+
+
+def test_ui_device_card_of_a_recording(cli, recording, tmp_path):
+    """The overview's device card (python.device_steps) stays hidden for this CPU record, and
+    draws one point per step once the record holds device rows: here SIMULATED rows written into
+    a copy as a GPU run would record them (the real rows come from scripts/gpu_check.sh)."""
+    import shutil
+    import sqlite3
+    driver = browser_or_skip()
+    copy = tmp_path / "dev.db"
+    shutil.copy(recording, copy)
+    db = sqlite3.connect(copy)
+    steps = [r[0] for r in db.execute("SELECT step FROM steps ORDER BY step")]
+    cols = [r[1] for r in db.execute("PRAGMA table_info(device_steps)")]
+    for step in steps:
+        row = {c: 0 for c in cols}
+        row.update(step=step, wall=0.005, forward=0.002, backward=0.003, lag=0.0001)
+        db.execute(f"INSERT INTO device_steps ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                   [row[c] for c in cols])
+    db.commit()
+    db.close()
+    plain, dev = UIServer(cli, recording, tmp_path / "a"), UIServer(cli, copy, tmp_path / "b")
+    try:
+        driver.get(plain.url)
+        wait_for(driver, "probingUI.overviewPoints > 0", "the overview")
+        assert driver.execute_script("return document.getElementById('ov-device-row').hidden") is True
+        assert driver.execute_script("return probingUI.devicePoints") == 0
+        driver.get(dev.url)
+        n = wait_for(driver, "probingUI.devicePoints", "the device card")
+        assert n == len(steps)
+        assert driver.execute_script("return document.getElementById('ov-device-row').hidden") is False
+        assert "median lag" in driver.execute_script("return document.getElementById('ov-dev-note').textContent")
+        assert console_errors(driver) == []
+    finally:
+        driver.quit()
+        plain.stop()
+        dev.stop()
