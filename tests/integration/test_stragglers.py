@@ -1,7 +1,8 @@
 """`probing <rank> stragglers` on a real 4-rank gloo DDP job on this machine: one rank's forward
 is ~30 ms slower each step (tests/workloads/late_rank_ddp.py), so the others wait for it in
-DDP's gradient all-reduce; the command must name that rank and its forward. The same job with
-no slow rank names nobody. Both read what the agents recorded (GET /api/arrivals), not timings
+DDP's gradient all-reduce; the command must name that rank and its forward, and so must
+`report` run on another rank (its arrival_order finding). The same job with no slow rank names
+nobody, in either. Both read what the agents recorded (GET /api/arrivals), not timings
 of the test."""
 import json
 import time
@@ -75,6 +76,28 @@ def test_stragglers_names_the_slow_rank_and_its_forward(cli, slow_job):
     assert row2 and row2[0][-1] == "forward", t.stdout
 
 
+def report_finding(r):
+    """The arrival_order finding of a `report --json` answer, or None."""
+    if r.returncode != 0:
+        return None
+    doc = json.loads(r.stdout)
+    return next((f for f in doc["findings"] if f["id"] == "arrival_order"), None)
+
+
+def test_report_names_the_late_rank(cli, slow_job):
+    ranks = slow_job
+    r = poll_cli(cli, ranks[1].pid, ["report", "--json"],
+                 lambda r: ((report_finding(r) or {}).get("numbers") or {}).get("collectives", 0) >= 40,
+                 "a report over 40 complete collectives", ranks)
+    f = report_finding(r)
+    assert f["severity"] in ("warning", "critical"), f
+    assert f["numbers"]["culprit"] == 2 and f["numbers"]["phase"] == "forward", f
+    assert f["claim"].startswith("rank 2 ("), f
+    assert "its forward is" in f["claim"], f
+    t = cli(ranks[3].pid, "report")
+    assert "rank 2 (" in t.stdout and "makes the others wait" in t.stdout, t.stdout
+
+
 def test_stragglers_healthy_job_names_nobody(cli, healthy_job):
     ranks = healthy_job
     r = poll_cli(cli, ranks[3].pid, ["stragglers", "--json"],
@@ -84,3 +107,9 @@ def test_stragglers_healthy_job_names_nobody(cli, healthy_job):
     assert a["culprit"] is None and a["late_host"] is None, r.stdout
     t = cli(ranks[0].pid, "stragglers")
     assert t.stdout.startswith("no straggler: "), t.stdout
+    r = poll_cli(cli, ranks[2].pid, ["report", "--json"],
+                 lambda r: ((report_finding(r) or {}).get("numbers") or {}).get("collectives", 0) >= 40,
+                 "a report over 40 complete collectives", ranks)
+    f = report_finding(r)
+    assert f["severity"] == "ok" and f["numbers"]["culprit"] is None, f
+    assert json.loads(r.stdout)["primary"] != "arrival_order", r.stdout

@@ -73,6 +73,7 @@ static void healthy_and_slow(size_t n, size_t per_host, int slow, size_t ring) {
     CHECK(r.culprit == -1 && r.late_host == NULL, "%zu ranks healthy: nobody named (culprit %d)", n,
           r.culprit);
     CHECK(r.floor_ms == 5.0, "floor is 5 %% of the 100 ms step (got %.2f)", r.floor_ms);
+    CHECK(r.wait_share == 0, "%zu ranks healthy: nobody waits for a culprit", n);
     pb_stragglers_free(&r);
     free_job(&j);
 
@@ -88,6 +89,20 @@ static void healthy_and_slow(size_t n, size_t per_host, int slow, size_t ring) {
     CHECK(r.culprit_phase == 1, "its time goes to forward (phase %d, +%.1f ms)", r.culprit_phase,
           r.culprit_phase_excess_ms);
     CHECK(r.late_host == NULL, "%zu ranks, one slow rank: no late node", n);
+    CHECK(r.wait_share > 0.28 && r.wait_share < 0.32,
+          "%zu ranks: the others wait for it 30 ms of each 100 ms step (%.3f)", n, r.wait_share);
+    json_t *doc = pb_stragglers_json(&r, 4);
+    CHECK(doc && json_integer_value(json_object_get(doc, "culprit")) == slow &&
+              json_array_size(json_object_get(doc, "ranks")) == 4 &&
+              json_integer_value(json_object_get(doc, "ranks_left_out")) == (json_int_t)n - 4,
+          "%zu ranks as JSON, 4 ranks kept: culprit %d, %zu listed", n, slow,
+          json_array_size(json_object_get(doc, "ranks")));
+    int slow_listed = 0;
+    for (size_t k = 0; k < 4; k++)
+        slow_listed |= json_integer_value(json_object_get(
+                           json_array_get(json_object_get(doc, "ranks"), k), "rank")) == slow;
+    CHECK(slow_listed, "the ranks kept include the slow one");
+    json_decref(doc);
     pb_stragglers_free(&r);
     free_job(&j);
     free(d);
@@ -106,6 +121,9 @@ int main(void) {
     CHECK(r.late_host && strcmp(r.late_host, "node1") == 0, "node1 is the late node (%s, %zu)",
           r.late_host ? r.late_host : "(none)", r.late_host_count);
     CHECK(r.late_host_count == 64, "late in all 64 collectives (%zu)", r.late_host_count);
+    CHECK(r.wait_share > 0.08 && r.wait_share < 0.12,
+          "the others wait for node1 about 10 ms (behind the median) of each 100 ms (%.3f)",
+          r.wait_share);
     pb_stragglers_free(&r);
     free_job(&j);
 
