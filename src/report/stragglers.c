@@ -340,3 +340,79 @@ fail:
     json_decref(out);
     return NULL;
 }
+
+typedef struct sg_behind {
+    uint32_t group;
+    size_t r;
+    double ms;
+} sg_behind;
+
+static int behind_cmp(const void *a, const void *b) {
+    const sg_behind *x = a, *y = b;
+    if (x->group != y->group) return x->group < y->group ? -1 : 1;
+    if (x->r != y->r) return x->r < y->r ? -1 : 1;
+    return x->ms < y->ms ? -1 : x->ms > y->ms;
+}
+
+int pb_stragglers_members(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_member **members,
+                          size_t *n_members, pb_sg_last **lasts, size_t *n_lasts) {
+    if (!ranks || !n_ranks || !members || !n_members || !lasts || !n_lasts) {
+        errno = EINVAL;
+        return -1;
+    }
+    *members = NULL, *lasts = NULL, *n_members = 0, *n_lasts = 0;
+    size_t total = 0;
+    for (size_t i = 0; i < n_ranks; i++) total += ranks[i].n_arrivals;
+    if (!total) return 0;
+    sg_entry *e = malloc(total * sizeof *e), *pairs = malloc(total * sizeof *pairs);
+    sg_group *groups = malloc(total * sizeof *groups);
+    sg_behind *b = malloc(total * sizeof *b);
+    double *tmp = malloc(total * sizeof *tmp);
+    pb_sg_member *m = malloc(total * sizeof *m);
+    pb_sg_last *l = malloc(total * sizeof *l);
+    if (!e || !pairs || !groups || !b || !tmp || !m || !l) goto oom;
+    size_t k = 0;
+    for (size_t i = 0; i < n_ranks; i++)
+        for (size_t j = 0; j < ranks[i].n_arrivals; j++) {
+            const pb_arrival *a = &ranks[i].arrivals[j];
+            e[k++] = (sg_entry){a->group, a->seq, a->enter_ns, i};
+        }
+    /* Members per group, as pb_stragglers_analyze counts them. */
+    memcpy(pairs, e, total * sizeof *pairs);
+    qsort(pairs, total, sizeof *pairs, gr_cmp);
+    size_t ng = 0;
+    for (size_t i = 0; i < total; i++) {
+        if (!i || pairs[i].group != pairs[i - 1].group) groups[ng++] = (sg_group){pairs[i].group, 0};
+        if (!i || pairs[i].group != pairs[i - 1].group || pairs[i].r != pairs[i - 1].r)
+            groups[ng - 1].members++;
+    }
+    qsort(e, total, sizeof *e, entry_cmp);
+    size_t nb = 0, nl = 0;
+    for (size_t i = 0; i < total;) {
+        size_t j = i;
+        while (j < total && e[j].group == e[i].group && e[j].seq == e[i].seq) j++;
+        if (j - i >= 2 && j - i == group_members(groups, ng, e[i].group)) {
+            for (size_t q = i; q < j; q++)
+                b[nb++] = (sg_behind){e[q].group, e[q].r, (double)(e[q].enter_ns - e[i].enter_ns) / 1e6};
+            l[nl++] = (pb_sg_last){e[i].group, e[i].seq, e[j - 1].r};
+        }
+        i = j;
+    }
+    qsort(b, nb, sizeof *b, behind_cmp);
+    size_t nm = 0;
+    for (size_t i = 0; i < nb;) {
+        size_t j = i;
+        while (j < nb && b[j].group == b[i].group && b[j].r == b[i].r) tmp[j - i] = b[j].ms, j++;
+        m[nm++] = (pb_sg_member){b[i].group, b[i].r, j - i, median_sorted(tmp, j - i)};
+        i = j;
+    }
+    free(e), free(pairs), free(groups), free(b), free(tmp);
+    if (!nm) free(m), m = NULL;
+    if (!nl) free(l), l = NULL;
+    *members = m, *n_members = nm, *lasts = l, *n_lasts = nl;
+    return 0;
+oom:
+    free(e), free(pairs), free(groups), free(b), free(tmp), free(m), free(l);
+    errno = ENOMEM;
+    return -1;
+}

@@ -69,6 +69,28 @@ typedef struct pb_sg_result {
 int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_result *out);
 void pb_stragglers_free(pb_sg_result *r);
 
+/* Per member of a group, over the complete collectives of the input: how long after the
+ * group's first rank it enters (its median), and per collective which rank entered last: what
+ * the exporter's series say (docs/exporter.md). */
+typedef struct pb_sg_member {
+    uint32_t group;
+    size_t rank;             /* index into the input */
+    size_t collectives;      /* complete collectives of the group */
+    double median_behind_ms; /* median of (its entry - the first entry) over them */
+} pb_sg_member;
+
+typedef struct pb_sg_last {
+    uint32_t group;
+    uint64_t seq;
+    size_t rank;             /* index into the input of the rank that entered last */
+} pb_sg_last;
+
+/* Fills *members (sorted by group, then rank) and *lasts (sorted by group, then seq), both
+ * malloc'ed (caller frees; NULL when empty). Returns 0, or -1 with errno ENOMEM/EINVAL.
+ * O(A log A) for A arrivals. */
+int pb_stragglers_members(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_member **members,
+                          size_t *n_members, pb_sg_last **lasts, size_t *n_lasts);
+
 /* The result as the JSON of `probing <target> stragglers --json` (docs/cli.md): collectives,
  * incomplete, step_ms, floor_ms, culprit (rank or null), phase, phase_excess_ms, late_host,
  * wait_share, and per rank rank, host, times_last, median_lag_ms. Ranks with more entries than

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, Launcher, free_port, poll_cli
+from test_exporter import Exporter, parse, series
 
 
 def start_job(cli, env, session_dir, slow_rank):
@@ -96,6 +97,46 @@ def test_report_names_the_late_rank(cli, slow_job):
     assert "its forward is" in f["claim"], f
     t = cli(ranks[3].pid, "report")
     assert "rank 2 (" in t.stdout and "makes the others wait" in t.stdout, t.stdout
+
+
+def lag_and_last(samples):
+    """{rank: largest lag over its groups}, {rank: arrived-last count summed over its groups}."""
+    lag, last = {}, {}
+    for labels, v in series(samples, "probing_collective_arrival_lag_seconds"):
+        lag[labels["rank"]] = max(v, lag.get(labels["rank"], 0.0))
+    for labels, v in series(samples, "probing_collective_arrived_last_total"):
+        last[labels["rank"]] = last.get(labels["rank"], 0.0) + v
+    return lag, last
+
+
+def test_exporter_lag_and_arrived_last(cli, env, session_dir, slow_job):
+    """The exporter's arrival series (docs/exporter.md): rank 2 enters ~30 ms after the first
+    rank, the others about with it; its counter of collectives entered last leads and only
+    grows."""
+    ranks = slow_job
+    poll_cli(cli, ranks[0].pid, ["stragglers", "--json"],
+             lambda r: (analysis(r) or {}).get("collectives", 0) >= 40,
+             "40 complete collectives", ranks)
+    work = session_dir / f"stragglers-exporter-{time.monotonic_ns()}"
+    work.mkdir()
+    e = Exporter(cli, env, work, "--timeout", "20")
+    try:
+        body = e.metrics()
+        lag, last = lag_and_last(parse(body))
+        assert sorted(lag) == ["0", "1", "2", "3"] and sorted(last) == sorted(lag), (lag, last)
+        others = [lag[r] for r in ("0", "1", "3")]
+        assert lag["2"] >= 0.015 and lag["2"] > 2 * max(others), lag
+        assert last["2"] >= 0.6 * sum(last.values()) > 0, last
+        before, deadline = dict(last), time.monotonic() + STEP_TIMEOUT_S
+        while last["2"] <= before["2"]:  # the job goes on: rank 2's counter must grow
+            assert time.monotonic() < deadline, f"rank 2's counter stayed at {before['2']}"
+            assert all(t.alive() for t in ranks)
+            time.sleep(0.5)
+            _, last = lag_and_last(parse(e.metrics()))
+            assert all(last[r] >= before[r] for r in before), (before, last)
+    finally:
+        e.stop()
+    assert e.proc.returncode == 0
 
 
 def test_stragglers_healthy_job_names_nobody(cli, healthy_job):

@@ -103,6 +103,22 @@ static void healthy_and_slow(size_t n, size_t per_host, int slow, size_t ring) {
                            json_array_get(json_object_get(doc, "ranks"), k), "rank")) == slow;
     CHECK(slow_listed, "the ranks kept include the slow one");
     json_decref(doc);
+    pb_sg_member *m = NULL;
+    pb_sg_last *l = NULL;
+    size_t nm = 0, nl = 0;
+    CHECK(pb_stragglers_members(j.ranks, n, &m, &nm, &l, &nl) == 0 && nm == n && nl == ring,
+          "%zu ranks: one member each, %zu collectives with their last rank (%zu, %zu)", n, ring,
+          nm, nl);
+    size_t behind = 0, slow_last = 0;
+    for (size_t k = 0; k < nm; k++)
+        if (m[k].rank != (size_t)slow && m[k].median_behind_ms < 1.0) behind++;
+    for (size_t k = 0; k < nl; k++) slow_last += l[k].rank == (size_t)slow;
+    CHECK(m && m[slow].median_behind_ms > 29 && m[slow].median_behind_ms < 31 && behind == n - 1,
+          "%zu ranks: rank %d enters ~30 ms after the first (%.2f), the others within 1 ms", n,
+          slow, m ? m[slow].median_behind_ms : -1);
+    CHECK(slow_last == ring && l && l[0].seq == 1000 && l[nl - 1].seq == 1000 + ring - 1,
+          "%zu ranks: rank %d last in each, in seq order", n, slow);
+    free(m), free(l);
     pb_stragglers_free(&r);
     free_job(&j);
     free(d);
@@ -141,6 +157,14 @@ int main(void) {
     CHECK(pb_stragglers_analyze(j.ranks, 8, &r) == 0 && r.collectives == 32 && r.incomplete == 32,
           "a member missing: 32 compared, 32 incomplete (%zu, %zu)", r.collectives, r.incomplete);
     pb_stragglers_free(&r);
+    pb_sg_member *m = NULL;
+    pb_sg_last *l = NULL;
+    size_t nm = 0, nl = 0;
+    CHECK(pb_stragglers_members(j.ranks, 8, &m, &nm, &l, &nl) == 0 && nl == 32 &&
+              l[0].seq == 1032 && m[2].collectives == 32,
+          "members: only the 32 complete collectives count (%zu, first seq %llu)", nl,
+          l ? (unsigned long long)l[0].seq : 0ull);
+    free(m), free(l);
     free_job(&j);
 
     /* Too few collectives to claim a majority. */
