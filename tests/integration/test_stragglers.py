@@ -11,6 +11,7 @@ import pytest
 
 from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, Launcher, free_port, poll_cli
 from test_exporter import Exporter, parse, series
+from test_ui import UIServer, browser_or_skip, console_errors, wait_for
 
 
 def start_job(cli, env, session_dir, slow_rank):
@@ -137,6 +138,54 @@ def test_exporter_lag_and_arrived_last(cli, env, session_dir, slow_job):
     finally:
         e.stop()
     assert e.proc.returncode == 0
+
+
+def wait_for_collectives(cli, ranks):
+    poll_cli(cli, ranks[0].pid, ["stragglers", "--json"],
+             lambda r: (analysis(r) or {}).get("collectives", 0) >= 40,
+             "40 complete collectives", ranks)
+
+
+def test_ui_stragglers_route(cli, slow_job, tmp_path):
+    """The web view's /ui/stragglers is `stragglers --json` of the view's job."""
+    ranks = slow_job
+    wait_for_collectives(cli, ranks)
+    ui = UIServer(cli, ranks[1].pid, tmp_path)
+    try:
+        status, body, headers = ui.get("/ui/stragglers")
+        assert status == 200 and headers["Content-Type"] == "application/json", body
+        a = json.loads(body)
+        assert a["culprit"] == 2 and a["phase"] == "forward" and a["collectives"] >= 40, a
+    finally:
+        ui.stop()
+
+
+def test_ui_ranks_page_names_the_late_rank(cli, request, tmp_path):
+    """In a browser: the Ranks page says the verdict above the table, and each rank's count of
+    collectives entered last in it."""
+    driver = browser_or_skip()
+    ui = None
+    try:
+        ranks = request.getfixturevalue("slow_job")
+        wait_for_collectives(cli, ranks)
+        ui = UIServer(cli, ranks[1].pid, tmp_path)
+        driver.get(ui.url + "#ranks")
+        wait_for(driver, "probingUI.rankCells > 0 && probingUI.arrivalOrder", "the arrival order")
+        assert driver.execute_script("return probingUI.arrivalOrder.culprit") == 2
+        text = driver.execute_script("return document.getElementById('rk-arrivals-text').textContent")
+        assert text.startswith("rank 2 (") and "makes the others wait" in text, text
+        assert "its forward is" in text, text
+        cells = driver.execute_script(
+            "return [...document.querySelectorAll('#rk-table tbody tr')].map("
+            "(tr) => [...tr.children].map((td) => td.textContent))")
+        row2 = next(c for c in cells if c[1] == "2")
+        last, of = row2[7].split(" of ")  # "entered last": N of M collectives
+        assert int(last) >= 0.6 * int(of) > 0, cells
+        assert console_errors(driver) == []
+    finally:
+        driver.quit()
+        if ui:
+            ui.stop()
 
 
 def test_stragglers_healthy_job_names_nobody(cli, healthy_job):
