@@ -514,16 +514,17 @@ async function arrivalOrder() {
     o = { error: e.message };
   }
   ui.arrivalOrder = o;
+  const ms = (v) => Number(v).toFixed(1);
   const byRank = {};
   for (const r of o.ranks || []) byRank[r.rank] = r;
   const c = o.culprit != null ? byRank[o.culprit] : null;
-  const phase = o.phase ? `; its ${o.phase} is ${fmt(o.phase_excess_ms)} ms longer than the other ranks' median` : '';
+  const phase = o.phase ? `; its ${o.phase} is ${ms(o.phase_excess_ms)} ms longer than the other ranks' median` : '';
   const wait = c ? `; the others wait for it ${Math.round(100 * o.wait_share)}% of the time` : '';
   let text;
   if (o.error) text = 'arrival order: ' + o.error;
-  else if (o.late_host && c) text = `node ${o.late_host} is late: its ranks enter last in ${o.collectives} collectives (rank ${c.rank} the most often, median lag ${fmt(c.median_lag_ms)} ms)${wait}${phase}`;
-  else if (c) text = `rank ${c.rank} (${c.host}) makes the others wait: last in ${c.times_last} of ${o.collectives} collectives, median lag ${fmt(c.median_lag_ms)} ms behind the median arrival${wait}${phase}`;
-  else text = `no straggler in the arrival order: no rank is last in \u2265 60% of ${o.collectives} collectives with a median lag \u2265 ${fmt(o.floor_ms)} ms`;
+  else if (o.late_host && c) text = `node ${o.late_host} is late: its ranks enter last in ${o.late_host_count} of ${o.collectives} collectives (rank ${c.rank} the most often, median lag ${ms(c.median_lag_ms)} ms)${wait}${phase}`;
+  else if (c) text = `rank ${c.rank} (${c.host}) makes the others wait: last in ${c.times_last} of ${o.collectives} collectives, median lag ${ms(c.median_lag_ms)} ms behind the median arrival${wait}${phase}`;
+  else text = `no straggler in the arrival order: no rank is last in \u2265 60% of ${o.collectives} collectives with a median lag \u2265 ${ms(o.floor_ms)} ms`;
   $('rk-arrivals').replaceChildren(el('div', { class: c ? 'error' : '', id: 'rk-arrivals-text' }, text));
   return o;
 }

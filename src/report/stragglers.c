@@ -317,7 +317,9 @@ json_t *pb_stragglers_json(const pb_sg_result *r, size_t max_ranks) {
                             r->late_host ? json_string(r->late_host) : json_null(), "wait_share",
                             r->wait_share, "ranks");
     json_t *ranks = json_object_get(out, "ranks");
-    if (!pick || !ranks) goto fail;
+    if (!pick || !ranks ||
+        json_object_set_new(out, "late_host_count", json_integer((json_int_t)r->late_host_count)))
+        goto fail;
     for (size_t i = 0; i < r->n_ranks; i++) pick[i] = (sg_pick){r->ranks[i].times_last, i};
     if (keep < r->n_ranks) {
         qsort(pick, r->n_ranks, sizeof *pick, pick_cmp);

@@ -93,7 +93,7 @@ int pb_stragglers_members(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_me
 
 /* The result as the JSON of `probing <target> stragglers --json` (docs/cli.md): collectives,
  * incomplete, step_ms, floor_ms, culprit (rank or null), phase, phase_excess_ms, late_host,
- * wait_share, and per rank rank, host, times_last, median_lag_ms. Ranks with more entries than
+ * late_host_count, wait_share, and per rank rank, host, times_last, median_lag_ms. Ranks with more entries than
  * max_ranks (0: no limit) keep the max_ranks most often last (ties: input order), in input
  * order, and "ranks_left_out" says how many were left out. A new object (caller owns), or NULL
  * out of memory. [any thread] */

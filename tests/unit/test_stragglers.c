@@ -141,6 +141,11 @@ int main(void) {
     CHECK(r.late_host && strcmp(r.late_host, "node1") == 0, "node1 is the late node (%s, %zu)",
           r.late_host ? r.late_host : "(none)", r.late_host_count);
     CHECK(r.late_host_count == 64, "late in all 64 collectives (%zu)", r.late_host_count);
+    json_t *node_doc = pb_stragglers_json(&r, 0);
+    CHECK(node_doc && !strcmp(json_string_value(json_object_get(node_doc, "late_host")), "node1") &&
+              json_integer_value(json_object_get(node_doc, "late_host_count")) == 64,
+          "as JSON: late_host node1, late_host_count 64");
+    json_decref(node_doc);
     CHECK(r.wait_share > 0.08 && r.wait_share < 0.12,
           "the others wait for node1 about 10 ms (behind the median) of each 100 ms (%.3f)",
           r.wait_share);
