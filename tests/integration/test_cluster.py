@@ -241,6 +241,22 @@ def test_cluster_report_names_the_slow_node_once(job):
         assert sorted(nums["per_node"]) == ["node-a", "node-b"]
         assert [p["rank"] for p in nums["per_rank"]] == [0, 1, 2, 3]
         assert any("FROM python.steps" in q for q in finding["sql"]), finding["sql"]
+        # the order in which the ranks enter the collectives says it too (arrival_order, from
+        # every rank's /api/arrivals over TCP): node-b's two ranks are the last ones
+        deadline, order = time.monotonic() + 120, None
+        while time.monotonic() < deadline:
+            r = job.run_cli(rank0(job), "report", "--json", "--last", "20")
+            assert r.returncode == 0, r.stderr
+            order = next((f for f in json.loads(r.stdout)["findings"]
+                          if f["id"] == "arrival_order"), None)
+            if order and order["numbers"]["late_host"] == "node-b":
+                break
+            time.sleep(2)
+        assert order and order["numbers"]["late_host"] == "node-b", order
+        assert order["severity"] in ("warning", "critical"), order
+        assert order["claim"].startswith("node node-b is late: its ranks enter collectives last "
+                                         "in "), order["claim"]
+        assert order["numbers"]["ranks_reached"] == 4, order["numbers"]
     finally:
         for f in slow:
             f.unlink()
