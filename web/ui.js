@@ -27,6 +27,7 @@ const PHASES = [ // python.steps columns, bottom of the stack first
 const ui = window.probingUI = {
   live: false, targets: [], page: null, overviewPoints: 0, overviewSteps: 0, bucket: 1,
   memoryPoints: 0, flame: {}, sqlResult: null, report: null, errors: [], rankCells: 0, stragglers: null, stalledRanks: null,
+  arrivalOrder: null, // `probing <target> stragglers --json` of a live job (/ui/stragglers)
   missing: [], hangShown: null, // ranks the roster names but that cannot be asked; the stalled ranks whose stacks are shown
   timings: {}, // ms after navigation start when each page was first drawn (bench/ui_overhead.py)
 };
@@ -518,13 +519,49 @@ async function refreshRanks() {
   $('rk-missing').replaceChildren(...ui.missing.map((m) =>
     el('div', { class: 'error' }, `rank ${m.rank} (${m.host}): not shown: ${m.why}`)));
   const stalled = ui.live ? await stalls(tg, wall) : [];
-  table($('rk-table'), ['node', 'rank', 'pid', 'median step s', 'median outside waits s', 'vs mean', '', 'now'],
+  const order = ui.live && n > 1 ? await arrivalOrder() : null;
+  const last = {};
+  for (const r of (order && order.ranks) || []) last[r.rank] = r;
+  table($('rk-table'), ['node', 'rank', 'pid', 'median step s', 'median outside waits s', 'vs mean', '',
+    'entered last', 'median lag ms', 'now'],
     tg.map((t, i) => [t.host || ui.node, t.rank, t.pid, wall[i], med[i],
       med[i] != null && mean ? fmt(med[i] / mean) + 'x' : '', ui.stragglers.includes(t.rank) ? 'straggler' : '',
-      stalled[i] || '']));
+      last[t.rank] ? `${last[t.rank].times_last} of ${order.collectives}` : '',
+      last[t.rank] ? last[t.rank].median_lag_ms : null, stalled[i] || '']));
   const stuck = tg.filter((t, i) => stalled[i] && stalled[i].startsWith('stalled'));
   ui.stalledRanks = stuck.map((t) => t.rank);
   await showHang(stuck, tg.length);
+}
+
+/* Which rank the others wait for in the collectives: `probing <target> stragglers --json`
+ * (/ui/stragglers: every rank's arrival window, docs/cli.md), asked again every 10 s, and its
+ * verdict in one line above the table, as the command prints it. */
+let orderFetched = 0;
+
+async function arrivalOrder() {
+  if (Date.now() - orderFetched < 10000) return ui.arrivalOrder;
+  orderFetched = Date.now();
+  let o;
+  try {
+    const r = await api('/ui/stragglers');
+    o = r.ok ? await r.json() : { error: (await r.json().catch(() => ({}))).error || r.statusText };
+  } catch (e) {
+    o = { error: e.message };
+  }
+  ui.arrivalOrder = o;
+  const ms = (v) => Number(v).toFixed(1);
+  const byRank = {};
+  for (const r of o.ranks || []) byRank[r.rank] = r;
+  const c = o.culprit != null ? byRank[o.culprit] : null;
+  const phase = o.phase ? `; its ${o.phase} is ${ms(o.phase_excess_ms)} ms longer than the other ranks' median` : '';
+  const wait = c ? `; the others wait for it ${Math.round(100 * o.wait_share)}% of the time` : '';
+  let text;
+  if (o.error) text = 'arrival order: ' + o.error;
+  else if (o.late_host && c) text = `node ${o.late_host} is late: its ranks enter last in ${o.late_host_count} of ${o.collectives} collectives (rank ${c.rank} the most often, median lag ${ms(c.median_lag_ms)} ms)${wait}${phase}`;
+  else if (c) text = `rank ${c.rank} (${c.host}) makes the others wait: last in ${c.times_last} of ${o.collectives} collectives, median lag ${ms(c.median_lag_ms)} ms behind the median arrival${wait}${phase}`;
+  else text = `no straggler in the arrival order: no rank is last in \u2265 60% of ${o.collectives} collectives with a median lag \u2265 ${ms(o.floor_ms)} ms`;
+  $('rk-arrivals').replaceChildren(el('div', { class: c ? 'error' : '', id: 'rk-arrivals-text' }, text));
+  return o;
 }
 
 /* The hang view: what `probing <target> hang` prints (which collective the others wait in, who

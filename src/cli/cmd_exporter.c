@@ -24,12 +24,20 @@
  * report's findings (src/report, no eval: conditions are left unknown) are rebuilt at most
  * every FINDINGS_EVERY_S seconds per agent over its last FINDINGS_LAST_STEPS steps.
  *
+ * Arrivals (issue 31): for each job of two ranks or more among the agents that answered, the
+ * job's roster is read through one of them and every rank, on every node, is asked for its
+ * arrival window (arrivals.h), in what is left of the deadline; each rank this exporter scrapes
+ * gets its median lag behind the first arrival per process group and a counter of the
+ * collectives it entered last (each counted once: the highest sequence number counted is kept
+ * per agent and group).
+ *
  * Labels of every agent series: job (the agent's job: MASTER_ADDR:MASTER_PORT[/run id], "" when
  * it has none), rank, local_rank, node_rank (LOCAL_RANK and GROUP_RANK, else NODE_RANK, read
  * from /proc/<pid>/environ: ours, same user), host (this node's name) and pid. Memory of a CUDA
  * device also carries the GPU as NVIDIA's DCGM exporter labels it (`gpu`, `UUID`, `Hostname`),
  * and probing_gpu_info maps each rank to its GPU for PromQL joins with DCGM's series.
  */
+#include "arrivals.h"
 #include "clock.h"
 #include "command.h"
 #include "client.h"
@@ -60,6 +68,8 @@
 #define FINDINGS_LAST_STEPS 200
 #define MAX_COLLECTIVE_OPS 32
 #define MAX_AGENTS 1024
+#define MAX_ARRIVAL_GROUPS 16
+#define ROSTER_MIN_MS 2500 /* the roster request may take 2 s past the deadline it is given */
 #define STEP_PAGE_ROWS 100000
 
 static const char *const phases[] = {"data_wait", "forward", "backward", "optimizer",
@@ -70,6 +80,14 @@ typedef struct collective_sum {
     char op[64];
     double seconds, calls, bytes;
 } collective_sum;
+
+/* The collectives of one process group a rank entered last, counted once each: the group's
+ * sequence numbers are the same on every member, so the highest one counted is the mark. */
+typedef struct arrived_last {
+    char group[256];
+    uint64_t counted_seq;
+    double total;
+} arrived_last;
 
 /* What the exporter remembers of one agent between scrapes. [scrape lock] */
 typedef struct agent_state {
@@ -85,6 +103,8 @@ typedef struct agent_state {
     int collective_count;
     json_t *findings;              /* last report's findings array (owned), NULL before one */
     double findings_at;            /* monotonic seconds of that report */
+    arrived_last arrived[MAX_ARRIVAL_GROUPS]; /* per process group of its job (arrival_series) */
+    int arrived_count;
 } agent_state;
 
 /* One agent in one scrape. */
@@ -98,6 +118,8 @@ typedef struct agent_job {
                                       PB_EXPOSITION_LABEL_MAX bytes each, never cut */
     pb_exposition out;
     int up;
+    char job[512];                 /* its /api/info job ("" none), world size and rank */
+    long long world, rank;
 } agent_job;
 
 static struct {
@@ -513,6 +535,10 @@ static void *scrape_agent(void *arg)
             s->last_step = -1;
         }
         s->seen = 1;
+        const char *job = json_string_value(json_object_get(info, "job"));
+        snprintf(j->job, sizeof j->job, "%s", job ? job : "");
+        j->world = json_integer_value(json_object_get(info, "world_size"));
+        j->rank = json_integer_value(json_object_get(info, "rank"));
         count_steps(j);
         gauges(j);
         j->up = remaining_ms(j) > 0; /* an answer cut by the deadline is not an answer */
@@ -553,6 +579,79 @@ static void *scrape_agent(void *arg)
     pb_exposition_add(&j->out, PB_METRIC_SCRAPE_SECONDS, NULL, j->labels, NULL, pb_mono_s() - t0);
     json_decref(info);
     return NULL;
+}
+
+/* The slot of group in s, made when new; NULL when s has MAX_ARRIVAL_GROUPS already. */
+static arrived_last *arrived_slot(agent_state *s, const char *group)
+{
+    for (int k = 0; k < s->arrived_count; k++)
+        if (!strcmp(s->arrived[k].group, group)) return &s->arrived[k];
+    if (s->arrived_count == MAX_ARRIVAL_GROUPS || strlen(group) >= sizeof s->arrived[0].group)
+        return NULL;
+    arrived_last *a = &s->arrived[s->arrived_count++];
+    snprintf(a->group, sizeof a->group, "%s", group);
+    return a;
+}
+
+/* The series of one rank's membership m of a group: its lag gauge and its arrived-last counter,
+ * the collectives after its mark in lasts[0..nl-1] counted first. */
+static void member_series(agent_job *j, const char *group, const pb_sg_member *m,
+                          const pb_sg_last *lasts, size_t nl)
+{
+    char extra[512];
+    arrived_last *slot = arrived_slot(j->state, group);
+    if (!slot) return;
+    uint64_t mark = slot->counted_seq;
+    for (size_t i = 0; i < nl; i++) {
+        if (lasts[i].group != m->group || lasts[i].seq <= slot->counted_seq) continue;
+        if (lasts[i].rank == m->rank) slot->total += 1;
+        if (lasts[i].seq > mark) mark = lasts[i].seq;
+    }
+    slot->counted_seq = mark;
+    extra_label(extra, sizeof extra, "group", group);
+    pb_exposition_add(&j->out, PB_METRIC_ARRIVAL_LAG, NULL, j->labels, extra,
+                      m->median_behind_ms / 1e3);
+    pb_exposition_add(&j->out, PB_METRIC_ARRIVED_LAST, NULL, j->labels, extra, slot->total);
+}
+
+/* The arrival series (docs/exporter.md) of every job of two ranks or more among the agents that
+ * answered: the job's roster through one of its agents, every rank's arrivals (arrivals.h, in
+ * what is left of the scrape's deadline), and the series of the ranks this exporter scrapes
+ * (every node's exporter writes its own ranks'). [server thread, under exporter.lock] */
+static void arrival_series(agent_job *jobs, int count, double deadline)
+{
+    for (int i = 0; i < count; i++) {
+        agent_job *j = &jobs[i];
+        if (!j->pid || !j->up || !j->job[0] || j->world < 2) continue;
+        int done = 0;
+        for (int k = 0; k < i && !done; k++)
+            done = jobs[k].pid && jobs[k].up && jobs[k].world >= 2 && !strcmp(jobs[k].job, j->job);
+        long ms = (long)((deadline - pb_mono_s()) * 1000.0);
+        if (done || ms < ROSTER_MIN_MS) continue;
+        pb_rank_ep *eps = NULL;
+        int n = 0;
+        pb_job_arrivals a;
+        pb_sg_member *members = NULL;
+        pb_sg_last *lasts = NULL;
+        size_t nm = 0, nl = 0;
+        memset(&a, 0, sizeof a);
+        if (pb_fanout_roster(&j->target, ms - 2000, &eps, &n) || n < 2) goto next;
+        ms = (long)((deadline - pb_mono_s()) * 1000.0);
+        if (ms <= 0 || pb_job_arrivals_fetch(eps, n, NULL, ms, NULL, &a) || a.count < 2 ||
+            pb_stragglers_members(a.ranks, a.count, &members, &nm, &lasts, &nl))
+            goto next;
+        for (size_t m = 0; m < nm; m++) {
+            long long rank = a.ranks[members[m].rank].rank;
+            for (int k = 0; k < count; k++)
+                if (jobs[k].pid && jobs[k].up && jobs[k].rank == rank && !strcmp(jobs[k].job, j->job))
+                    member_series(&jobs[k], a.group_names[members[m].group], &members[m], lasts, nl);
+        }
+    next:
+        free(members);
+        free(lasts);
+        pb_job_arrivals_free(&a);
+        free(eps);
+    }
 }
 
 static agent_state *state_for(pid_t pid)
@@ -612,6 +711,7 @@ static int scrape(double timeout_s, pb_buf *out)
     }
     for (int i = 0; i < count; i++)
         if (jobs[i].pid) pthread_join(threads[i], NULL);
+    arrival_series(jobs, count, deadline);
     /* Forget agents that are gone. */
     for (int i = 0; i < MAX_AGENTS; i++) {
         agent_state *s = &exporter.states[i];

@@ -11,11 +11,14 @@
  * job: the rendezvous address every rank of a torchrun job shares), the agents in the socket
  * directory are asked for their /api/info (as `probing list` does, 1 s each) and those of the
  * same job and world size with another rank become the report's peers, queried the same way.
+ * With the job's roster, every rank's collective arrivals too (arrivals.h), for the finding of
+ * the rank that enters them last (report/arrival_order.c).
  *
  * Recordings hold one rank each: `probing rank0.db report rank1.db ...` reads the files named
  * after `report` as the other ranks of the same job (each must be a recording of another rank
  * of the same world size), so load imbalance is checked offline too.
  */
+#include "arrivals.h"
 #include "command.h"
 #include "client.h"
 #include "fanout.h"
@@ -302,12 +305,28 @@ out:
     free(text);
 }
 
+/* Every rank's arrival summary (arrivals.h) for the arrival-order rule, when the target is a
+ * rank of a job with a roster (job_peers): the ranks that answered the first round only, so a
+ * silent one costs no second deadline. Leaves out zeroed when there is no roster. */
+static void job_arrivals(const peers *p, pb_job_arrivals *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!p->roster || p->nroster < 2) return;
+    unsigned char *sel = calloc((size_t)p->nroster, 1);
+    for (int r = 0; sel && r < p->nroster; r++)
+        sel[r] = pb_fanout_reachable(&p->roster[r]) && (!p->asked || pb_hang_answered(p->asked, r));
+    if (sel) pb_job_arrivals_fetch(p->roster, p->nroster, sel, PB_FANOUT_DEADLINE_MS, NULL, out);
+    free(sel);
+}
+
 int cmd_report(const pb_cli_args *a)
 {
     json_t *info = NULL, *cond = NULL, *doc = NULL;
     peers others;
+    pb_job_arrivals arrivals;
     long status = 0;
     memset(&others, 0, sizeof others);
+    memset(&arrivals, 0, sizeof arrivals);
     char why_buf[1200];
     char *error = NULL;
     int rc = pb_client_call(&a->resolved, "GET", "/api/info", NULL, PB_CLI_INFO_TIMEOUT_MS,
@@ -336,6 +355,10 @@ int cmd_report(const pb_cli_args *a)
     src.peers = others.list;
     src.npeers = others.count;
     src.peers_note = others.note[0] ? others.note : NULL;
+    job_arrivals(&others, &arrivals);
+    src.arrivals = arrivals.count ? arrivals.ranks : NULL;
+    src.n_arrivals = arrivals.count;
+    src.arrivals_missing = arrivals.missing;
     if (pb_report_build(&src, a->last_steps, &doc, &error)) {
         pb_cli_error("cannot build the report: %s", error ? error : "unknown error");
         goto done;
@@ -355,6 +378,7 @@ int cmd_report(const pb_cli_args *a)
     rc = PB_EXIT_OK;
 done:
     peers_free(&others);
+    pb_job_arrivals_free(&arrivals);
     free(error);
     json_decref(info);
     json_decref(cond);

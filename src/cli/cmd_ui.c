@@ -35,7 +35,8 @@
  * Unix sockets on this machine, TCP with the job's token elsewhere); without a roster, the
  * other local agents of the same job (as `report` finds them). The page's rank view queries
  * each of them; targets[0] is always the target itself. For a stalled job the page shows
- * `hang`'s text and each stalled rank's stacks (the agent's /api/stack).
+ * `hang`'s text and each stalled rank's stacks (the agent's /api/stack); for a running one,
+ * `stragglers --json`: which rank the others wait for in the collectives.
  *
  * Routes (the page and its files need the token or the cookie, /ui/ routes the token):
  *   GET  /                    web/index.html           GET /web/<file>, /web/vendor/<file>
@@ -46,6 +47,7 @@
  *   GET  /ui/report           `probing <target> report --json`
  *   GET  /ui/flamegraph?stage=forward|backward   `probing <target> flamegraph --folded`
  *   GET  /ui/hang             `probing <target> hang` (text)
+ *   GET  /ui/stragglers       `probing <target> stragglers --json`
  *   GET  /ui/stack?t=N        /api/stack of target N: its threads' Python stacks
  *   POST /ui/capture, GET /ui/capture, GET /ui/capture/trace   relayed to the target's capture
  *   GET  /ui/queries          the cookbook: {"dir", "queries": [{"name", "sql"}]}
@@ -394,25 +396,29 @@ static enum MHD_Result serve_self(struct MHD_Connection *conn, ui_server *s, cha
 
 /* ---- routes ------------------------------------------------------------------------------- */
 
-/* GET /ui/hang: `probing <target> hang` as text, as the terminal shows it; its exit status 3
- * (some ranks did not answer: named in the text) is an answer too. A recording has no live
- * collectives: 400. */
-static enum MHD_Result route_hang(struct MHD_Connection *conn, ui_server *s)
+/* GET /ui/hang and GET /ui/stragglers: `probing <target> hang` as text, as the terminal shows
+ * it, and `probing <target> stragglers --json`; their exit status 3 (some ranks did not answer:
+ * named in the text, or left out of the analysis) is an answer too. A recording has no live
+ * collectives: 400. argv[2] is the command. */
+static enum MHD_Result route_job(struct MHD_Connection *conn, ui_server *s, char **argv,
+                                 const char *type)
 {
-    if (s->targets[0].t.kind == PB_TARGET_FILE)
-        return send_error(conn, 400, "a recording has no live collectives: hang needs the job");
-    char *argv[] = {NULL, (char *)s->a->target, "hang", NULL};
+    char msg[200];
+    if (s->targets[0].t.kind == PB_TARGET_FILE) {
+        snprintf(msg, sizeof msg, "a recording has no live collectives: %s needs the job", argv[2]);
+        return send_error(conn, 400, msg);
+    }
     pb_buf out = PB_BUF_INIT, err = PB_BUF_INIT;
     int rc = run_self(s, argv, &out, &err);
     enum MHD_Result ret;
     if (rc == PB_EXIT_OK || rc == PB_EXIT_PARTIAL) {
-        ret = send_bytes(conn, 200, "text/plain; charset=utf-8", out.data ? out.data : "",
-                         out.len, 0, s, NULL);
+        ret = send_bytes(conn, 200, type, out.data ? out.data : "", out.len, 0, s, NULL);
     } else {
         pb_buf_putc(&err, '\0');
-        const char *msg = err.data && !strncmp(err.data, "probing: ", 9) ? err.data + 9
+        const char *why = err.data && !strncmp(err.data, "probing: ", 9) ? err.data + 9
                           : err.data ? err.data : "";
-        ret = send_error(conn, 502, *msg ? msg : "hang failed without a message");
+        snprintf(msg, sizeof msg, "%s failed without a message", argv[2]);
+        ret = send_error(conn, 502, *why ? why : msg);
     }
     pb_buf_free(&out);
     pb_buf_free(&err);
@@ -513,7 +519,14 @@ static enum MHD_Result route(struct MHD_Connection *conn, ui_server *s, const ch
     }
     if (get && !strcmp(url, "/ui/stack"))
         return relay(conn, s, (size_t)t, "GET", "/api/stack", NULL, PB_CLI_INFO_TIMEOUT_MS, NULL);
-    if (get && !strcmp(url, "/ui/hang")) return route_hang(conn, s);
+    if (get && !strcmp(url, "/ui/hang")) {
+        char *argv[] = {NULL, (char *)s->a->target, "hang", NULL};
+        return route_job(conn, s, argv, "text/plain; charset=utf-8");
+    }
+    if (get && !strcmp(url, "/ui/stragglers")) {
+        char *argv[] = {NULL, (char *)s->a->target, "stragglers", "--json", NULL};
+        return route_job(conn, s, argv, "application/json");
+    }
     if (post && !strcmp(url, "/ui/capture"))
         return relay(conn, s, 0, "POST", "/api/capture", body, PB_CLI_INFO_TIMEOUT_MS, NULL);
     if (get && !strcmp(url, "/ui/capture"))

@@ -36,6 +36,12 @@ static const family families[PB_METRIC_COUNT] = {
         "torch.distributed collective calls by operation (python.nccl_trace)"},
     [PB_METRIC_COLLECTIVE_BYTES] = {"probing_collective_bytes_total", "counter",
         "bytes sent or reduced by torch.distributed collectives by operation"},
+    [PB_METRIC_ARRIVAL_LAG] = {"probing_collective_arrival_lag_seconds", "gauge",
+        "median, over the complete collectives of the group in the ranks' arrival windows (the "
+        "last 512 per group), of how long after the group's first rank this rank entered"},
+    [PB_METRIC_ARRIVED_LAST] = {"probing_collective_arrived_last_total", "counter",
+        "complete collectives of the group this rank entered last (each counted once, as the "
+        "arrival windows show them)"},
     [PB_METRIC_MEMORY_BYTES] = {"probing_memory_bytes", "gauge",
         "memory by kind: allocated, max_allocated, reserved, rss at the last step end "
         "(python.memory); parameters, gradients, optimizer_state at the last breakdown "

@@ -14,7 +14,8 @@
  *
  * This is the only file that names the rules (rules.h): phase 1 in baseline.c, phases 2 and 3 in
  * bottleneck.c, the checks in checks.c, the memory section in memory_section.c, the mixed-
- * precision hardware checks in amp.c, the ranks of the job in ranks.c and cluster.c. Each rule
+ * precision hardware checks in amp.c, the ranks of the job in ranks.c, cluster.c and
+ * arrival_order.c. Each rule
  * and this driver use the toolkit (toolkit.h); no rule calls another or calls back here. The
  * order of the calls below is the order of the findings in the report. Causes of lost time are
  * not exclusive: each rule adds a finding for every one above its threshold.
@@ -271,6 +272,58 @@ static void waiting_for_slow_rank(pb__report *r)
     json_object_set_new(comm, "severity", json_string("info"));
 }
 
+/* The others' communication time is their wait for the rank, or node, that enters the
+ * collectives last (arrival_order.c): when the target is one of the waiting ranks and that wait
+ * is at least half its communication share, `communication` says so and steps back to info, and
+ * `arrival_order` takes its place among the findings (costliest first) and its severity when
+ * higher: the late rank is the problem to fix, and the primary finding when communication would
+ * have been. */
+static void waiting_for_late_rank(pb__report *r)
+{
+    json_t *order = find(r->findings, "arrival_order"), *comm = find(r->findings, "communication");
+    if (!order || !comm) return;
+    const char *order_sev = json_string_value(json_object_get(order, "severity"));
+    const char *comm_sev = json_string_value(json_object_get(comm, "severity"));
+    if ((strcmp(order_sev, "warning") && strcmp(order_sev, "critical")) ||
+        (strcmp(comm_sev, "warning") && strcmp(comm_sev, "critical")))
+        return;
+    json_t *on = json_object_get(order, "numbers"), *me = json_object_get(r->src->info, "rank");
+    json_t *culprit = json_object_get(on, "culprit");
+    const char *late_host = json_string_value(json_object_get(on, "late_host"));
+    const char *my_host = json_string_value(json_object_get(r->src->info, "host"));
+    double wait = json_number_value(json_object_get(on, "wait_share"));
+    double share = json_number_value(json_object_get(json_object_get(comm, "numbers"), "share"));
+    if (!json_is_integer(culprit) || !(wait >= 0.5 * share)) return;
+    if (late_host ? my_host && !strcmp(my_host, late_host)
+                  : json_is_integer(me) && json_integer_value(me) == json_integer_value(culprit))
+        return; /* the target is the late one: its communication is not a wait for itself */
+    char *claim;
+    if (late_host)
+        claim = pb__report_textf("%s: mostly the wait for node %s, whose ranks enter the "
+                                 "collectives last (see arrival order)",
+                                 json_string_value(json_object_get(comm, "claim")), late_host);
+    else
+        claim = pb__report_textf("%s: mostly the wait for rank %lld, which enters the "
+                                 "collectives last (see arrival order)",
+                                 json_string_value(json_object_get(comm, "claim")),
+                                 (long long)json_integer_value(culprit));
+    if (claim) json_object_set_new(comm, "claim", json_string(claim));
+    free(claim);
+    if (!strcmp(comm_sev, "critical")) json_object_set_new(order, "severity", json_string("critical"));
+    json_object_set_new(comm, "severity", json_string("info"));
+    /* Move arrival_order to where communication stands (it is later: the checks follow the
+     * bottleneck causes). */
+    size_t at = 0, from = 0, i;
+    json_t *f;
+    json_array_foreach(r->findings, i, f) {
+        if (f == comm) at = i;
+        if (f == order) from = i;
+    }
+    json_incref(order);
+    json_array_remove(r->findings, from);
+    json_array_insert_new(r->findings, at, order);
+}
+
 static const char *first_problem(json_t *findings)
 {
     static const char *order[] = {"critical", "warning"};
@@ -434,7 +487,9 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
     }
     pb__report_ranks(&r);
     pb__report_cluster(&r);
+    pb__report_arrival_order(&r);
     waiting_for_slow_rank(&r);
+    waiting_for_late_rank(&r);
     pb__report_check_amp(&r);
     if (r.count) {
         pb__report_amp_hardware(&r);

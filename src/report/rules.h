@@ -46,4 +46,8 @@ void pb__report_ranks(pb__report *r);
 /* cluster.c (docs/report.md, "Distributed"; docs/cluster.md): stragglers and slow nodes. */
 void pb__report_cluster(pb__report *r);
 
+/* arrival_order.c (docs/report.md, "Distributed"; docs/cluster.md): the rank, or the node, that
+ * enters the job's collectives last, from every rank's arrivals (pb_report_source.arrivals). */
+void pb__report_arrival_order(pb__report *r);
+
 #endif

@@ -10,6 +10,8 @@
 #ifndef PB_REPORT_SOURCE_H
 #define PB_REPORT_SOURCE_H
 
+#include "stragglers.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
@@ -40,6 +42,12 @@ typedef struct pb_report_source {
     size_t npeers;
     const char *peers_note;   /* how the peers were looked for, or why they were not (a
                                  recording, a TCP target), borrowed; NULL when not looked for */
+    /* Every reached rank's arrival summary (stragglers.h: GET /api/arrivals and its step
+     * phases, on one clock), the target's included, for the arrival-order rule; borrowed.
+     * NULL when the CLI did not fetch them (one rank, a recording, a job without a roster). */
+    const pb_arrival_rank *arrivals;
+    size_t n_arrivals;
+    int arrivals_missing;     /* ranks asked for their arrivals that did not answer */
 } pb_report_source;
 
 /* Fewer steady steps than this: the report says its sample is too small to conclude. */

@@ -187,6 +187,7 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
 
     qsort(e, total, sizeof *e, entry_cmp);
     size_t nl = 0;
+    int64_t first_med = 0, last_med = 0;
     for (size_t i = 0; i < total;) {
         size_t j = i;
         while (j < total && e[j].group == e[i].group && e[j].seq == e[i].seq) j++;
@@ -199,6 +200,8 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         out->collectives++;
         int64_t med = run % 2 ? e[i + run / 2].enter_ns
                               : e[i + run / 2 - 1].enter_ns / 2 + e[i + run / 2].enter_ns / 2;
+        if (out->collectives == 1 || med < first_med) first_med = med;
+        if (out->collectives == 1 || med > last_med) last_med = med;
         const sg_entry *last = &e[j - 1];
         lags[nl++] = (sg_lag){last->r, (double)(last->enter_ns - med) / 1e6};
         out->ranks[last->r].times_last++;
@@ -248,6 +251,16 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         }
     }
 
+    out->span_ms = (double)(last_med - first_med) / 1e6;
+    if (out->culprit >= 0 && out->span_ms > 0) {
+        /* The lags it (or its late host) imposed, over the time they were imposed in. */
+        size_t late_h = out->late_host ? host_of[out->culprit] : (size_t)-1;
+        double waited = 0;
+        for (size_t i = 0; i < nl; i++)
+            if ((int)lags[i].r == out->culprit || host_of[lags[i].r] == late_h) waited += lags[i].ms;
+        out->wait_share = waited / out->span_ms > 1 ? 1 : waited / out->span_ms;
+    }
+
     if (out->culprit >= 0) {
         const pb_arrival_rank *c = &ranks[out->culprit];
         double lag = out->ranks[out->culprit].median_lag_ms, best = 0;
@@ -273,4 +286,135 @@ void pb_stragglers_free(pb_sg_result *r) {
     free(r->ranks);
     r->ranks = NULL;
     r->n_ranks = 0;
+}
+
+typedef struct sg_pick {
+    size_t times_last, i;
+} sg_pick;
+
+static int pick_cmp(const void *a, const void *b) { /* most often last first, then input order */
+    const sg_pick *x = a, *y = b;
+    if (x->times_last != y->times_last) return x->times_last > y->times_last ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+static int index_cmp(const void *a, const void *b) {
+    const sg_pick *x = a, *y = b;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+json_t *pb_stragglers_json(const pb_sg_result *r, size_t max_ranks) {
+    const pb_sg_rank_result *c = r->culprit >= 0 ? &r->ranks[r->culprit] : NULL;
+    const char *phase = c && r->culprit_phase >= 0 ? pb_sg_phase_name[r->culprit_phase] : NULL;
+    size_t keep = max_ranks && max_ranks < r->n_ranks ? max_ranks : r->n_ranks;
+    sg_pick *pick = malloc((r->n_ranks ? r->n_ranks : 1) * sizeof *pick);
+    json_t *out = json_pack("{s:I,s:I,s:f,s:f,s:o,s:o,s:f,s:o,s:f,s:[]}", "collectives",
+                            (json_int_t)r->collectives, "incomplete", (json_int_t)r->incomplete,
+                            "step_ms", r->step_ms, "floor_ms", r->floor_ms, "culprit",
+                            c ? json_integer(c->rank) : json_null(), "phase",
+                            phase ? json_string(phase) : json_null(), "phase_excess_ms",
+                            r->culprit_phase_excess_ms, "late_host",
+                            r->late_host ? json_string(r->late_host) : json_null(), "wait_share",
+                            r->wait_share, "ranks");
+    json_t *ranks = json_object_get(out, "ranks");
+    if (!pick || !ranks ||
+        json_object_set_new(out, "late_host_count", json_integer((json_int_t)r->late_host_count)))
+        goto fail;
+    for (size_t i = 0; i < r->n_ranks; i++) pick[i] = (sg_pick){r->ranks[i].times_last, i};
+    if (keep < r->n_ranks) {
+        qsort(pick, r->n_ranks, sizeof *pick, pick_cmp);
+        qsort(pick, keep, sizeof *pick, index_cmp);
+        if (json_object_set_new(out, "ranks_left_out", json_integer((json_int_t)(r->n_ranks - keep))))
+            goto fail;
+    }
+    for (size_t k = 0; k < keep; k++) {
+        const pb_sg_rank_result *x = &r->ranks[pick[k].i];
+        if (json_array_append_new(ranks, json_pack("{s:i,s:s?,s:I,s:f}", "rank", x->rank, "host",
+                                                   x->host, "times_last",
+                                                   (json_int_t)x->times_last, "median_lag_ms",
+                                                   x->median_lag_ms)))
+            goto fail;
+    }
+    free(pick);
+    return out;
+fail:
+    free(pick);
+    json_decref(out);
+    return NULL;
+}
+
+typedef struct sg_behind {
+    uint32_t group;
+    size_t r;
+    double ms;
+} sg_behind;
+
+static int behind_cmp(const void *a, const void *b) {
+    const sg_behind *x = a, *y = b;
+    if (x->group != y->group) return x->group < y->group ? -1 : 1;
+    if (x->r != y->r) return x->r < y->r ? -1 : 1;
+    return x->ms < y->ms ? -1 : x->ms > y->ms;
+}
+
+int pb_stragglers_members(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_member **members,
+                          size_t *n_members, pb_sg_last **lasts, size_t *n_lasts) {
+    if (!ranks || !n_ranks || !members || !n_members || !lasts || !n_lasts) {
+        errno = EINVAL;
+        return -1;
+    }
+    *members = NULL, *lasts = NULL, *n_members = 0, *n_lasts = 0;
+    size_t total = 0;
+    for (size_t i = 0; i < n_ranks; i++) total += ranks[i].n_arrivals;
+    if (!total) return 0;
+    sg_entry *e = malloc(total * sizeof *e), *pairs = malloc(total * sizeof *pairs);
+    sg_group *groups = malloc(total * sizeof *groups);
+    sg_behind *b = malloc(total * sizeof *b);
+    double *tmp = malloc(total * sizeof *tmp);
+    pb_sg_member *m = malloc(total * sizeof *m);
+    pb_sg_last *l = malloc(total * sizeof *l);
+    if (!e || !pairs || !groups || !b || !tmp || !m || !l) goto oom;
+    size_t k = 0;
+    for (size_t i = 0; i < n_ranks; i++)
+        for (size_t j = 0; j < ranks[i].n_arrivals; j++) {
+            const pb_arrival *a = &ranks[i].arrivals[j];
+            e[k++] = (sg_entry){a->group, a->seq, a->enter_ns, i};
+        }
+    /* Members per group, as pb_stragglers_analyze counts them. */
+    memcpy(pairs, e, total * sizeof *pairs);
+    qsort(pairs, total, sizeof *pairs, gr_cmp);
+    size_t ng = 0;
+    for (size_t i = 0; i < total; i++) {
+        if (!i || pairs[i].group != pairs[i - 1].group) groups[ng++] = (sg_group){pairs[i].group, 0};
+        if (!i || pairs[i].group != pairs[i - 1].group || pairs[i].r != pairs[i - 1].r)
+            groups[ng - 1].members++;
+    }
+    qsort(e, total, sizeof *e, entry_cmp);
+    size_t nb = 0, nl = 0;
+    for (size_t i = 0; i < total;) {
+        size_t j = i;
+        while (j < total && e[j].group == e[i].group && e[j].seq == e[i].seq) j++;
+        if (j - i >= 2 && j - i == group_members(groups, ng, e[i].group)) {
+            for (size_t q = i; q < j; q++)
+                b[nb++] = (sg_behind){e[q].group, e[q].r, (double)(e[q].enter_ns - e[i].enter_ns) / 1e6};
+            l[nl++] = (pb_sg_last){e[i].group, e[i].seq, e[j - 1].r};
+        }
+        i = j;
+    }
+    qsort(b, nb, sizeof *b, behind_cmp);
+    size_t nm = 0;
+    for (size_t i = 0; i < nb;) {
+        size_t j = i;
+        while (j < nb && b[j].group == b[i].group && b[j].r == b[i].r) tmp[j - i] = b[j].ms, j++;
+        m[nm++] = (pb_sg_member){b[i].group, b[i].r, j - i, median_sorted(tmp, j - i)};
+        i = j;
+    }
+    free(e), free(pairs), free(groups), free(b), free(tmp);
+    if (!nm) free(m), m = NULL;
+    if (!nl) free(l), l = NULL;
+    *members = m, *n_members = nm, *lasts = l, *n_lasts = nl;
+    return 0;
+oom:
+    free(e), free(pairs), free(groups), free(b), free(tmp), free(m), free(l);
+    errno = ENOMEM;
+    return -1;
 }

@@ -15,6 +15,7 @@
 #ifndef PB_REPORT_STRAGGLERS_H
 #define PB_REPORT_STRAGGLERS_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,10 +59,44 @@ typedef struct pb_sg_result {
     double culprit_phase_excess_ms; /* its phase median minus the other ranks' median */
     const char *late_host;  /* a host all of whose ranks arrive late, NULL if none; borrowed */
     size_t late_host_count; /* collectives in which that host was late */
+    double span_ms;         /* from the first to the last median entry of the complete ones */
+    /* What the culprit (with a late host: every rank of that host) costs the others: its lags
+     * summed over the collectives it entered last, over span_ms; 0 without a culprit. */
+    double wait_share;
 } pb_sg_result;
 
 /* Analyse. Returns 0, or -1 with errno ENOMEM/EINVAL (n_ranks 0 or NULL input). */
 int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_result *out);
 void pb_stragglers_free(pb_sg_result *r);
+
+/* Per member of a group, over the complete collectives of the input: how long after the
+ * group's first rank it enters (its median), and per collective which rank entered last: what
+ * the exporter's series say (docs/exporter.md). */
+typedef struct pb_sg_member {
+    uint32_t group;
+    size_t rank;             /* index into the input */
+    size_t collectives;      /* complete collectives of the group */
+    double median_behind_ms; /* median of (its entry - the first entry) over them */
+} pb_sg_member;
+
+typedef struct pb_sg_last {
+    uint32_t group;
+    uint64_t seq;
+    size_t rank;             /* index into the input of the rank that entered last */
+} pb_sg_last;
+
+/* Fills *members (sorted by group, then rank) and *lasts (sorted by group, then seq), both
+ * malloc'ed (caller frees; NULL when empty). Returns 0, or -1 with errno ENOMEM/EINVAL.
+ * O(A log A) for A arrivals. */
+int pb_stragglers_members(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_member **members,
+                          size_t *n_members, pb_sg_last **lasts, size_t *n_lasts);
+
+/* The result as the JSON of `probing <target> stragglers --json` (docs/cli.md): collectives,
+ * incomplete, step_ms, floor_ms, culprit (rank or null), phase, phase_excess_ms, late_host,
+ * late_host_count, wait_share, and per rank rank, host, times_last, median_lag_ms. Ranks with more entries than
+ * max_ranks (0: no limit) keep the max_ranks most often last (ties: input order), in input
+ * order, and "ranks_left_out" says how many were left out. A new object (caller owns), or NULL
+ * out of memory. [any thread] */
+json_t *pb_stragglers_json(const pb_sg_result *r, size_t max_ranks);
 
 #endif

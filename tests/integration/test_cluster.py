@@ -16,7 +16,9 @@ From node A, with node A's socket directory:
     rows after the deadline and names it; a rank of node B killed: `query --ranks all
     --deadline 3` prints the others' rows, names it on stderr and exits 3;
   - `timeline --ranks all` is one trace with a process per rank and each rank's clock offset;
-  - `report` names a slowed node (ranks 2 and 3 sleep 30 ms more per step) once, as the node;
+  - `report` names a slowed node (ranks 2 and 3 sleep 30 ms more per step) once, as the node,
+    and its arrival_order finding names it as the late node; `probing exporter` on each node
+    gives its own ranks' arrival lag (node B's ~30 ms behind the first rank);
   - after the job, its per-rank recordings (`run -o rec-%r.db`) answer `query --ranks` as
     one job.
 Skipped, with the reason, where `ip netns` cannot be used (needs root and iproute2). Only
@@ -241,9 +243,72 @@ def test_cluster_report_names_the_slow_node_once(job):
         assert sorted(nums["per_node"]) == ["node-a", "node-b"]
         assert [p["rank"] for p in nums["per_rank"]] == [0, 1, 2, 3]
         assert any("FROM python.steps" in q for q in finding["sql"]), finding["sql"]
+        # the order in which the ranks enter the collectives says it too (arrival_order, from
+        # every rank's /api/arrivals over TCP): node-b's two ranks are the last ones
+        deadline, order = time.monotonic() + 120, None
+        while time.monotonic() < deadline:
+            r = job.run_cli(rank0(job), "report", "--json", "--last", "20")
+            assert r.returncode == 0, r.stderr
+            order = next((f for f in json.loads(r.stdout)["findings"]
+                          if f["id"] == "arrival_order"), None)
+            if order and order["numbers"]["late_host"] == "node-b":
+                break
+            time.sleep(2)
+        assert order and order["numbers"]["late_host"] == "node-b", order
+        assert order["severity"] in ("warning", "critical"), order
+        assert order["claim"].startswith("node node-b is late: its ranks enter collectives last "
+                                         "in "), order["claim"]
+        assert order["numbers"]["ranks_reached"] == 4, order["numbers"]
     finally:
         for f in slow:
             f.unlink()
+
+
+def test_cluster_exporters_give_each_node_its_ranks_arrival_lag(job):
+    """`probing exporter` on each node, node-b slowed: each asks every rank of the job for its
+    arrivals (node B's over TCP from node A, and the reverse) and writes the lag series of its
+    own node's ranks only; node-b's ranks enter the collectives ~30 ms after the first rank."""
+    from test_exporter import parse, series
+    slow = [Path(f"{job.control}.slow.{r}") for r in (2, 3)]
+    exporters = []
+
+    def scrape(node, url):
+        r = subprocess.run(["ip", "netns", "exec", NODES[node][0], "curl", "-sS",
+                            "--fail-with-body", url], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        lag = {}
+        for labels, v in series(parse(r.stdout), "probing_collective_arrival_lag_seconds"):
+            lag[int(labels["rank"])] = max(v, lag.get(int(labels["rank"]), 0.0))
+        return lag
+
+    for f in slow:
+        f.touch()
+    try:
+        urls = []
+        for node in (0, 1):
+            p = subprocess.Popen(["ip", "netns", "exec", NODES[node][0], job.cli.binary,
+                                  "exporter", "--listen", "127.0.0.1:0", "--timeout", "20"],
+                                 env=job.node_env[node], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            exporters.append(p)
+            line = p.stdout.readline()
+            assert "serving http://" in line, line
+            urls.append(line.split("serving ")[1].split()[0])
+        deadline, a, b = time.monotonic() + 120, {}, {}
+        while time.monotonic() < deadline:
+            a, b = scrape(0, urls[0]), scrape(1, urls[1])
+            if sorted(a) == [0, 1] and sorted(b) == [2, 3] and min(b.values()) >= 0.015:
+                break
+            time.sleep(2)
+        assert sorted(a) == [0, 1] and sorted(b) == [2, 3], (a, b)
+        assert min(b.values()) >= 0.015 and max(a.values()) < min(b.values()) / 2, (a, b)
+    finally:
+        for f in slow:
+            f.unlink()
+        for p in exporters:
+            os.killpg(p.pid, signal.SIGTERM)
+            p.wait(timeout=30)
+            p.stdout.close()
 
 
 def test_cluster_without_token_names_what_to_do(job):

@@ -1,7 +1,8 @@
 """`probing <rank> stragglers` on a real 4-rank gloo DDP job on this machine: one rank's forward
 is ~30 ms slower each step (tests/workloads/late_rank_ddp.py), so the others wait for it in
-DDP's gradient all-reduce; the command must name that rank and its forward. The same job with
-no slow rank names nobody. Both read what the agents recorded (GET /api/arrivals), not timings
+DDP's gradient all-reduce; the command must name that rank and its forward, and so must
+`report` run on another rank (its arrival_order finding). The same job with no slow rank names
+nobody, in either. Both read what the agents recorded (GET /api/arrivals), not timings
 of the test."""
 import json
 import time
@@ -9,6 +10,8 @@ import time
 import pytest
 
 from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, Launcher, free_port, poll_cli
+from test_exporter import Exporter, parse, series
+from test_ui import UIServer, browser_or_skip, console_errors, wait_for
 
 
 def start_job(cli, env, session_dir, slow_rank):
@@ -75,6 +78,116 @@ def test_stragglers_names_the_slow_rank_and_its_forward(cli, slow_job):
     assert row2 and row2[0][-1] == "forward", t.stdout
 
 
+def report_finding(r):
+    """The arrival_order finding of a `report --json` answer, or None."""
+    if r.returncode != 0:
+        return None
+    doc = json.loads(r.stdout)
+    return next((f for f in doc["findings"] if f["id"] == "arrival_order"), None)
+
+
+def test_report_names_the_late_rank(cli, slow_job):
+    ranks = slow_job
+    r = poll_cli(cli, ranks[1].pid, ["report", "--json"],
+                 lambda r: ((report_finding(r) or {}).get("numbers") or {}).get("collectives", 0) >= 40,
+                 "a report over 40 complete collectives", ranks)
+    f = report_finding(r)
+    assert f["severity"] in ("warning", "critical"), f
+    assert f["numbers"]["culprit"] == 2 and f["numbers"]["phase"] == "forward", f
+    assert f["claim"].startswith("rank 2 ("), f
+    assert "its forward is" in f["claim"], f
+    t = cli(ranks[3].pid, "report")
+    assert "rank 2 (" in t.stdout and "makes the others wait" in t.stdout, t.stdout
+
+
+def lag_and_last(samples):
+    """{rank: largest lag over its groups}, {rank: arrived-last count summed over its groups}."""
+    lag, last = {}, {}
+    for labels, v in series(samples, "probing_collective_arrival_lag_seconds"):
+        lag[labels["rank"]] = max(v, lag.get(labels["rank"], 0.0))
+    for labels, v in series(samples, "probing_collective_arrived_last_total"):
+        last[labels["rank"]] = last.get(labels["rank"], 0.0) + v
+    return lag, last
+
+
+def test_exporter_lag_and_arrived_last(cli, env, session_dir, slow_job):
+    """The exporter's arrival series (docs/exporter.md): rank 2 enters ~30 ms after the first
+    rank, the others about with it; its counter of collectives entered last leads and only
+    grows."""
+    ranks = slow_job
+    poll_cli(cli, ranks[0].pid, ["stragglers", "--json"],
+             lambda r: (analysis(r) or {}).get("collectives", 0) >= 40,
+             "40 complete collectives", ranks)
+    work = session_dir / f"stragglers-exporter-{time.monotonic_ns()}"
+    work.mkdir()
+    e = Exporter(cli, env, work, "--timeout", "20")
+    try:
+        body = e.metrics()
+        lag, last = lag_and_last(parse(body))
+        assert sorted(lag) == ["0", "1", "2", "3"] and sorted(last) == sorted(lag), (lag, last)
+        others = [lag[r] for r in ("0", "1", "3")]
+        assert lag["2"] >= 0.015 and lag["2"] > 2 * max(others), lag
+        assert last["2"] >= 0.6 * sum(last.values()) > 0, last
+        before, deadline = dict(last), time.monotonic() + STEP_TIMEOUT_S
+        while last["2"] <= before["2"]:  # the job goes on: rank 2's counter must grow
+            assert time.monotonic() < deadline, f"rank 2's counter stayed at {before['2']}"
+            assert all(t.alive() for t in ranks)
+            time.sleep(0.5)
+            _, last = lag_and_last(parse(e.metrics()))
+            assert all(last[r] >= before[r] for r in before), (before, last)
+    finally:
+        e.stop()
+    assert e.proc.returncode == 0
+
+
+def wait_for_collectives(cli, ranks):
+    poll_cli(cli, ranks[0].pid, ["stragglers", "--json"],
+             lambda r: (analysis(r) or {}).get("collectives", 0) >= 40,
+             "40 complete collectives", ranks)
+
+
+def test_ui_stragglers_route(cli, slow_job, tmp_path):
+    """The web view's /ui/stragglers is `stragglers --json` of the view's job."""
+    ranks = slow_job
+    wait_for_collectives(cli, ranks)
+    ui = UIServer(cli, ranks[1].pid, tmp_path)
+    try:
+        status, body, headers = ui.get("/ui/stragglers")
+        assert status == 200 and headers["Content-Type"] == "application/json", body
+        a = json.loads(body)
+        assert a["culprit"] == 2 and a["phase"] == "forward" and a["collectives"] >= 40, a
+    finally:
+        ui.stop()
+
+
+def test_ui_ranks_page_names_the_late_rank(cli, request, tmp_path):
+    """In a browser: the Ranks page says the verdict above the table, and each rank's count of
+    collectives entered last in it."""
+    driver = browser_or_skip()
+    ui = None
+    try:
+        ranks = request.getfixturevalue("slow_job")
+        wait_for_collectives(cli, ranks)
+        ui = UIServer(cli, ranks[1].pid, tmp_path)
+        driver.get(ui.url + "#ranks")
+        wait_for(driver, "probingUI.rankCells > 0 && probingUI.arrivalOrder", "the arrival order")
+        assert driver.execute_script("return probingUI.arrivalOrder.culprit") == 2
+        text = driver.execute_script("return document.getElementById('rk-arrivals-text').textContent")
+        assert text.startswith("rank 2 (") and "makes the others wait" in text, text
+        assert "its forward is" in text, text
+        cells = driver.execute_script(
+            "return [...document.querySelectorAll('#rk-table tbody tr')].map("
+            "(tr) => [...tr.children].map((td) => td.textContent))")
+        row2 = next(c for c in cells if c[1] == "2")
+        last, of = row2[7].split(" of ")  # "entered last": N of M collectives
+        assert int(last) >= 0.6 * int(of) > 0, cells
+        assert console_errors(driver) == []
+    finally:
+        driver.quit()
+        if ui:
+            ui.stop()
+
+
 def test_stragglers_healthy_job_names_nobody(cli, healthy_job):
     ranks = healthy_job
     r = poll_cli(cli, ranks[3].pid, ["stragglers", "--json"],
@@ -84,3 +197,9 @@ def test_stragglers_healthy_job_names_nobody(cli, healthy_job):
     assert a["culprit"] is None and a["late_host"] is None, r.stdout
     t = cli(ranks[0].pid, "stragglers")
     assert t.stdout.startswith("no straggler: "), t.stdout
+    r = poll_cli(cli, ranks[2].pid, ["report", "--json"],
+                 lambda r: ((report_finding(r) or {}).get("numbers") or {}).get("collectives", 0) >= 40,
+                 "a report over 40 complete collectives", ranks)
+    f = report_finding(r)
+    assert f["severity"] == "ok" and f["numbers"]["culprit"] is None, f
+    assert json.loads(r.stdout)["primary"] != "arrival_order", r.stdout

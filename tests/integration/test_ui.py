@@ -312,6 +312,19 @@ def test_ui_query_route_relays_the_targets_answer(cli, recording, tmp_path):
         ui.stop()
 
 
+def test_ui_job_routes_of_a_recording_say_why_not(cli, recording, tmp_path):
+    """hang and stragglers read a running job's agents: a recording gets 400 and the reason."""
+    ui = UIServer(cli, recording, tmp_path)
+    try:
+        for route, command in (("/ui/hang", "hang"), ("/ui/stragglers", "stragglers")):
+            status, body, _ = ui.get(route)
+            assert status == 400, body
+            assert json.loads(body) == {"error": f"a recording has no live collectives: "
+                                                 f"{command} needs the job"}
+    finally:
+        ui.stop()
+
+
 def test_ui_cookbook_is_read_from_the_queries_directory(cli, recording, tmp_path):
     queries = tmp_path / "queries"
     queries.mkdir()

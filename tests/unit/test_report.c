@@ -28,6 +28,8 @@ static json_t *test_info;
 static pb_report_peer test_peers[4];
 static size_t test_npeers;
 static const char *test_peers_note;
+static const pb_arrival_rank *test_arrivals; /* the job's arrival summaries, NULL: none */
+static size_t test_n_arrivals;
 
 /* ctx: the database to query (a peer's), NULL for `db`. */
 static int query_sqlite(void *ctx, const char *sql, json_t **rows, char **error)
@@ -80,6 +82,8 @@ static void fresh(int with_trace)
     test_info = NULL;
     test_npeers = 0;
     test_peers_note = NULL;
+    test_arrivals = NULL;
+    test_n_arrivals = 0;
     if (db) sqlite3_close(db);
     sqlite3_open(":memory:", &db);
     exec("ATTACH ':memory:' AS python; ATTACH ':memory:' AS system");
@@ -124,6 +128,8 @@ static json_t *build(int last, const char **error_out)
     src.peers = test_npeers ? test_peers : NULL;
     src.npeers = test_npeers;
     src.peers_note = test_peers_note;
+    src.arrivals = test_arrivals;
+    src.n_arrivals = test_n_arrivals;
     json_t *doc = NULL;
     char *error = NULL;
     if (pb_report_build(&src, last, &doc, &error)) {
@@ -1506,6 +1512,129 @@ static void test_device_time(void)
     json_decref(doc);
 }
 
+/* ------------------------------------------------------------------ arrival order */
+
+enum { AO_RANKS = 4, AO_COLLS = 30 };
+static pb_arrival_rank ao_ranks[AO_RANKS];
+static pb_arrival ao_arr[AO_RANKS][AO_COLLS];
+
+/* Four ranks, one all-reduce per 40 ms step; rank r enters late[r] ms late and its forward is
+ * that much longer; host[r] its node. Deterministic jitter of up to 0.9 ms. */
+static void ao_job(const double *late, const char *const *host)
+{
+    for (int r = 0; r < AO_RANKS; r++) {
+        ao_ranks[r] = (pb_arrival_rank){r, host[r], 40, {1, 5 + late[r], 5, 0.5}, ao_arr[r],
+                                        AO_COLLS};
+        for (int s = 0; s < AO_COLLS; s++) {
+            int64_t enter = (int64_t)s * 40000000 + (int64_t)(((s * 7 + r * 3) % 10) * 90000) +
+                            (int64_t)(late[r] * 1e6);
+            ao_arr[r][s] = (pb_arrival){1, (uint64_t)s + 1, "all_reduce", 1 << 20, enter,
+                                        enter + 1000000};
+        }
+    }
+    test_arrivals = ao_ranks;
+    test_n_arrivals = AO_RANKS;
+}
+
+static int finding_index(json_t *doc, const char *id)
+{
+    json_t *list = json_object_get(doc, "findings"), *f;
+    size_t i;
+    json_array_foreach(list, i, f) if (!strcmp(json_string_value(json_object_get(f, "id")), id)) return (int)i;
+    return -1;
+}
+
+static void test_arrival_order(void)
+{
+    static const char *const one_node[AO_RANKS] = {"n0", "n0", "n0", "n0"};
+    static const char *const two_nodes[AO_RANKS] = {"n0", "n0", "n1", "n1"};
+    const double none[AO_RANKS] = {0, 0, 0, 0}, rank2[AO_RANKS] = {0, 0, 25, 0},
+                 node1[AO_RANKS] = {0, 0, 25, 25};
+
+    /* Healthy: the others do not wait; an ok finding, nothing else changes. */
+    rank0(4, 0.001, 0.025, 0.003);
+    ao_job(none, one_node);
+    json_t *doc = build(0, NULL);
+    CHECK_STR(severity(doc, "arrival_order"), "ok", "healthy arrivals: ok");
+    CHECK(strstr(claim(doc, "arrival_order"), "no rank makes the others wait") != NULL,
+          "healthy arrivals: says nobody makes the others wait");
+    CHECK_STR(severity(doc, "communication"), "critical",
+              "healthy arrivals: 62% of the step in DDP's sync stays a communication problem");
+    json_decref(doc);
+
+    /* Rank 2 enters every all-reduce 25 ms late (its forward is longer): the 25 ms of
+     * gradient sync on rank 0 are the wait for it. */
+    rank0(4, 0.001, 0.025, 0.003);
+    ao_job(rank2, one_node);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "arrival_order"), "critical",
+              "rank 2 late: critical (the others wait for it over half the time)");
+    CHECK_STR(primary(doc), "arrival_order", "rank 2 late: the primary finding");
+    CHECK(strstr(claim(doc, "arrival_order"), "rank 2 (n0) makes the others wait") != NULL &&
+              strstr(claim(doc, "arrival_order"), "last in 30 of 30") != NULL,
+          "names rank 2, last in 30 of 30: %s", claim(doc, "arrival_order"));
+    CHECK(strstr(claim(doc, "arrival_order"), "its forward is 25.0 ms longer") != NULL,
+          "names its forward");
+    CHECK(finding_num(doc, "arrival_order", "culprit") == 2, "numbers.culprit is 2");
+    double share = finding_num(doc, "arrival_order", "wait_share");
+    CHECK(share > 0.6 && share < 0.7, "the others wait 25 of 40 ms (%.3f)", share);
+    CHECK_STR(severity(doc, "communication"), "info", "communication steps back to info");
+    CHECK(strstr(claim(doc, "communication"), "mostly the wait for rank 2") != NULL,
+          "communication says it is the wait for rank 2");
+    CHECK(finding_index(doc, "arrival_order") < finding_index(doc, "communication"),
+          "arrival_order takes communication's place among the findings");
+    json_decref(doc);
+
+    /* The target is the late rank: its own communication is not a wait for itself. */
+    rank0(4, 0.001, 0.025, 0.003);
+    json_object_set_new(test_info, "rank", json_integer(2));
+    ao_job(rank2, one_node);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "communication"), "critical", "target is the late rank: "
+              "communication unchanged");
+    CHECK_STR(severity(doc, "arrival_order"), "critical", "target is the late rank: still named");
+    json_decref(doc);
+
+    /* Both ranks of node n1 late: the node is named. */
+    rank0(4, 0.001, 0.025, 0.003);
+    ao_job(node1, two_nodes);
+    doc = build(0, NULL);
+    CHECK(strstr(claim(doc, "arrival_order"), "node n1 is late") == claim(doc, "arrival_order"),
+          "late node named first: %s", claim(doc, "arrival_order"));
+    CHECK(strstr(claim(doc, "communication"), "mostly the wait for node n1") != NULL,
+          "communication says it is the wait for node n1");
+    json_decref(doc);
+
+    /* A small lag (1.5 ms of a 40 ms step) with little communication: warning, not primary
+     * over a bigger problem, and communication is not touched (under 30%). */
+    rank0(4, 0.001, 0.002, 0.025);
+    const double small[AO_RANKS] = {0, 0, 2.5, 0};
+    ao_job(small, one_node);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "arrival_order"), "warning", "2.5 ms late each step: warning");
+    CHECK_STR(primary(doc), "unaccounted_time", "the 25 ms of host time stays the primary");
+    json_decref(doc);
+
+    /* No collective seen by every member: skipped. */
+    rank0(4, 0.001, 0.025, 0.003);
+    ao_job(none, one_node);
+    ao_ranks[3].n_arrivals = 0;
+    ao_ranks[1].arrivals = ao_arr[1] + 15; /* rank 1 holds the later half only */
+    ao_ranks[1].n_arrivals = 15;
+    ao_ranks[0].n_arrivals = 15;           /* rank 0 the first half only */
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "arrival_order"), "skipped", "no complete collective: skipped");
+    json_decref(doc);
+
+    /* One rank's arrivals only (or none fetched): no finding. */
+    rank0(4, 0.001, 0.025, 0.003);
+    ao_job(rank2, one_node);
+    test_n_arrivals = 1;
+    doc = build(0, NULL);
+    CHECK(finding(doc, "arrival_order") == NULL, "one rank's arrivals: no finding");
+    json_decref(doc);
+}
+
 int main(void)
 {
     test_missing_trace();
@@ -1536,6 +1665,7 @@ int main(void)
     test_periodic();
     test_causes_throughput_sample();
     test_straggler_mirror();
+    test_arrival_order();
     test_gil();
     test_device_time();
     json_decref(test_info);

@@ -73,6 +73,7 @@ static void healthy_and_slow(size_t n, size_t per_host, int slow, size_t ring) {
     CHECK(r.culprit == -1 && r.late_host == NULL, "%zu ranks healthy: nobody named (culprit %d)", n,
           r.culprit);
     CHECK(r.floor_ms == 5.0, "floor is 5 %% of the 100 ms step (got %.2f)", r.floor_ms);
+    CHECK(r.wait_share == 0, "%zu ranks healthy: nobody waits for a culprit", n);
     pb_stragglers_free(&r);
     free_job(&j);
 
@@ -88,6 +89,40 @@ static void healthy_and_slow(size_t n, size_t per_host, int slow, size_t ring) {
     CHECK(r.culprit_phase == 1, "its time goes to forward (phase %d, +%.1f ms)", r.culprit_phase,
           r.culprit_phase_excess_ms);
     CHECK(r.late_host == NULL, "%zu ranks, one slow rank: no late node", n);
+    CHECK(r.wait_share > 0.28 && r.wait_share < 0.32,
+          "%zu ranks: the others wait for it 30 ms of each 100 ms step (%.3f)", n, r.wait_share);
+    json_t *doc = pb_stragglers_json(&r, 4);
+    CHECK(doc && json_integer_value(json_object_get(doc, "culprit")) == slow &&
+              json_array_size(json_object_get(doc, "ranks")) == 4 &&
+              json_integer_value(json_object_get(doc, "ranks_left_out")) == (json_int_t)n - 4,
+          "%zu ranks as JSON, 4 ranks kept: culprit %d, %zu listed", n, slow,
+          json_array_size(json_object_get(doc, "ranks")));
+    int slow_listed = 0;
+    for (size_t k = 0; k < 4; k++)
+        slow_listed |= json_integer_value(json_object_get(
+                           json_array_get(json_object_get(doc, "ranks"), k), "rank")) == slow;
+    CHECK(slow_listed, "the ranks kept include the slow one");
+    json_decref(doc);
+    pb_sg_member *m = NULL;
+    pb_sg_last *l = NULL;
+    size_t nm = 0, nl = 0;
+    clock_t t1 = clock();
+    int members_rc = pb_stragglers_members(j.ranks, n, &m, &nm, &l, &nl);
+    printf("       members (the exporter's series) of %zu ranks x %zu arrivals: %.1f ms of CPU\n", n,
+           ring, (double)(clock() - t1) / CLOCKS_PER_SEC * 1e3);
+    CHECK(members_rc == 0 && nm == n && nl == ring,
+          "%zu ranks: one member each, %zu collectives with their last rank (%zu, %zu)", n, ring,
+          nm, nl);
+    size_t behind = 0, slow_last = 0;
+    for (size_t k = 0; k < nm; k++)
+        if (m[k].rank != (size_t)slow && m[k].median_behind_ms < 1.0) behind++;
+    for (size_t k = 0; k < nl; k++) slow_last += l[k].rank == (size_t)slow;
+    CHECK(m && m[slow].median_behind_ms > 29 && m[slow].median_behind_ms < 31 && behind == n - 1,
+          "%zu ranks: rank %d enters ~30 ms after the first (%.2f), the others within 1 ms", n,
+          slow, m ? m[slow].median_behind_ms : -1);
+    CHECK(slow_last == ring && l && l[0].seq == 1000 && l[nl - 1].seq == 1000 + ring - 1,
+          "%zu ranks: rank %d last in each, in seq order", n, slow);
+    free(m), free(l);
     pb_stragglers_free(&r);
     free_job(&j);
     free(d);
@@ -106,6 +141,14 @@ int main(void) {
     CHECK(r.late_host && strcmp(r.late_host, "node1") == 0, "node1 is the late node (%s, %zu)",
           r.late_host ? r.late_host : "(none)", r.late_host_count);
     CHECK(r.late_host_count == 64, "late in all 64 collectives (%zu)", r.late_host_count);
+    json_t *node_doc = pb_stragglers_json(&r, 0);
+    CHECK(node_doc && !strcmp(json_string_value(json_object_get(node_doc, "late_host")), "node1") &&
+              json_integer_value(json_object_get(node_doc, "late_host_count")) == 64,
+          "as JSON: late_host node1, late_host_count 64");
+    json_decref(node_doc);
+    CHECK(r.wait_share > 0.08 && r.wait_share < 0.12,
+          "the others wait for node1 about 10 ms (behind the median) of each 100 ms (%.3f)",
+          r.wait_share);
     pb_stragglers_free(&r);
     free_job(&j);
 
@@ -123,6 +166,14 @@ int main(void) {
     CHECK(pb_stragglers_analyze(j.ranks, 8, &r) == 0 && r.collectives == 32 && r.incomplete == 32,
           "a member missing: 32 compared, 32 incomplete (%zu, %zu)", r.collectives, r.incomplete);
     pb_stragglers_free(&r);
+    pb_sg_member *m = NULL;
+    pb_sg_last *l = NULL;
+    size_t nm = 0, nl = 0;
+    CHECK(pb_stragglers_members(j.ranks, 8, &m, &nm, &l, &nl) == 0 && nl == 32 &&
+              l[0].seq == 1032 && m[2].collectives == 32,
+          "members: only the 32 complete collectives count (%zu, first seq %llu)", nl,
+          l ? (unsigned long long)l[0].seq : 0ull);
+    free(m), free(l);
     free_job(&j);
 
     /* Too few collectives to claim a majority. */
