@@ -4,7 +4,8 @@
 # (losses identical with and without probing, device times against torch.cuda.Event, module sums,
 # GPU-bound / launch-bound verdicts, the device wait behind .item(), a one-rank NCCL all-reduce,
 # system.gpu from NVML, the step time against plain) and writes its figures to
-# ${GPU_CHECK_OUT:-gpu_check.json}. About 3 minutes on an H100/H200; at most 8.
+# ${GPU_CHECK_OUT:-gpu_check.json}. About 4 minutes on an H100/H200 (GPU_CHECK_QUICK=1: about
+# 2, without the overhead runs); at most 8.
 # On a machine without CUDA it says so and exits 0 at once. CI never has a GPU.
 set -u
 cd "$(dirname "$0")/.."
@@ -25,4 +26,4 @@ if [ -z "${PROBING_BIN:-}" ] || [ -z "${PROBING_PYTHONPATH:-}" ]; then
     PROBING_PYTHONPATH=$PWD/$BUILD/python
 fi
 timeout 420 "$PY" tests/gpu/gpu_check.py --probing "$PROBING_BIN" --pythonpath "$PROBING_PYTHONPATH" \
-    --out "$OUT_FILE" --work "$WORK"
+    --out "$OUT_FILE" --work "$WORK" ${GPU_CHECK_QUICK:+--quick}

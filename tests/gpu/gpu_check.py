@@ -14,6 +14,7 @@ Runs tests/gpu/workload.py with and without probing, reads what probing recorded
                  step)
   nccl           a one-rank NCCL all_reduce has device time in python.device_steps.collectives
   system_gpu     system.gpu has rows from the real NVML
+  timeline       `timeline` has a device slice for every device step
   overhead       step time with probing against plain, interleaved in this run (a figure, not a
                  pass/fail)
 Writes every figure to the JSON file given with --out; exits 1 when a check failed.
@@ -44,6 +45,7 @@ def main():
     ap.add_argument("--pythonpath", required=True, help="where the probing package is (build/python)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--work", required=True)
+    ap.add_argument("--quick", action="store_true", help="leave out the overhead runs")
     args = ap.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -136,6 +138,16 @@ def main():
         checks["modules_sum"] = bool(errs) and max(errs) <= 0.05
     else:
         checks["modules_sum"] = False
+    tl = work / "heavy_timeline.json"
+    p_tl, _ = sh([args.probing, str(db), "timeline", "-o", str(tl)], env=env)
+    if p_tl.returncode == 0:
+        events = json.loads(tl.read_text())["traceEvents"]
+        dev_steps = [e for e in events if e.get("cat") == "device" and e["name"].endswith("(device)")]
+        fig["timeline_device_slices"] = len([e for e in events if e.get("cat") == "device"])
+        checks["timeline"] = len(dev_steps) == len(rows) > 0
+    else:
+        print("timeline failed:", p_tl.stderr[-1500:])
+        checks["timeline"] = False
     f = device_finding(report(db))
     fig["heavy_finding"] = f.get("claim")
     checks["gpu_bound"] = f.get("type") == "gpu_bound"
@@ -191,7 +203,7 @@ def main():
             env.clear()
             env.update(saved)
 
-    for kind, steps in (("heavy", 40), ("tiny", 150)):
+    for kind, steps in () if args.quick else (("heavy", 40), ("tiny", 150)):
         res = {"plain_ms": [], "probing_ms": [], "probing_no_device_ms": []}
         for _ in range(2):
             res["plain_ms"].append(step_ms(run_plain(kind, steps)))
