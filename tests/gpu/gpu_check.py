@@ -181,9 +181,11 @@ def main():
     p, db = run_probed("nccl", 20, "nccl")
     rows = query(db, "SELECT step, collectives, wall FROM python.device_steps ORDER BY step")
     nrows = query(db, "SELECT COUNT(*) AS n FROM python.nccl_trace")
+    crows = query(db, "SELECT COUNT(*) AS n, AVG(total_duration) AS d FROM python.device_trace WHERE stage = 'collective'")
+    fig["nccl_device_trace_rows"] = crows[0] if crows else None
     if rows:
         fig["nccl_device_collectives_ms"] = statistics.median(r["collectives"] for r in rows[len(rows) // 4:]) * 1e3
-        checks["nccl"] = fig["nccl_device_collectives_ms"] > 0
+        checks["nccl"] = fig["nccl_device_collectives_ms"] > 0 and bool(crows) and crows[0]["n"] >= 15
     else:
         checks["nccl"] = False
     fig["nccl_trace_rows"] = nrows[0]["n"] if nrows else 0

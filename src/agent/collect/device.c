@@ -54,14 +54,14 @@ static const pb_column step_cols[] = {
     COL("rank", PB_COL_U16, pb_device_step_row, rank, "distributed rank (RANK), 0 when not distributed"),
 };
 
-static const char *const stage_names[] = {"forward", "backward", "step", NULL};
+static const char *const stage_names[] = {"forward", "backward", "step", "collective", NULL};
 
 static const pb_column trace_cols[] = {
     COL("step", PB_COL_I64, pb_device_trace_row, step, "training step (a detail step: python.steps.detail = 1)"),
-    COL("seq", PB_COL_U32, pb_device_trace_row, seq, "order in the step, as python.torch_trace.seq: join on (step, seq) for host and device time side by side"),
-    COL("module", PB_COL_STR_ID, pb_device_trace_row, module, "qualified name, as in python.torch_trace"),
+    COL("seq", PB_COL_U32, pb_device_trace_row, seq, "order in the step, as python.torch_trace.seq: join on (step, seq) for host and device time side by side; for a collective its sequence number in its process group"),
+    COL("module", PB_COL_STR_ID, pb_device_trace_row, module, "qualified name, as in python.torch_trace; for a collective the operation (all_reduce)"),
     COL("type", PB_COL_STR_ID, pb_device_trace_row, type, "class name"),
-    {"stage", PB_COL_ENUM_U8, offsetof(pb_device_trace_row, stage), stage_names, "'forward' (module calls) or 'step' (optimizer.step())"},
+    {"stage", PB_COL_ENUM_U8, offsetof(pb_device_trace_row, stage), stage_names, "'forward' (module calls of detail steps), 'step' (optimizer.step() of detail steps) or 'collective' (every collective call, every step)"},
     COL("duration", PB_COL_NS_SEC, pb_device_trace_row, duration_ns, "device seconds of self time: the work the call queued, less nested module calls and collectives"),
     COL("total_duration", PB_COL_NS_SEC, pb_device_trace_row, total_ns, "device seconds from when the device reached the call's first work to when it finished its last"),
     COL("time_offset", PB_COL_NS_SEC, pb_device_trace_row, time_offset_ns, "device seconds from the step's device start to the call's start"),
@@ -85,7 +85,7 @@ pb_table pb_table_device_steps = {
 pb_table pb_table_device_trace = {
     .schema = "python",
     .name = "device_trace",
-    .doc = "one row per module call and optimizer step of a detail step on a CUDA device: device self and total time (join python.torch_trace on step, seq)",
+    .doc = "one row per module call and optimizer step of a detail step, and per collective call, on a CUDA device: device self and total time (join python.torch_trace on step, seq)",
     .columns = trace_cols,
     .ncolumns = (int)(sizeof trace_cols / sizeof trace_cols[0]),
     .row_size = sizeof(pb_device_trace_row),

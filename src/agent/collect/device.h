@@ -29,7 +29,11 @@ void pb_device_tables_free(void);
 
 /* A phase span begins or ends (activity: a pb_activity). [GIL held] */
 void pb_device_phase(int begin, pb_activity activity);
-/* A detail step's module span begins or ends (stage: PB_STAGE_*). [GIL held] */
+#define PB_DEVICE_STAGE_COLLECTIVE 3 /* python.device_trace's stage for a collective call */
+
+/* A detail step's module span (stage: PB_STAGE_*), or a collective call's (activity
+ * PB_ACT_COLLECTIVE, stage PB_DEVICE_STAGE_COLLECTIVE, name the operation), begins or ends.
+ * [GIL held] */
 void pb_device_module(int begin, pb_activity activity, uint32_t name, uint32_t type, uint32_t seq, int stage,
                       int depth);
 /* The host is about to wait for the device (.item(), .cpu(), torch.cuda.synchronize()). [GIL] */

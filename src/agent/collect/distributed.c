@@ -309,12 +309,14 @@ static PyObject *collective_call(PyObject *self, PyObject *args, PyObject *kwarg
     int slot = pb_job_coll_enter(arg_at(args, kwargs, spec->group_pos, "group"), c->op_id, r.bytes);
     uint64_t seq = pb_job_coll_seq(slot);
     depth++;
+    /* on CUDA, the device's time for it: a span of its own in python.device_trace (named by the
+     * operation, seq = its sequence number in the group) that is also the step's collectives */
     int device = pb_device_on;
-    if (device) pb_device_phase(1, PB_ACT_COLLECTIVE);
+    if (device) pb_device_module(1, PB_ACT_COLLECTIVE, c->op_id, c->op_id, (uint32_t)seq, PB_DEVICE_STAGE_COLLECTIVE, 0);
     int64_t start = pb_now_ns();
     PyObject *result = PyObject_Call(c->original, args, kwargs);
     int64_t end = pb_now_ns();
-    if (device) pb_device_phase(0, PB_ACT_COLLECTIVE);
+    if (device) pb_device_module(0, PB_ACT_COLLECTIVE, c->op_id, c->op_id, (uint32_t)seq, PB_DEVICE_STAGE_COLLECTIVE, 0);
     depth--;
     if (!result) {
         pb_job_coll_exit_at(slot, seq, 0);
