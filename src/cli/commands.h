@@ -10,7 +10,7 @@
 #ifndef PB_CLI_COMMANDS_H
 #define PB_CLI_COMMANDS_H
 
-#include "command.h"
+#include "cmd/command.h"
 
 #include <stddef.h>
 

@@ -6,8 +6,8 @@
  * pb_format_display_width() on the raw bytes. Output goes to /dev/null; the checks are the
  * sanitizers', plus: sanitized text holds no control byte. Built and run by scripts/fuzz.sh.
  */
-#include "cli.h"
-#include "format.h"
+#include "out/cli.h"
+#include "out/format.h"
 
 #include <jansson.h>
 #include <stdarg.h>
