@@ -5,7 +5,7 @@
  *
  * Only the Python that will run the training can answer (its torch, its headers, a build of
  * probing._autograd made on first use for it), so this command runs
- * `python -m probing._doctor` with the Python of pb_cli_find_python (cli.h), the probing package
+ * `python -m probing._doctor` with the Python of pb_cli_find_python (client/package.h), the probing package
  * on its path and PROBING=0, in place of itself (same pid and exit status). Nothing is built or
  * installed. The same paths as a running job has them: `probing <target> info`.
  */

@@ -1,7 +1,8 @@
 /*
  * cmd_hang.c - `probing <target> hang`: which rank the job is waiting for, and where it is.
  *
- * The roster of the job (fanout.h), then the analysis of hang.c, which `report` shares: the
+ * The roster of the job (client/fanout.h), then the hang analysis (client/hang_fetch.c around
+ * src/report/hang.c), which `report` shares: the
  * collective the others wait in, the ranks that have not entered it, their stacks (grouped),
  * and mismatched collectives (another op or size at the same sequence number).
  * Exit status: 0, or PB_EXIT_PARTIAL (3) when some ranks did not answer (they are named).

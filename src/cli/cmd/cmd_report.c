@@ -92,7 +92,7 @@ typedef struct peers {
     char note[PATH_MAX + 200];
     pb_rank_ep *roster; /* job_peers: the roster the hosts point into */
     int nroster;        /* its length (the job's world size) */
-    pb_fanout_req *asked; /* job_peers: every rank's GET /api/rank (hang.h), nroster of them */
+    pb_fanout_req *asked; /* job_peers: every rank's GET /api/rank (client/hang_fetch.h), nroster of them */
 } peers;
 
 /* The other ranks from the job's roster in its c10d store, on every node (docs/cluster.md).
@@ -275,7 +275,7 @@ static void peers_free(peers *p)
 }
 
 /* The "Hang" section: when the target is a rank of a job with a roster (job_peers) and the
- * hang analysis (hang.c) finds a rank waiting in a collective, doc gets "hang": the analysis's
+ * hang analysis (client/hang_fetch.c, src/report/hang.c) finds a rank waiting in a collective, doc gets "hang": the analysis's
  * summary plus "text", the lines `probing <target> hang` prints. A job that is not stalled (or a
  * failed analysis) leaves doc as it was, so its report does not change. [main thread] */
 static void add_hang(const peers *p, json_t *doc)

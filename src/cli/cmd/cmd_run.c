@@ -15,7 +15,7 @@
  * a per-rank name: docs/recordings.md), after checking the path under the rules of recpath.h,
  * so a bad path is refused before the job starts. Then execvp() replaces this process, so the
  * program keeps our pid, terminal, signals and exit status. Where the package is looked for:
- * pb_cli_find_package (cli.c).
+ * pb_cli_find_package (client/package.c).
  */
 #include "client/package.h"
 #include "cmd/command.h"
