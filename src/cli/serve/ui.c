@@ -26,7 +26,7 @@
  * port is refused whatever it carries).
  *
  * Connections (docs/security.md, round three): a loopback peer that runs as another uid (found
- * in /proc/net/tcp) is closed at accept; up to UI_MAX_CONNECTIONS connections are served, each
+ * in /proc/net/tcp; listen.c) is closed at accept; up to UI_MAX_CONNECTIONS connections are served, each
  * request must arrive whole within UI_REQUEST_DEADLINE_S (pb_reaper, as the agent's server
  * does) and an idle keep-alive connection is closed after UI_IDLE_TIMEOUT_S, so idle or slow
  * sockets cannot hold the view.
@@ -68,15 +68,13 @@
 #include "out/cli.h"
 #include "paths.h"
 #include "reaper.h"
+#include "serve/listen.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <microhttpd.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -643,58 +641,13 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     }
 }
 
-/* The uid that owns the local TCP socket at addr (the peer of one of our connections), from
- * /proc/net/tcp or tcp6, whose lines hold "sl local rem st queues tr retrnsmt uid ...". Returns
- * 0, or -1 when not found. */
-static int tcp_socket_uid(const struct sockaddr *addr, uid_t *out)
-{
-    char want[64];
-    const char *table;
-    if (addr->sa_family == AF_INET) {
-        const struct sockaddr_in *in = (const struct sockaddr_in *)addr;
-        snprintf(want, sizeof want, "%08X:%04X", (unsigned)in->sin_addr.s_addr,
-                 (unsigned)ntohs(in->sin_port));
-        table = "/proc/net/tcp";
-    } else if (addr->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)addr;
-        uint32_t w[4];
-        memcpy(w, &in6->sin6_addr, sizeof w);
-        snprintf(want, sizeof want, "%08X%08X%08X%08X:%04X", (unsigned)w[0], (unsigned)w[1],
-                 (unsigned)w[2], (unsigned)w[3], (unsigned)ntohs(in6->sin6_port));
-        table = "/proc/net/tcp6";
-    } else {
-        return -1;
-    }
-    FILE *f = fopen(table, "re");
-    char line[512], local[64];
-    unsigned long uid;
-    int found = -1;
-    while (f && found && fgets(line, sizeof line, f))
-        if (sscanf(line, " %*s %63s %*s %*s %*s %*s %*s %lu", local, &uid) == 2 &&
-            !strcmp(local, want)) {
-            *out = (uid_t)uid;
-            found = 0;
-        }
-    if (f) fclose(f);
-    return found;
-}
-
 /* MHD's accept policy: a loopback peer that runs as another user (not root) is closed at once,
- * before it takes a connection slot; it could not know the token anyway. [server thread] */
+ * before it takes a connection slot; it could not know the token anyway (listen.h).
+ * [server thread] */
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
     (void)cls, (void)addrlen;
-    int loopback = 0;
-    if (addr->sa_family == AF_INET)
-        loopback = (ntohl(((const struct sockaddr_in *)addr)->sin_addr.s_addr) >> 24) == 127;
-    else if (addr->sa_family == AF_INET6) {
-        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)addr)->sin6_addr;
-        loopback = IN6_IS_ADDR_LOOPBACK(a6) ||
-                   (IN6_IS_ADDR_V4MAPPED(a6) && a6->s6_addr[12] == 127);
-    }
-    uid_t uid;
-    if (!loopback || tcp_socket_uid(addr, &uid)) return MHD_YES;
-    return uid == getuid() || uid == 0 ? MHD_YES : MHD_NO;
+    return pb_serve_peer_allowed(addr) ? MHD_YES : MHD_NO;
 }
 
 /* ---- start-up ----------------------------------------------------------------------------- */
@@ -794,66 +747,6 @@ static int roster_ranks(ui_server *s, json_t *info)
     return 0;
 }
 
-/* Parses --listen ADDR:PORT ("127.0.0.1:8080", "[::1]:0", "localhost:8080"; netaddr.h's grammar,
- * a host required) and opens the listening socket. Returns the socket, or -1 after printing why. */
-static int open_listener(const char *spec, char *shown, size_t shownlen, int *port_out,
-                         int *loopback_out)
-{
-    pb_netaddr listen_addr;
-    if (pb_netaddr_parse(spec, &listen_addr) || !listen_addr.host[0]) {
-        pb_cli_error("--listen wants ADDR:PORT (127.0.0.1:8080, or port 0 for a free one), not "
-                     "'%s'",
-                     spec);
-        return -1;
-    }
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    int gai = getaddrinfo(listen_addr.host, listen_addr.port, &hints, &res);
-    if (gai) {
-        pb_cli_error("--listen: cannot use the address '%s': %s", listen_addr.host,
-                     gai_strerror(gai));
-        return -1;
-    }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 64)) {
-        pb_cli_error("cannot listen on %s: %s; choose another address or port with --listen "
-                     "ADDR:PORT, or leave --listen out for a free port on 127.0.0.1",
-                     spec, strerror(errno));
-        if (fd >= 0) close(fd);
-        freeaddrinfo(res);
-        return -1;
-    }
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    char addr[INET6_ADDRSTRLEN] = "?";
-    int bound_port = 0;
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
-    if (ss.ss_family == AF_INET) {
-        struct sockaddr_in *in = (struct sockaddr_in *)&ss;
-        inet_ntop(AF_INET, &in->sin_addr, addr, sizeof addr);
-        bound_port = ntohs(in->sin_port);
-        snprintf(shown, shownlen, "%s:%d", addr, bound_port);
-        *loopback_out = (ntohl(in->sin_addr.s_addr) >> 24) == 127;
-        if (in->sin_addr.s_addr != htonl(INADDR_LOOPBACK))
-            fprintf(stderr, "probing: warning: %s is reachable from other machines; anyone "
-                            "with the URL's token can read this job\n", addr);
-    } else {
-        struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
-        inet_ntop(AF_INET6, &in6->sin6_addr, addr, sizeof addr);
-        bound_port = ntohs(in6->sin6_port);
-        snprintf(shown, shownlen, "[%s]:%d", addr, bound_port);
-        *loopback_out = IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
-        if (!IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr))
-            fprintf(stderr, "probing: warning: %s is reachable from other machines; anyone "
-                            "with the URL's token can read this job\n", addr);
-    }
-    freeaddrinfo(res);
-    *port_out = bound_port;
-    return fd;
-}
-
 /* --open: the user's browser ($BROWSER, else xdg-open), not waited for: returns its pid (to
  * reap later) or 0. */
 static pid_t open_browser(const char *url)
@@ -918,7 +811,7 @@ int pb_ui_serve(const pb_ui_options *a)
         goto done;
     }
     int port = 0;
-    fd = open_listener(a->listen ? a->listen : "127.0.0.1:0", shown, sizeof shown, &port,
+    fd = pb_serve_listen(a->listen ? a->listen : "127.0.0.1:0", shown, sizeof shown, &port,
                        &s.loopback);
     s.port = port;
     if (fd < 0) {
