@@ -18,7 +18,7 @@
 
 static FILE *devnull;
 
-/* The CLI's error printers live in cli.c and write to stderr; these format and drop the message
+/* The CLI's error printers live in out/cli.c and write to stderr; these format and drop the message
  * (every input would print one), and return what cli.c's return. */
 int pb_cli_error(const char *fmt, ...)
 {
