@@ -55,8 +55,9 @@ LAYERS = {
     # the probing command, in the shell
     "src/cli": {"src/cli/cmd", "src/cli/client", "src/cli/out", "src/common"},  # dispatch
     "src/cli/cmd": {"src/cli/serve", "src/cli/client", "src/cli/out", "src/report",
-                    "src/remote", "src/server", "src/common"},
-    "src/cli/serve": {"src/cli/client", "src/cli/out", "src/server", "src/common"},
+                    "src/remote", "src/common"},
+    "src/cli/serve": {"src/cli/client", "src/cli/out", "src/report", "src/server",
+                      "src/common"},
     "src/cli/client": {"src/cli/out", "src/report", "src/remote", "src/sql", "src/common"},
     "src/cli/out": {"src/common"},
 }
