@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-pb_fanout_req *pb_hang_ask(const pb_rank_ep *eps, int n, long deadline_ms)
+pb_fanout_req *pb_hang_fetch_ask(const pb_rank_ep *eps, int n, long deadline_ms)
 {
     pb_fanout_req *reqs = calloc((size_t)(n > 0 ? n : 1), sizeof *reqs);
     if (!reqs) {
@@ -33,7 +33,7 @@ pb_fanout_req *pb_hang_ask(const pb_rank_ep *eps, int n, long deadline_ms)
     return reqs;
 }
 
-int pb_hang_answered(const pb_fanout_req *asked, int r)
+int pb_hang_fetch_answered(const pb_fanout_req *asked, int r)
 {
     return asked[r].root && asked[r].status == 200;
 }
@@ -60,10 +60,13 @@ static json_t *stack_from_local(int pid, char *err, size_t errlen)
         const pb_pyframe *fr = &main_thread->frames[f];
         /* bytes read from another process: not checked as UTF-8, only ever printed escaped */
         json_t *o = json_object();
-        if (!o || json_object_set_new(o, "file", fr->file ? json_string_nocheck(fr->file) : json_null()) ||
-            json_object_set_new(o, "line", json_integer(fr->line)) ||
-            json_object_set_new(o, "function", fr->function ? json_string_nocheck(fr->function) : json_null()) ||
-            json_array_append_new(frames, o)) {
+        /* each call takes its value, on failure too: none is skipped, nothing leaks */
+        int bad = json_object_set_new(o, "file", fr->file ? json_string_nocheck(fr->file) : json_null());
+        bad |= json_object_set_new(o, "line", json_integer(fr->line));
+        bad |= json_object_set_new(o, "function",
+                                   fr->function ? json_string_nocheck(fr->function) : json_null());
+        if (bad) json_decref(o);
+        if (bad || json_array_append_new(frames, o)) {
             json_decref(root);
             root = NULL;
         }
@@ -73,12 +76,12 @@ static json_t *stack_from_local(int pid, char *err, size_t errlen)
     return root;
 }
 
-int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long deadline, FILE *out,
-                    json_t **summary)
+int pb_hang_fetch_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long deadline,
+                          FILE *out, json_t **summary)
 {
     int rc = PB_EXIT_OK;
     if (summary) *summary = NULL;
-    pb_fanout_req *reqs = asked ? asked : pb_hang_ask(eps, n, deadline);
+    pb_fanout_req *reqs = asked ? asked : pb_hang_fetch_ask(eps, n, deadline);
     pb_fanout_req *sreqs = calloc((size_t)(n > 0 ? n : 1), sizeof *sreqs);
     pb_hang_rank *ranks = calloc((size_t)(n > 0 ? n : 1), sizeof *ranks);
     json_t **local = calloc((size_t)(n > 0 ? n : 1), sizeof *local);
@@ -88,9 +91,10 @@ int pb_hang_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long dea
     for (int r = 0; r < n; r++) {
         ranks[r].host = eps[r].host;
         ranks[r].pid = eps[r].pid;
-        ranks[r].answered = pb_hang_answered(reqs, r);
+        ranks[r].answered = pb_hang_fetch_answered(reqs, r);
         ranks[r].answer = reqs[r].root;
-        const char *why = reqs[r].root ? json_string_value(json_object_get(reqs[r].root, "error")) : NULL;
+        json_t *error = reqs[r].root ? json_object_get(reqs[r].root, "error") : NULL;
+        const char *why = json_string_value(error);
         ranks[r].why = why ? why : reqs[r].err;
     }
     if (!(h = pb_hang_study(ranks, n, summary != NULL, out))) goto oom;

@@ -1,7 +1,7 @@
 /*
  * package.c - where the probing Python package and a Python to run it are (client/package.h).
  *
- * The probing package (pb_cli_find_package: `run`, `inject`, `export`, `ui`) is looked for, in
+ * The probing package (pb_package_find: `run`, `inject`, `export`, `ui`) is looked for, in
  * order, in
  *   $PROBING_PYTHONPATH
  *   <exe dir>/../lib/python3.* /site-packages, .../dist-packages   (pip, venv, --user)
@@ -46,7 +46,7 @@ static int join(char *out, size_t outlen, const char *dir, const char *name)
     return 0;
 }
 
-int pb_cli_find_package(char *out, size_t outlen)
+int pb_package_find(char *out, size_t outlen)
 {
     const char *env = getenv("PROBING_PYTHONPATH");
     if (env && *env && has_package(env)) {
@@ -84,7 +84,7 @@ int pb_cli_find_package(char *out, size_t outlen)
     return -1;
 }
 
-void pb_cli_find_python(char *out, size_t outlen)
+void pb_package_python(char *out, size_t outlen)
 {
     const char *env = getenv("PROBING_PYTHON");
     char exe[PATH_MAX - 16];

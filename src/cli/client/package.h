@@ -10,10 +10,10 @@
 /* Writes the directory that contains the probing Python package with its built extension into
  * out (run, inject, export, ui; where it is looked for: package.c). Returns 0, or -1 when none is
  * found. */
-int pb_cli_find_package(char *out, size_t outlen);
+int pb_package_find(char *out, size_t outlen);
 
 /* Writes the Python to run the package's helpers with into out: $PROBING_PYTHON, else the python3
  * beside this executable (a virtual environment's bin/), else "python3" (PATH). (export, doctor) */
-void pb_cli_find_python(char *out, size_t outlen);
+void pb_package_python(char *out, size_t outlen);
 
 #endif

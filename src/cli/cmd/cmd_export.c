@@ -194,12 +194,12 @@ int cmd_export(const pb_cli_args *a)
     if (!a->parquet_dir || !*a->parquet_dir)
         return pb_cli_usage_error("export needs --parquet DIR: probing %s export --parquet DIR",
                                   a->target);
-    if (pb_cli_find_package(package, sizeof package))
+    if (pb_package_find(package, sizeof package))
         return pb_cli_error("cannot find the probing Python package (its _export.py writes the "
                             "Parquet files); set PROBING_PYTHONPATH to the directory that "
                             "contains probing/");
     snprintf(script, sizeof script, "%s/probing/_export.py", package);
-    pb_cli_find_python(python, sizeof python);
+    pb_package_python(python, sizeof python);
     const char *tmp = getenv("TMPDIR");
     snprintf(staging, sizeof staging, "%s/probing-export-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(staging))

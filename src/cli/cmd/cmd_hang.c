@@ -25,7 +25,7 @@ int cmd_hang(const pb_cli_args *a)
                                   "'probing %s query --ranks all \"SELECT ... FROM "
                                   "python.nccl_trace\"')", a->target, a->target);
     if (pb_fanout_roster(&a->resolved, deadline, &eps, &n)) return PB_EXIT_ERROR;
-    int rc = pb_hang_analyse(eps, n, NULL, deadline, stdout, NULL);
+    int rc = pb_hang_fetch_analyse(eps, n, NULL, deadline, stdout, NULL);
     free(eps);
     return rc;
 }

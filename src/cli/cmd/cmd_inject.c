@@ -244,7 +244,7 @@ int cmd_inject(const pb_cli_args *a)
                             py.minor, PB_CLI_PYTHON_MIN_MINOR);
 
     char package_dir[PATH_MAX], ext_name[256] = "";
-    if (pb_cli_find_package(package_dir, sizeof package_dir) != 0)
+    if (pb_package_find(package_dir, sizeof package_dir) != 0)
         return pb_cli_error("cannot find the probing Python package next to this executable; set "
                             "PROBING_PYTHONPATH to the directory that contains probing/");
     int built_minor = package_minor(package_dir, ext_name, sizeof ext_name);

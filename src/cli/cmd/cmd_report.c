@@ -115,7 +115,7 @@ static int job_peers(const pb_cli_args *a, long long my_rank, peers *p)
     p->nroster = n;
     /* One round to every rank: who answers (a rank that does not is left out of the report's
      * queries, which would each wait for it), and the hang check's answers (add_hang). */
-    p->asked = pb_hang_ask(p->roster, n, PB_FANOUT_DEADLINE_MS);
+    p->asked = pb_hang_fetch_ask(p->roster, n, PB_FANOUT_DEADLINE_MS);
     p->targets = calloc((size_t)n, sizeof *p->targets);
     p->list = calloc((size_t)n, sizeof *p->list);
     p->names = calloc((size_t)n, sizeof *p->names);
@@ -129,7 +129,7 @@ static int job_peers(const pb_cli_args *a, long long my_rank, peers *p)
             unreachable++;
             continue;
         }
-        if (p->asked && !pb_hang_answered(p->asked, r)) {
+        if (p->asked && !pb_hang_fetch_answered(p->asked, r)) {
             int w = snprintf(silent + silent_len, sizeof silent - silent_len, "%s%d", silent_len ? "," : "", r);
             if (w > 0 && (size_t)w < sizeof silent - silent_len) silent_len += (size_t)w;
             continue;
@@ -286,7 +286,8 @@ static void add_hang(const peers *p, json_t *doc)
     if (!p->roster || p->nroster < 2) return;
     FILE *mem = open_memstream(&text, &len);
     if (!mem) return;
-    int rc = pb_hang_analyse(p->roster, p->nroster, p->asked, PB_FANOUT_DEADLINE_MS, mem, &summary);
+    int rc = pb_hang_fetch_analyse(p->roster, p->nroster, p->asked, PB_FANOUT_DEADLINE_MS, mem,
+                                   &summary);
     if (fclose(mem) != 0 || rc == PB_EXIT_ERROR || !json_is_true(json_object_get(summary, "stalled")))
         goto out;
     json_t *lines = json_array();

@@ -15,7 +15,7 @@
  * a per-rank name: docs/recordings.md), after checking the path under the rules of recpath.h,
  * so a bad path is refused before the job starts. Then execvp() replaces this process, so the
  * program keeps our pid, terminal, signals and exit status. Where the package is looked for:
- * pb_cli_find_package (client/package.c).
+ * pb_package_find (client/package.c).
  */
 #include "client/package.h"
 #include "cmd/command.h"
@@ -61,7 +61,7 @@ int cmd_run(const pb_cli_args *a)
                                   "python train.py");
     }
     char parent[PATH_MAX];
-    if (pb_cli_find_package(parent, sizeof parent) == 0) {
+    if (pb_package_find(parent, sizeof parent) == 0) {
         /* Only probing/_boot (a sitecustomize.py) goes on PYTHONPATH, never the site-packages
          * that holds probing: the program must keep its own torch. */
         const char *old = getenv("PYTHONPATH");

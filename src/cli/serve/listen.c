@@ -53,7 +53,7 @@ static int tcp_socket_uid(const struct sockaddr *addr, uid_t *out)
     return found;
 }
 
-int pb_serve_peer_allowed(const struct sockaddr *addr)
+int pb_listen_peer_allowed(const struct sockaddr *addr)
 {
     int loopback = 0;
     if (addr->sa_family == AF_INET)
@@ -68,7 +68,7 @@ int pb_serve_peer_allowed(const struct sockaddr *addr)
     return uid == getuid() || uid == 0;
 }
 
-int pb_serve_listen(const char *spec, char *shown, size_t shownlen, int *port_out,
+int pb_listen_open(const char *spec, char *shown, size_t shownlen, int *port_out,
                     int *loopback_out)
 {
     pb_netaddr listen_addr;

@@ -13,12 +13,12 @@
  * host ("127.0.0.1:41234", "[::1]:41234") to shown, the bound port to *port_out and whether it is
  * a loopback address to *loopback_out; warns on stderr when it is not. Returns the socket, or -1
  * after printing why. [main thread] */
-int pb_serve_listen(const char *spec, char *shown, size_t shownlen, int *port_out,
+int pb_listen_open(const char *spec, char *shown, size_t shownlen, int *port_out,
                     int *loopback_out);
 
 /* Whether a connection from addr may be served: not when it comes from a loopback address and
  * its socket (found in /proc/net/tcp or tcp6) belongs to another user than this one or root.
  * Returns 1 or 0. [any thread] */
-int pb_serve_peer_allowed(const struct sockaddr *addr);
+int pb_listen_peer_allowed(const struct sockaddr *addr);
 
 #endif

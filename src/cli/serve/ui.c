@@ -155,7 +155,7 @@ static int find_web_dir(ui_server *s)
         snprintf(s->web_dir, sizeof s->web_dir, "%s", env);
         return 0;
     }
-    if (pb_cli_find_package(pkg, sizeof pkg) == 0) {
+    if (pb_package_find(pkg, sizeof pkg) == 0) {
         snprintf(cand, sizeof cand, "%s/probing/web", pkg);
         if (path_exists(cand, "index.html") && realpath(cand, s->web_dir)) return 0;
     }
@@ -647,7 +647,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
     (void)cls, (void)addrlen;
-    return pb_serve_peer_allowed(addr) ? MHD_YES : MHD_NO;
+    return pb_listen_peer_allowed(addr) ? MHD_YES : MHD_NO;
 }
 
 /* ---- start-up ----------------------------------------------------------------------------- */
@@ -811,7 +811,7 @@ int pb_ui_serve(const pb_ui_options *a)
         goto done;
     }
     int port = 0;
-    fd = pb_serve_listen(a->listen ? a->listen : "127.0.0.1:0", shown, sizeof shown, &port,
+    fd = pb_listen_open(a->listen ? a->listen : "127.0.0.1:0", shown, sizeof shown, &port,
                        &s.loopback);
     s.port = port;
     if (fd < 0) {
