@@ -10,7 +10,9 @@ too). Unit A depends on unit B when
 A cycle is a set of two or more units each reachable from the others (a strongly connected
 component); for each one the script prints the edges inside it and the symbols or includes that
 make them, so the fix is visible. Folders are checked the same way (src/agent/hot uses
-src/agent/collect, so collect may not use hot).
+src/agent/collect, so collect may not use hot), and against LAYERS below: the table of which
+folder may use which (docs/architecture.md, "Layers"). A dependency between two folders that
+the table does not allow fails, and so does a folder of src/ that is not in the table.
 
 Usage: scripts/depcheck.py [BUILD_DIR]            (default: build; needs a compiled tree)
        scripts/depcheck.py [BUILD_DIR] --folders  also print which folder uses which
@@ -29,6 +31,36 @@ from collections import defaultdict
 ROOT = (os.getcwd() if os.path.isdir(os.path.join(os.getcwd(), "src"))
         else os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+# The layers (docs/architecture.md): each folder of src/ and the folders it may use. Arrows
+# point down only; a folder may skip layers below it. Adding a folder, or letting one use
+# another, is a change of the architecture: make it here and in docs/architecture.md together.
+LAYERS = {
+    "src/common": set(),
+    "src/store": {"src/common"},
+    "src/sql": {"src/store", "src/common"},
+    "src/server": {"src/sql", "src/store", "src/common"},
+    "src/remote": {"src/common"},
+    "src/report": {"src/common"},
+    "src/autograd": set(),  # the C++ extension: reached through a capsule, calls nothing of ours
+    # the agent (probing._agent), in the training process
+    "src/agent/base": {"src/server", "src/sql", "src/store", "src/common"},
+    "src/agent/collect": {"src/agent/base", "src/remote", "src/server", "src/sql", "src/store",
+                          "src/common"},
+    "src/agent/hot": {"src/agent/collect", "src/agent/base", "src/autograd", "src/remote",
+                      "src/server", "src/sql", "src/store", "src/common"},
+    "src/agent/service": {"src/agent/hot", "src/agent/collect", "src/agent/base",
+                          "src/autograd", "src/remote", "src/server", "src/sql", "src/store",
+                          "src/common"},
+    # the probing command, in the shell
+    "src/cli": {"src/cli/cmd", "src/cli/client", "src/cli/out", "src/common"},  # dispatch
+    "src/cli/cmd": {"src/cli/serve", "src/cli/client", "src/cli/out", "src/report",
+                    "src/remote", "src/common"},
+    "src/cli/serve": {"src/cli/client", "src/cli/out", "src/report", "src/server",
+                      "src/common"},
+    "src/cli/client": {"src/cli/out", "src/report", "src/remote", "src/sql", "src/common"},
+    "src/cli/out": {"src/common"},
+}
 
 
 def unit_of(path):
@@ -107,6 +139,26 @@ def all_sources():
             if fn.endswith((".c", ".h", ".cc", ".cpp")):
                 out.append(os.path.relpath(os.path.join(d, fn), ROOT))
     return sorted(out)
+
+
+def check_layers(why):
+    """The dependencies between folders that LAYERS does not allow, and the folders of src/ it
+    does not name, as lines to print (empty when all is well)."""
+    bad = []
+    folders = {os.path.dirname(p) for p in all_sources()}
+    for f in sorted(folders - set(LAYERS)):
+        bad.append(f"folder {f} is not in the table of layers (LAYERS in scripts/depcheck.py): "
+                   f"add it with the folders it may use, and to docs/architecture.md")
+    pairs = defaultdict(list)
+    for (a, b) in sorted(why):
+        fa, fb = os.path.dirname(a), os.path.dirname(b)
+        if fa != fb and fa in LAYERS and fb not in LAYERS[fa]:
+            pairs[(fa, fb)].append(f"{os.path.relpath(a, fa)} -> {b}: "
+                                   f"{', '.join(sorted(why[(a, b)])[:4])}")
+    for (fa, fb), lines in sorted(pairs.items()):
+        bad.append(f"{fa} may not use {fb} (LAYERS in scripts/depcheck.py):")
+        bad.extend("  " + line for line in lines)
+    return bad
 
 
 def build_graph(build):
@@ -219,11 +271,17 @@ def main(argv):
             fwhy[(fa, fb)].add(f"{os.path.basename(a)} -> {os.path.basename(b)}")
     fnodes = sorted(set(fedges) | {b for v in fedges.values() for b in v})
     fcycles = [c for c in sccs(fnodes, fedges) if len(c) > 1]
+    bad = check_layers(why)
+    nbad = sum(1 for line in bad if not line.startswith("  "))
     print(f"depcheck: {len(nodes)} files, {len(why)} file-level dependencies, "
-          f"{len(cycles)} cycle(s) among files, {len(fcycles)} among folders")
+          f"{len(cycles)} cycle(s) among files, {len(fcycles)} among folders, "
+          f"{nbad} against the table of layers")
     print_cycles("folders", fcycles, fedges, fwhy)
     print_cycles("files", cycles, edges, why)
-    return 1 if cycles or fcycles else 0
+    if bad:
+        print()
+        print("\n".join(bad))
+    return 1 if cycles or fcycles or bad else 0
 
 
 if __name__ == "__main__":

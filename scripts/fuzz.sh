@@ -32,11 +32,11 @@ build() { # target -> $OUT/target, rebuilt when a source is newer
     local t=$1 srcs
     case $t in
         fuzz_http|fuzz_sql) srcs=("tests/fuzz/$t.c" "${CORE[@]}") ;;
-        fuzz_cli_format) srcs=(tests/fuzz/fuzz_cli_format.c src/cli/format.c src/common/buf.c
+        fuzz_cli_format) srcs=(tests/fuzz/fuzz_cli_format.c src/cli/out/format.c src/common/buf.c
                                src/common/jsonw.c src/common/error.c) ;;
         *) echo "fuzz.sh: unknown target $t" >&2; exit 2 ;;
     esac
-    if [ -x "$OUT/$t" ] && [ -z "$(find "${srcs[@]}" tests/fuzz/*.h src/*/*.h -newer "$OUT/$t" | head -1)" ]; then
+    if [ -x "$OUT/$t" ] && [ -z "$(find "${srcs[@]}" tests/fuzz/*.h src/*/*.h src/cli/*/*.h -newer "$OUT/$t" | head -1)" ]; then
         return
     fi
     echo "== build $t"

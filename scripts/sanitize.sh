@@ -24,7 +24,7 @@ setup() { # dir, sanitizers
 
 echo "== ASan+UBSan: unit tests"
 setup build-asan address,undefined
-UNIT=(ring intern sql http pool jsonw report capture detail sampler recpath auth pystack exposition timeline reaper child clock netaddr http_response stragglers)
+UNIT=(ring intern sql http pool jsonw report capture detail sampler recpath auth pystack exposition timeline reaper child clock netaddr http_response stragglers hang devtime)
 "$NINJA" -C build-asan "${UNIT[@]/#/tests/unit/test_}"
 "$MESON" test -C build-asan --no-rebuild --suite unit --print-errorlogs "${UNIT[@]}"
 
@@ -38,8 +38,9 @@ if [ "${SANITIZE_INTEGRATION:-1}" != 0 ]; then
     # Timing-dependent diagnosis assertions skip themselves (PROBING_SANITIZED): ASan slows the
     # code it instruments unevenly. Left out here, for CI's time: the browser tests of the web
     # view, HTA and Parquet (their time goes to Chromium, pandas and pyarrow) and the two-node
-    # namespace tests; the C they drive (cmd_ui.c, cmd_export.c, fanout.c, job.c) was run under
-    # ASan+UBSan by hand when it was written, not in every run (docs/security.md, Sanitizers).
+    # namespace tests; the C they drive (serve/ui.c, cmd/cmd_export.c, client/fanout.c, job.c)
+    # was run under ASan+UBSan by hand when it was written, not in every run (docs/security.md,
+    # Sanitizers).
     PY=${PYTHON:-python3}
     [ -x .venv/bin/python ] && PY=.venv/bin/python
     status=0

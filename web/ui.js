@@ -1,7 +1,7 @@
 /*
  * ui.js - the web view of `probing <target> ui` (docs/ui.md).
  *
- * Every number comes from the CLI's server (src/cli/cmd_ui.c): SQL through /ui/query (the
+ * Every number comes from the CLI's server (src/cli/serve/ui.c): SQL through /ui/query (the
  * target's /api/query), the report through /ui/report, the module tree through /ui/flamegraph
  * (the folded stacks of `probing <target> flamegraph --folded`). Long runs stay cheap: the
  * per-step series are bucketed in SQL (GROUP BY step / N, at most MAX_POINTS rows), never read

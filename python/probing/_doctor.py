@@ -1,5 +1,5 @@
 """`probing doctor`: which of probing's measurement paths this machine, this Python and this torch
-give, and what would enable the others. Run by the probing command (src/cli/cmd_doctor.c) as
+give, and what would enable the others. Run by the probing command (src/cli/cmd/cmd_doctor.c) as
 `python -m probing._doctor [--json]` with the Python it finds ($PROBING_PYTHON, else the python3
 beside the probing executable, else python3 on PATH) and PROBING=0 (no agent starts here).
 

@@ -1,6 +1,6 @@
 """Writes the tables fetched by `probing <target...> export --parquet DIR` as Parquet files.
 
-Run by the C command (src/cli/cmd_export.c) as a script, never imported by the agent:
+Run by the C command (src/cli/cmd/cmd_export.c) as a script, never imported by the agent:
 
     python3 _export.py [--force] DIR TARGET.json [TARGET.json ...]
 

@@ -5,12 +5,12 @@
  * main.c dispatches through it, options.c parses a command's arguments by its bits, help.c and
  * suggest.c print from it. A command's needs are flags here, read by those files, never a test
  * of which function a command runs (git's RUN_SETUP in git.c's table). To add a command: write
- * cmd_<name>.c, declare cmd_<name> in cli.h, add a row to commands.c.
+ * cmd/cmd_<name>.c, declare cmd_<name> in cmd/command.h, add a row to commands.c.
  */
 #ifndef PB_CLI_COMMANDS_H
 #define PB_CLI_COMMANDS_H
 
-#include "command.h"
+#include "cmd/command.h"
 
 #include <stddef.h>
 

@@ -9,7 +9,7 @@
  * cmd_<name>(). What each step says on a bad line is theirs: help.c prints help, suggest.c
  * answers an unknown command name, options.c a bad option.
  */
-#include "command.h"
+#include "cmd/command.h"
 #include "commands.h"
 #include "help.h"
 #include "options.h"

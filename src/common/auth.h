@@ -14,7 +14,7 @@
  * request names its method, path, body, time, nonce and rank), and cannot make an answer that
  * the CLI takes for an agent's. docs/security.md, "Round three".
  *
- * Used by the transport (src/server/server.c) and the CLI (src/cli/client.c, fanout.c), so that
+ * Used by the transport (src/server/server.c) and the CLI (src/cli/client/client.c, fanout.c), so that
  * both sides share one definition of the strings that are signed. [any thread]
  */
 #ifndef PB_COMMON_AUTH_H
@@ -47,7 +47,7 @@ int pb_auth_random_hex(char *out, size_t bytes);
 /* 1 when given (given_len bytes, not NUL-terminated) equals the non-empty expected token, else
  * 0; the time taken does not depend on where they differ, so it says nothing about how much of
  * a guess was right. The one comparison of a secret a client sends in the clear: the agent's
- * bearer token on its Unix socket (server.c) and the web view's token and cookie (cmd_ui.c).
+ * bearer token on its Unix socket (server.c) and the web view's token and cookie (src/cli/serve/ui.c).
  * Borrows both. [any thread] */
 int pb_auth_token_equal(const char *given, size_t given_len, const char *expected);
 

@@ -105,3 +105,30 @@ int pb_buf_sanitize(pb_buf *b, const char *s, size_t len, int keep_newlines)
     }
     return rc;
 }
+
+void pb_buf_sanitize_into(char *dst, size_t dstlen, const char *src)
+{
+    size_t n = 0, len = src ? strlen(src) : 0;
+    if (!dstlen) return;
+    for (size_t i = 0; i < len;) {
+        /* one source character at a time: its escape or its UTF-8 bytes, whole or not at all */
+        pb_buf piece = PB_BUF_INIT;
+        size_t take = 1;
+        unsigned char c = (unsigned char)src[i];
+        if (c == 0xC2 && i + 1 < len) take = 2;
+        else if ((c & 0xE0) == 0xC0) take = 2;
+        else if ((c & 0xF0) == 0xE0) take = 3;
+        else if ((c & 0xF8) == 0xF0) take = 4;
+        if (i + take > len) take = len - i;
+        int rc = pb_buf_sanitize(&piece, src + i, take, 0);
+        int fits = !rc && piece.data && n + piece.len < dstlen;
+        if (fits) {
+            memcpy(dst + n, piece.data, piece.len);
+            n += piece.len;
+        }
+        pb_buf_free(&piece);
+        if (!fits) break;
+        i += take;
+    }
+    dst[n] = '\0';
+}

@@ -36,6 +36,11 @@ void pb_buf_free(pb_buf *b);  /* frees memory; b may be reused after. NULL-safe.
  * Returns 0 or the pb_buf error. */
 int pb_buf_sanitize(pb_buf *b, const char *s, size_t len, int keep_newlines);
 
+/* Writes src (NULL as "") into dst (dstlen bytes, always terminated) escaped as pb_buf_sanitize
+ * does, cut where a whole character or escape no longer fits: for names a job controls (host
+ * names, group names, a stack's files and functions) kept in fixed fields and printed later. */
+void pb_buf_sanitize_into(char *dst, size_t dstlen, const char *src);
+
 /* Hands the memory to the caller (who frees it with free()); b becomes empty. */
 char *pb_buf_steal(pb_buf *b, size_t *len_out);
 

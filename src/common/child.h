@@ -1,6 +1,6 @@
 /*
  * child.h - the one way probing starts a child process (git's run-command.h, smaller): the web
- * view's `probing report --json` children and the browser (src/cli/cmd_ui.c), `inject`'s
+ * view's `probing report --json` children and the browser (src/cli/serve/ui.c), `inject`'s
  * sys.remote_exec helper (cmd_inject.c) and `export --parquet`'s Python (cmd_export.c).
  * posix_spawn underneath: no code runs in the child between fork and exec, so a caller with
  * threads (the web view's server) may use it.

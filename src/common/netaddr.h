@@ -1,9 +1,9 @@
 /*
  * netaddr.h - network names as a user types them: this machine's host name, and a listening
  * address "HOST:PORT". One definition for the agent's TCP listener (src/server/server.c,
- * PROBING_LISTEN), the exporter (cmd_exporter.c, --listen) and the web view (cmd_ui.c, --listen),
+ * PROBING_LISTEN), the exporter (serve/exporter.c, --listen) and the web view (serve/ui.c, --listen),
  * and one host name for the job roster (src/agent/collect/job.c), the CLI's fan-out
- * (src/cli/fanout.c) and the web view and exporter. Parses text only: no socket, no lookup.
+ * (src/cli/client/fanout.c) and the web view and exporter. Parses text only: no socket, no lookup.
  * [any thread]
  */
 #ifndef PB_COMMON_NETADDR_H

@@ -1,7 +1,7 @@
 /*
  * http.h - the one way probing's HTTP servers build and send an answer (libmicrohttpd): the
- * agent's API (server.c), the web view (src/cli/cmd_ui.c) and the exporter
- * (src/cli/cmd_exporter.c). Each server chooses its own headers; this file owns making the
+ * agent's API (server.c), the web view (src/cli/serve/ui.c) and the exporter
+ * (src/cli/serve/exporter.c). Each server chooses its own headers; this file owns making the
  * response, its Content-Type and extra headers, queueing it and letting it go.
  * [server thread: the thread libmicrohttpd calls a server's handler on]
  */

@@ -6,8 +6,8 @@
  * pb_format_display_width() on the raw bytes. Output goes to /dev/null; the checks are the
  * sanitizers', plus: sanitized text holds no control byte. Built and run by scripts/fuzz.sh.
  */
-#include "cli.h"
-#include "format.h"
+#include "out/cli.h"
+#include "out/format.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -18,7 +18,7 @@
 
 static FILE *devnull;
 
-/* The CLI's error printers live in cli.c and write to stderr; these format and drop the message
+/* The CLI's error printers live in out/cli.c and write to stderr; these format and drop the message
  * (every input would print one), and return what cli.c's return. */
 int pb_cli_error(const char *fmt, ...)
 {

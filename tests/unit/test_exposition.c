@@ -1,11 +1,11 @@
 /*
- * test_exposition.c - the Prometheus text exposition of `probing exporter` (src/cli/exposition.c):
+ * test_exposition.c - the Prometheus text exposition of `probing exporter` (src/cli/out/exposition.c):
  * label values escaped as the format requires, each family's HELP and TYPE written once with the
  * samples of every agent after it, families without samples left out, special values spelled as
  * the format spells them. promtool checks the real output in tests/integration/test_exporter.py.
  */
 #include "check.h"
-#include "exposition.h"
+#include "out/exposition.h"
 
 #include <math.h>
 #include <stdlib.h>

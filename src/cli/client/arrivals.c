@@ -1,0 +1,140 @@
+/*
+ * arrivals.c - every rank's arrival summary on one clock (see arrivals.h): the fetch that
+ * `stragglers`, `report` and the exporter share.
+ */
+#include "client/arrivals.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS_SQL                                                                              \
+    "{\"sql\":\"SELECT wall, data_wait, forward, backward, optimizer FROM python.steps "       \
+    "ORDER BY step DESC LIMIT 64\"}"
+
+static int dcmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of column c (seconds) of a query answer's rows, in ms; -1 when none. */
+static double col_median_ms(json_t *root, size_t c)
+{
+    json_t *rows = json_object_get(root, "rows");
+    size_t n = json_array_size(rows), k = 0;
+    double *v = n ? malloc(n * sizeof *v) : NULL;
+    if (!v) return -1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(json_array_get(rows, i), c);
+        if (json_is_number(x)) v[k++] = json_number_value(x) * 1e3;
+    }
+    qsort(v, k, sizeof *v, dcmp);
+    double m = !k ? -1 : k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
+    free(v);
+    return m;
+}
+
+/* Group names -> ids, the same on every rank (names come from the group's group_name), in a
+ * jansson object used as a hash map: a job of thousands of ranks in tensor- and data-parallel
+ * groups has as many group names, each its own id. Returns -1 out of memory. */
+static int64_t group_id(json_t *ids, const char *name)
+{
+    json_t *id = json_object_get(ids, name);
+    if (id) return json_integer_value(id);
+    json_int_t next = (json_int_t)json_object_size(ids);
+    return json_object_set_new(ids, name, json_integer(next)) ? -1 : next;
+}
+
+/* One rank's answer into out->lists[m] and out->ranks[m]. Returns 0 or -ENOMEM. */
+static int add_rank(pb_job_arrivals *out, const pb_rank_ep *ep, int r, size_t m)
+{
+    json_t *root = out->arrivals[r].root;
+    double now = json_number_value(json_object_get(root, "now"));
+    double offset = now - (out->arrivals[r].sent + out->arrivals[r].answered) / 2; /* fanout.h */
+    json_t *groups = json_object_get(root, "groups"), *g;
+    size_t total = 0, gi;
+    json_array_foreach(groups, gi, g) total += json_array_size(json_object_get(g, "arrivals"));
+    pb_arrival *list = total ? calloc(total, sizeof *list) : NULL;
+    if (total && !list) return -ENOMEM;
+    out->lists[m] = list;
+    size_t k = 0;
+    json_array_foreach(groups, gi, g) {
+        const char *name = json_string_value(json_object_get(g, "group"));
+        int64_t id = group_id(out->names, name ? name : "?");
+        if (id < 0) return -ENOMEM;
+        size_t ai;
+        json_t *e;
+        json_array_foreach(json_object_get(g, "arrivals"), ai, e) {
+            double en = json_number_value(json_array_get(e, 3)) - offset;
+            json_t *ex = json_array_get(e, 4);
+            list[k++] = (pb_arrival){
+                (uint32_t)id, (uint64_t)json_integer_value(json_array_get(e, 0)),
+                json_string_value(json_array_get(e, 1)),
+                (uint64_t)json_integer_value(json_array_get(e, 2)), (int64_t)llround(en * 1e9),
+                json_is_number(ex) ? (int64_t)llround((json_number_value(ex) - offset) * 1e9) : 0};
+        }
+    }
+    pb_arrival_rank *pr = &out->ranks[m];
+    pr->rank = r;
+    pr->host = ep->host[0] ? ep->host : json_string_value(json_object_get(root, "host"));
+    pr->arrivals = list;
+    pr->n_arrivals = k;
+    json_t *sq = out->steps[r].status == 200 ? out->steps[r].root : NULL;
+    pr->step_ms = sq ? col_median_ms(sq, 0) : -1;
+    for (int p = 0; p < PB_SG_PHASES; p++)
+        pr->phase_ms[p] = sq ? col_median_ms(sq, (size_t)p + 1) : -1;
+    return 0;
+}
+
+int pb_job_arrivals_fetch(const pb_rank_ep *eps, int n, const unsigned char *sel,
+                          long deadline_ms, FILE *why, pb_job_arrivals *out)
+{
+    memset(out, 0, sizeof *out);
+    out->n = n;
+    out->arrivals = pb_fanout_requests(eps, n, sel);
+    out->steps = pb_fanout_requests(eps, n, sel);
+    out->ranks = calloc(n ? (size_t)n : 1, sizeof *out->ranks);
+    out->lists = calloc(n ? (size_t)n : 1, sizeof *out->lists);
+    out->names = json_object();
+    if (!out->arrivals || !out->steps || !out->ranks || !out->lists || !out->names) goto oom;
+    pb_fanout_run(out->arrivals, n, "GET", "/api/arrivals", NULL, deadline_ms);
+    pb_fanout_run(out->steps, n, "POST", "/api/query", STEPS_SQL, deadline_ms);
+    for (int r = 0; r < n; r++) {
+        if (sel && !sel[r]) continue;
+        pb_fanout_req *q = &out->arrivals[r];
+        if (!q->root || q->status != 200) {
+            if (why)
+                fprintf(why, "probing: rank %d did not answer: %s\n", r,
+                        q->err[0] ? q->err : "no /api/arrivals (an older agent?)");
+            out->missing++;
+            continue;
+        }
+        if (add_rank(out, &eps[r], r, out->count)) goto oom;
+        out->count++;
+    }
+    out->n_groups = json_object_size(out->names);
+    out->group_names = calloc(out->n_groups ? out->n_groups : 1, sizeof *out->group_names);
+    if (!out->group_names) goto oom;
+    const char *name;
+    json_t *id;
+    json_object_foreach(out->names, name, id) out->group_names[json_integer_value(id)] = name;
+    return 0;
+oom:
+    pb_job_arrivals_free(out);
+    return -ENOMEM;
+}
+
+void pb_job_arrivals_free(pb_job_arrivals *out)
+{
+    if (!out) return;
+    for (size_t i = 0; out->lists && i < (size_t)out->n; i++) free(out->lists[i]);
+    free(out->lists);
+    free(out->ranks);
+    free(out->group_names);
+    if (out->arrivals) pb_fanout_free(out->arrivals, out->n), free(out->arrivals);
+    if (out->steps) pb_fanout_free(out->steps, out->n), free(out->steps);
+    json_decref(out->names);
+    memset(out, 0, sizeof *out);
+}
