@@ -797,6 +797,8 @@ def test_ui_device_card_of_a_recording(cli, recording, tmp_path):
                    [row[c] for c in cols])
     db.commit()
     db.close()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
     plain, dev = UIServer(cli, recording, tmp_path / "a"), UIServer(cli, copy, tmp_path / "b")
     try:
         driver.get(plain.url)
