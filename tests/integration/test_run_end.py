@@ -73,7 +73,7 @@ def small_tmpfs(tmp_path):
         pytest.skip("mounting a small tmpfs needs root")
     mnt = tmp_path / "full-cli-lane"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs-cli-lane", str(mnt)],
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs-cli-lane", str(mnt)],
                        capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
@@ -93,7 +93,7 @@ def test_a_full_disk_leaves_a_marker(cli, launcher, small_tmpfs):
     m = re.search(r"probing: the recording to (\S+) stopped writing: disk full "
                   r"(at step \d+|before the first step); the file holds what was flushed before\n",
                   r.stderr)
-    assert r.returncode == 1 and m and m.group(1) == str(path), r
+    assert r.returncode == 1 and m and m.group(1) == str(path), (r, t.stderr())
     info = cli(t.target(), "info").stdout.splitlines()
     assert f"recording: {path} (stopped: disk full {m.group(2)})" in info, info
     t.finish()
@@ -114,11 +114,11 @@ def test_a_failed_replacement_leaves_the_old_recording(cli, small_tmpfs):
     import sqlite3
     old = small_tmpfs / "old.db"
     con = sqlite3.connect(old)
-    con.executescript("CREATE TABLE kept(x); INSERT INTO kept VALUES (zeroblob(60000));")
+    con.executescript("CREATE TABLE kept(x); INSERT INTO kept VALUES (zeroblob(100000));")
     con.close()
     r = cli("run", "-o", old, "--force", "--", PYTHON, "-c", "print('ran')", check=False)
     assert (r.returncode, r.stdout) == (0, "ran\n")
     assert r.stderr == (f"probing: recording to {old} is off: database or disk is full; "
                         "training goes on\n")
     assert os.listdir(small_tmpfs) == ["old.db"]
-    assert sqlite3.connect(old).execute("SELECT length(x) FROM kept").fetchall() == [(60000,)]
+    assert sqlite3.connect(old).execute("SELECT length(x) FROM kept").fetchall() == [(100000,)]
