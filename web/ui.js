@@ -168,6 +168,26 @@ async function bucketFor(table, t) {
 
 let warmupEnd = null; // the first steady step, from the report
 
+/* Rows (bucket start, then one column per PHASES entry) as a stacked chart: series k is the sum
+ * of phases 0..k, drawn top first so each fill shows its band. python.steps and
+ * python.device_steps share the phase columns. */
+function stackedPhases(rows) {
+  const x = rows.map((row) => row[0]);
+  const raw = PHASES.map((_, k) => rows.map((row) => row[1 + k] || 0));
+  const cum = [];
+  let acc = x.map(() => 0);
+  for (const v of raw) { acc = acc.map((a, i) => a + v[i]); cum.push(acc); }
+  const series = [], data = [x];
+  for (let k = PHASES.length - 1; k >= 0; k--) {
+    const [, label, color] = PHASES[k];
+    const values = raw[k];
+    series.push({ label, stroke: color, fill: color + 'cc', width: 1,
+      value: (u, v, si, i) => (i == null ? '' : fmt(values[i]) + ' s') });
+    data.push(cum[k]);
+  }
+  return { x, cum, series, data };
+}
+
 async function refreshOverview() {
   const b = await bucketFor('python.steps');
   ui.bucket = b.bucket;
@@ -177,20 +197,7 @@ async function refreshOverview() {
   const r = await query(`SELECT (step / ${N}) * ${N} AS s, ${cols}, avg(wall), ` +
     `sum(samples), sum(wall), count(*) FROM python.steps GROUP BY step / ${N} ORDER BY s`);
   const rows = r.rows;
-  const x = rows.map((row) => row[0]);
-  // stacked: series k is the sum of phases 0..k; draw the top first so each fill shows its band
-  const raw = PHASES.map((_, k) => rows.map((row) => row[1 + k] || 0));
-  const cum = [];
-  let acc = x.map(() => 0);
-  for (const s of raw) { acc = acc.map((v, i) => v + s[i]); cum.push(acc); }
-  const series = [], data = [x];
-  for (let k = PHASES.length - 1; k >= 0; k--) {
-    const [, label, color] = PHASES[k];
-    const values = raw[k];
-    series.push({ label, stroke: color, fill: color + 'cc', width: 1,
-      value: (u, v, si, i) => (i == null ? '' : fmt(values[i]) + ' s') });
-    data.push(cum[k]);
-  }
+  const { x, cum, series, data } = stackedPhases(rows);
   const host = $('ov-steps');
   const top = cum[cum.length - 1];
   const steady = x.map((v, i) => (warmupEnd != null && v < warmupEnd ? null : top[i])).filter((v) => v != null);
@@ -229,19 +236,7 @@ async function refreshDevice() {
   const cols = PHASES.map(([c]) => `avg(${c})`).join(', ');
   const r = await query(`SELECT (step / ${N}) * ${N} AS s, ${cols}, avg(lag) FROM python.device_steps ` +
     `GROUP BY step / ${N} ORDER BY s`);
-  const x = r.rows.map((row) => row[0]);
-  const raw = PHASES.map((_, k) => r.rows.map((row) => row[1 + k] || 0));
-  const cum = [];
-  let acc = x.map(() => 0);
-  for (const v of raw) { acc = acc.map((a, i) => a + v[i]); cum.push(acc); }
-  const series = [], data = [x];
-  for (let k = PHASES.length - 1; k >= 0; k--) {
-    const [, label, color] = PHASES[k];
-    const values = raw[k];
-    series.push({ label, stroke: color, fill: color + 'cc', width: 1,
-      value: (u, v, si, i) => (i == null ? '' : fmt(values[i]) + ' s') });
-    data.push(cum[k]);
-  }
+  const { x, series, data } = stackedPhases(r.rows);
   plot('device', $('ov-device'), series, data, { ylabel: 'device seconds', height: 240 });
   ui.devicePoints = x.length;
   const lags = r.rows.map((row) => row[PHASES.length + 1]).filter((v) => v != null).sort((p, q) => p - q);
