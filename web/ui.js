@@ -554,7 +554,7 @@ async function arrivalOrder() {
   if (o.error) text = 'arrival order: ' + o.error;
   else if (o.late_host && c) text = `node ${o.late_host} is late: its ranks enter last in ${o.late_host_count} of ${o.collectives} collectives (rank ${c.rank} the most often, median lag ${ms(c.median_lag_ms)} ms)${wait}${phase}`;
   else if (c) text = `rank ${c.rank} (${c.host}) makes the others wait: last in ${c.times_last} of ${o.collectives} collectives, median lag ${ms(c.median_lag_ms)} ms behind the median arrival${wait}${phase}`;
-  else text = `no straggler in the arrival order: no rank is last in \u2265 60% of ${o.collectives} collectives with a median lag \u2265 ${ms(o.floor_ms)} ms`;
+  else text = `no straggler in the arrival order: no rank is last in \u2265 60% of ${o.collectives} collectives with a median lag \u2265 ${ms(o.bar_ms ?? o.floor_ms)} ms (the floor, or twice the job's own jitter)`;
   $('rk-arrivals').replaceChildren(el('div', { class: c ? 'error' : '', id: 'rk-arrivals-text' }, text));
   return o;
 }

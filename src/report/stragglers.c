@@ -13,9 +13,16 @@
  *   - it is last in a clear majority, >= 60 %, of at least SG_MIN_COLLECTIVES complete
  *     collectives (with 2 ranks chance gives 50 %; with more it is far below);
  *   - its median lag when last is >= FLOOR = max(2 ms, 5 % of the median step), the floor
- *     cluster.c uses for phases: below it the wait does not cost the job a real share.
+ *     cluster.c uses for phases: below it the wait does not cost the job a real share;
+ *   - and that lag is at least SG_NOISE_X times the job's own noise: the median lag of the
+ *     collectives some other rank entered last (at least SG_MIN_NOISE of them; fewer, no
+ *     estimate). On a loaded machine (more ranks than cores) one rank can be last in most
+ *     collectives by a lag no larger than the others' when they are last: the order is
+ *     biased, the wait is the same jitter, and naming it would send the user after nothing.
+ *     A real straggler's lag is its own delay plus that jitter, well above it.
  * A host is late when, in that same majority of collectives, its ranks (two or more, not all
- * of the group) are exactly the last ones to enter: a slow node, not a slow rank.
+ * of the group) are exactly the last ones to enter: a slow node, not a slow rank; its noise is
+ * the median lag of the collectives whose last rank is on another host.
  * The phase: the culprit's own python.steps phase medians against the other ranks' median;
  * the phase with the largest excess is named when it explains at least half the median lag.
  */
@@ -31,6 +38,8 @@ enum { SG_MIN_COLLECTIVES = 5 };
 #define SG_MAJORITY 0.60
 #define SG_FLOOR_MS 2.0
 #define SG_FLOOR_SHARE 0.05
+#define SG_NOISE_X 2.0
+enum { SG_MIN_NOISE = 3 };
 
 typedef struct sg_entry {
     uint32_t group;
@@ -83,6 +92,19 @@ static int host_cmp(const void *a, const void *b) {
     const sg_host_ix *x = a, *y = b;
     int c = strcmp(x->host, y->host);
     return c ? c : (x->r < y->r ? -1 : x->r > y->r);
+}
+
+/* The job's noise for a candidate: the median lag of the collectives whose last rank is
+ * neither `skip_r` nor on host `skip_h` ((size_t)-1: no host), 0 with fewer than SG_MIN_NOISE
+ * of them. `tmp` holds nl doubles. */
+static double noise_ms(const sg_lag *lags, size_t nl, const size_t *host_of, size_t skip_r,
+                       size_t skip_h, double *tmp) {
+    size_t n = 0;
+    for (size_t i = 0; i < nl; i++)
+        if (lags[i].r != skip_r && host_of[lags[i].r] != skip_h) tmp[n++] = lags[i].ms;
+    if (n < SG_MIN_NOISE) return 0;
+    qsort(tmp, n, sizeof *tmp, dbl_cmp);
+    return median_sorted(tmp, n);
 }
 
 /* Members of `group`: binary search in the sorted (group, count) table. */
@@ -226,30 +248,43 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
 
     size_t need = (size_t)(SG_MAJORITY * (double)out->collectives + 0.999999);
     if (out->collectives >= SG_MIN_COLLECTIVES) {
-        for (size_t i = 0; i < n_ranks; i++) {
-            const pb_sg_rank_result *r = &out->ranks[i];
-            if (r->times_last >= need && r->median_lag_ms >= out->floor_ms) out->culprit = (int)i;
-        }
+        /* The candidate: the rank most often last (ties: input order); the noise is said for it
+         * even when nobody is named, so a healthy verdict shows the bar it was held to. */
+        size_t cand = 0;
+        for (size_t i = 1; i < n_ranks; i++)
+            if (out->ranks[i].times_last > out->ranks[cand].times_last) cand = i;
+        out->noise_ms = noise_ms(lags, nl, host_of, cand, (size_t)-1, tmp);
+        const pb_sg_rank_result *r = &out->ranks[cand];
+        if (r->times_last >= need && r->median_lag_ms >= out->floor_ms &&
+            r->median_lag_ms >= SG_NOISE_X * out->noise_ms)
+            out->culprit = (int)cand;
         for (size_t h = 0; h < n_hosts; h++)
             if (host_late[h] >= need) {
-                /* Name it only if the lag of its last rank clears the floor too. */
+                /* Name it only if the lag of its last rank clears the floor and the noise too. */
+                double noise = noise_ms(lags, nl, host_of, (size_t)-1, h, tmp);
                 for (size_t i = 0; i < n_ranks; i++)
                     if (host_of[i] == h && out->ranks[i].times_last &&
-                        out->ranks[i].median_lag_ms >= out->floor_ms) {
+                        out->ranks[i].median_lag_ms >= out->floor_ms &&
+                        out->ranks[i].median_lag_ms >= SG_NOISE_X * noise) {
                         out->late_host = ranks[i].host;
                         out->late_host_count = host_late[h];
+                        out->noise_ms = noise;
                         break;
                     }
             }
         /* A late host spreads "last" over its ranks: its most-often-last rank, if it clears the
-         * floor, stands as the culprit so the phase below is still said. */
+         * floor and the host's noise, stands as the culprit so the phase below is still said. */
         if (out->culprit < 0 && out->late_host) {
             size_t best = 0;
             for (size_t i = 0; i < n_ranks; i++)
                 if (out->ranks[i].times_last > out->ranks[best].times_last) best = i;
-            if (out->ranks[best].median_lag_ms >= out->floor_ms) out->culprit = (int)best;
+            if (out->ranks[best].median_lag_ms >= out->floor_ms &&
+                out->ranks[best].median_lag_ms >= SG_NOISE_X * out->noise_ms)
+                out->culprit = (int)best;
         }
     }
+    out->bar_ms = out->floor_ms > SG_NOISE_X * out->noise_ms ? out->floor_ms
+                                                             : SG_NOISE_X * out->noise_ms;
 
     out->span_ms = (double)(last_med - first_med) / 1e6;
     if (out->culprit >= 0 && out->span_ms > 0) {
@@ -308,9 +343,10 @@ json_t *pb_stragglers_json(const pb_sg_result *r, size_t max_ranks) {
     const char *phase = c && r->culprit_phase >= 0 ? pb_sg_phase_name[r->culprit_phase] : NULL;
     size_t keep = max_ranks && max_ranks < r->n_ranks ? max_ranks : r->n_ranks;
     sg_pick *pick = malloc((r->n_ranks ? r->n_ranks : 1) * sizeof *pick);
-    json_t *out = json_pack("{s:I,s:I,s:f,s:f,s:o,s:o,s:f,s:o,s:f,s:[]}", "collectives",
+    json_t *out = json_pack("{s:I,s:I,s:f,s:f,s:f,s:f,s:o,s:o,s:f,s:o,s:f,s:[]}", "collectives",
                             (json_int_t)r->collectives, "incomplete", (json_int_t)r->incomplete,
-                            "step_ms", r->step_ms, "floor_ms", r->floor_ms, "culprit",
+                            "step_ms", r->step_ms, "floor_ms", r->floor_ms, "noise_ms",
+                            r->noise_ms, "bar_ms", r->bar_ms, "culprit",
                             c ? json_integer(c->rank) : json_null(), "phase",
                             phase ? json_string(phase) : json_null(), "phase_excess_ms",
                             r->culprit_phase_excess_ms, "late_host",

@@ -54,6 +54,10 @@ typedef struct pb_sg_result {
     size_t n_ranks;
     double step_ms;         /* median over ranks of their median step time; 0 unknown */
     double floor_ms;        /* max(2 ms, 5 % of step_ms): a lag below it is noise */
+    double noise_ms;        /* the job's own jitter: median lag of the collectives another rank
+                             * (than the most-often-last one, or the late host's) entered last;
+                             * 0 when fewer than 3 of them */
+    double bar_ms;          /* max(floor_ms, 2 x noise_ms): a culprit's median lag reaches it */
     int culprit;            /* index into ranks, -1 = nobody */
     int culprit_phase;      /* PB_SG_PHASES index, -1 = none explains the lag */
     double culprit_phase_excess_ms; /* its phase median minus the other ranks' median */
@@ -92,7 +96,7 @@ int pb_stragglers_members(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_me
                           size_t *n_members, pb_sg_last **lasts, size_t *n_lasts);
 
 /* The result as the JSON of `probing <target> stragglers --json` (docs/cli.md): collectives,
- * incomplete, step_ms, floor_ms, culprit (rank or null), phase, phase_excess_ms, late_host,
+ * incomplete, step_ms, floor_ms, noise_ms, bar_ms, culprit (rank or null), phase, phase_excess_ms, late_host,
  * late_host_count, wait_share, and per rank rank, host, times_last, median_lag_ms. Ranks with more entries than
  * max_ranks (0: no limit) keep the max_ranks most often last (ties: input order), in input
  * order, and "ranks_left_out" says how many were left out. A new object (caller owns), or NULL
