@@ -1,7 +1,8 @@
 /*
- * exporter.h - the exporter's server (exporter.c; docs/exporter.md): a libmicrohttpd server
- * inside the CLI that, per scrape of GET /metrics, asks every agent of this user's socket
- * directory over the API and writes the Prometheus text exposition (out/exposition.h).
+ * exporter.h - the exporter's server (exporter.c, its scrape exporter_scrape.c;
+ * docs/exporter.md): a libmicrohttpd server inside the CLI that, per scrape of GET /metrics,
+ * asks every agent of this user's socket directory over the API and writes the Prometheus text
+ * exposition (out/exposition.h).
  * `probing exporter` (cmd/cmd_exporter.c) is its only caller.
  */
 #ifndef PB_CLI_EXPORTER_H
