@@ -44,7 +44,7 @@
  * there (stack_text).
  *
  * When the job has PyTorch's flight recorder on (TORCH_FR_BUFFER_SIZE) and every rank that
- * answered sent a fresh reading of it in /api/rank (job.c), the comparison runs on the
+ * answered sent a fresh reading of it in /api/rank (job_routes.c), the comparison runs on the
  * recorder's per-group last enqueued / last completed numbers instead (use_flight_recorder),
  * and the screen ends with a "source:" line saying so.
  */
@@ -202,8 +202,8 @@ static long long dtype_bytes(const char *t)
     return 0;
 }
 
-/* One group of a rank's flight recorder reading (job.c) as the collective record of our own
- * counters ({"group", "seq", "op", "bytes", "state", "for_s"}), or NULL to leave out. */
+/* One group of a rank's flight recorder reading (flight_recorder.c) as the collective record of
+ * our own counters ({"group", "seq", "op", "bytes", "state", "for_s"}), or NULL to leave out. */
 static json_t *fr_record(json_t *g)
 {
     long long seq = (long long)json_integer_value(json_object_get(g, "last_enqueued"));
