@@ -66,13 +66,18 @@ void pb__report_arrival_order(pb__report *r)
         snprintf(who, sizeof who, "node %s is late: its ranks enter collectives last in %zu of "
                  "%zu (rank %d the most often, %.1f ms behind the median arrival)",
                  res.late_host, res.late_host_count, res.collectives, c->rank, c->median_lag_ms);
+    else if (res.culprit_wait_step_ms > 0)
+        snprintf(who, sizeof who, "rank %d (%s) makes the others wait: %.1f ms a step beyond the "
+                 "job's own %.1f ms jitter, in the %zu of %zu collectives it enters last", c->rank,
+                 c->host ? c->host : "?", res.culprit_wait_step_ms, res.noise_ms, c->times_last,
+                 res.collectives);
     else
         snprintf(who, sizeof who, "rank %d (%s) makes the others wait: it enters collectives "
                  "last in %zu of %zu, %.1f ms (median) behind the median arrival", c->rank,
                  c->host ? c->host : "?", c->times_last, res.collectives, c->median_lag_ms);
     if (res.culprit_phase >= 0)
         snprintf(phase, sizeof phase, "; its %s is %.1f ms longer than the other ranks' median",
-                 pb_sg_phase_name[res.culprit_phase], res.culprit_phase_excess_ms);
+                 pb_sg_phase_text[res.culprit_phase], res.culprit_phase_excess_ms);
     pb__report_finding(
         r, "arrival_order", "check", res.wait_share >= ORDER_CRITICAL ? "critical" : "warning",
         pb__report_textf("%s; the others wait for it %.0f%% of the time%s%s", who,

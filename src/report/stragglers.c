@@ -7,9 +7,9 @@
  * that arrives last waits least). Cost: one sort of all arrivals, O(A log A) for A arrivals
  * (ranks x ring size), so it grows with ranks, not steps.
  *
- * The culprit rule, and why: on a healthy job which rank arrives last is chance, each rank is
- * last in about 1/N of the collectives, and the lag is scheduling noise. So a rank is named
- * only when both hold:
+ * The culprit rules, and why: on a healthy job which rank arrives last is chance, each rank is
+ * last in about 1/N of the collectives, and the lag is scheduling noise. The count rule names a
+ * rank only when all hold:
  *   - it is last in a clear majority, >= 60 %, of at least SG_MIN_COLLECTIVES complete
  *     collectives (with 2 ranks chance gives 50 %; with more it is far below);
  *   - its median lag when last is >= FLOOR = max(2 ms, 5 % of the median step), the floor
@@ -20,6 +20,11 @@
  *     collectives by a lag no larger than the others' when they are last: the order is
  *     biased, the wait is the same jitter, and naming it would send the user after nothing.
  *     A real straggler's lag is its own delay plus that jitter, well above it.
+ * The wait rule covers the straggler whose delay lands in one of many collectives a step (FSDP
+ * all-gathers every layer: the others wait in the first one of the forward, then all enter the
+ * rest together, so the late rank is last in few collectives, by far): per rank, its lags beyond
+ * twice the noise, summed; the rank with the most is named when it holds >= 60 % of all such
+ * wait and that wait is >= FLOOR a step (span of the collectives over the median step).
  * A host is late when, in that same majority of collectives, its ranks (two or more, not all
  * of the group) are exactly the last ones to enter: a slow node, not a slow rank; its noise is
  * the median lag of the collectives whose last rank is on another host.
@@ -32,7 +37,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const pb_sg_phase_name[PB_SG_PHASES] = {"data", "forward", "backward", "optimizer"};
+const char *const pb_sg_phase_name[PB_SG_PHASES] = {"data", "forward", "backward", "optimizer",
+                                                    "other"};
+const char *const pb_sg_phase_text[PB_SG_PHASES] = {"data", "forward", "backward", "optimizer",
+                                                    "other host time"};
 
 enum { SG_MIN_COLLECTIVES = 5 };
 #define SG_MAJORITY 0.60
@@ -143,11 +151,12 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
     size_t *host_late = calloc(n_ranks, sizeof *host_late);  /* host id -> late collectives */
     sg_host_ix *hx = malloc(n_ranks * sizeof *hx);
     double *tmp = malloc((n_ranks > total ? n_ranks : total) * sizeof *tmp + sizeof *tmp);
+    double *sum_lag = calloc(n_ranks, sizeof *sum_lag); /* rank index -> its lags when last */
     out->ranks = calloc(n_ranks, sizeof *out->ranks);
     if ((total && (!e || !lags || !groups)) || !host_of || !host_size || !host_late || !hx ||
-        !tmp || !out->ranks) {
+        !tmp || !sum_lag || !out->ranks) {
         free(e), free(lags), free(groups), free(host_of), free(host_size), free(host_late);
-        free(hx), free(tmp), free(out->ranks);
+        free(hx), free(tmp), free(sum_lag), free(out->ranks);
         out->ranks = NULL;
         errno = ENOMEM;
         return -1;
@@ -193,7 +202,7 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         if (!pairs) {
             pb_stragglers_free(out);
             free(e), free(lags), free(groups), free(host_of), free(host_size), free(host_late);
-            free(hx), free(tmp);
+            free(hx), free(tmp), free(sum_lag);
             errno = ENOMEM;
             return -1;
         }
@@ -227,6 +236,7 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         const sg_entry *last = &e[j - 1];
         lags[nl++] = (sg_lag){last->r, (double)(last->enter_ns - med) / 1e6};
         out->ranks[last->r].times_last++;
+        sum_lag[last->r] += lags[nl - 1].ms;
         /* Late host: the last m entries are exactly the m ranks of one known host, 2 <= m < run. */
         size_t h = host_of[last->r], m = host_size[h];
         if (m >= 2 && m < run && ranks[last->r].host && ranks[last->r].host[0]) {
@@ -246,18 +256,46 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         i = j;
     }
 
+    out->span_ms = (double)(last_med - first_med) / 1e6;
     size_t need = (size_t)(SG_MAJORITY * (double)out->collectives + 0.999999);
     if (out->collectives >= SG_MIN_COLLECTIVES) {
-        /* The candidate: the rank most often last (ties: input order); the noise is said for it
-         * even when nobody is named, so a healthy verdict shows the bar it was held to. */
-        size_t cand = 0;
-        for (size_t i = 1; i < n_ranks; i++)
-            if (out->ranks[i].times_last > out->ranks[cand].times_last) cand = i;
-        out->noise_ms = noise_ms(lags, nl, host_of, cand, (size_t)-1, tmp);
-        const pb_sg_rank_result *r = &out->ranks[cand];
+        /* Two candidates: the rank most often last (the count rule) and the rank whose lags
+         * when last add up to the most (the wait rule); ties: input order. */
+        size_t cand_c = 0, cand_w = 0;
+        for (size_t i = 1; i < n_ranks; i++) {
+            if (out->ranks[i].times_last > out->ranks[cand_c].times_last) cand_c = i;
+            if (sum_lag[i] > sum_lag[cand_w]) cand_w = i;
+        }
+        /* The count rule: last in a clear majority, its median lag over the floor and twice
+         * the noise. */
+        double noise_c = noise_ms(lags, nl, host_of, cand_c, (size_t)-1, tmp);
+        const pb_sg_rank_result *r = &out->ranks[cand_c];
         if (r->times_last >= need && r->median_lag_ms >= out->floor_ms &&
-            r->median_lag_ms >= SG_NOISE_X * out->noise_ms)
-            out->culprit = (int)cand;
+            r->median_lag_ms >= SG_NOISE_X * noise_c) {
+            out->culprit = (int)cand_c;
+            out->noise_ms = noise_c;
+        }
+        /* The wait rule: each rank's lags beyond twice the noise (of the collectives someone
+         * else entered last), summed: the wait it imposes beyond the job's jitter. The rank
+         * with the most is named when it holds a clear majority of all such wait and that wait
+         * costs the others at least the floor a step. This is what names a rank whose delay
+         * lands in one of many collectives a step (FSDP's first all-gather of the forward):
+         * last in few, by far. */
+        double noise_w = noise_ms(lags, nl, host_of, cand_w, (size_t)-1, tmp), excess = 0;
+        for (size_t i = 0; i < nl; i++) {
+            double ex = lags[i].ms - SG_NOISE_X * noise_w;
+            if (ex > 0) out->ranks[lags[i].r].wait_ms += ex, excess += ex;
+        }
+        double per_step = out->span_ms > 0 && out->step_ms > 0
+                              ? out->ranks[cand_w].wait_ms * out->step_ms / out->span_ms : 0;
+        if (out->culprit < 0) {
+            out->noise_ms = noise_w;
+            if (excess > 0 && out->ranks[cand_w].wait_ms >= SG_MAJORITY * excess &&
+                per_step >= out->floor_ms) {
+                out->culprit = (int)cand_w;
+                out->culprit_wait_step_ms = per_step;
+            }
+        }
         for (size_t h = 0; h < n_hosts; h++)
             if (host_late[h] >= need) {
                 /* Name it only if the lag of its last rank clears the floor and the noise too. */
@@ -274,11 +312,11 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
             }
         /* A late host spreads "last" over its ranks: its most-often-last rank, if it clears the
          * floor and the host's noise, stands as the culprit so the phase below is still said. */
-        if (out->culprit < 0 && out->late_host) {
+        if (out->late_host) {
             size_t best = 0;
             for (size_t i = 0; i < n_ranks; i++)
                 if (out->ranks[i].times_last > out->ranks[best].times_last) best = i;
-            if (out->ranks[best].median_lag_ms >= out->floor_ms &&
+            if (out->culprit < 0 && out->ranks[best].median_lag_ms >= out->floor_ms &&
                 out->ranks[best].median_lag_ms >= SG_NOISE_X * out->noise_ms)
                 out->culprit = (int)best;
         }
@@ -286,7 +324,6 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
     out->bar_ms = out->floor_ms > SG_NOISE_X * out->noise_ms ? out->floor_ms
                                                              : SG_NOISE_X * out->noise_ms;
 
-    out->span_ms = (double)(last_med - first_med) / 1e6;
     if (out->culprit >= 0 && out->span_ms > 0) {
         /* The lags it (or its late host) imposed, over the time they were imposed in. */
         size_t late_h = out->late_host ? host_of[out->culprit] : (size_t)-1;
@@ -298,7 +335,9 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
 
     if (out->culprit >= 0) {
         const pb_arrival_rank *c = &ranks[out->culprit];
-        double lag = out->ranks[out->culprit].median_lag_ms, best = 0;
+        double lag = out->culprit_wait_step_ms > 0 ? out->culprit_wait_step_ms
+                                                   : out->ranks[out->culprit].median_lag_ms,
+               best = 0;
         for (int p = 0; p < PB_SG_PHASES; p++) {
             if (c->phase_ms[p] < 0) continue;
             size_t n = 0;
@@ -312,7 +351,7 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         out->culprit_phase_excess_ms = best;
     }
     free(e), free(lags), free(groups), free(host_of), free(host_size), free(host_late);
-    free(hx), free(tmp);
+    free(hx), free(tmp), free(sum_lag);
     return 0;
 }
 
@@ -343,11 +382,12 @@ json_t *pb_stragglers_json(const pb_sg_result *r, size_t max_ranks) {
     const char *phase = c && r->culprit_phase >= 0 ? pb_sg_phase_name[r->culprit_phase] : NULL;
     size_t keep = max_ranks && max_ranks < r->n_ranks ? max_ranks : r->n_ranks;
     sg_pick *pick = malloc((r->n_ranks ? r->n_ranks : 1) * sizeof *pick);
-    json_t *out = json_pack("{s:I,s:I,s:f,s:f,s:f,s:f,s:o,s:o,s:f,s:o,s:f,s:[]}", "collectives",
-                            (json_int_t)r->collectives, "incomplete", (json_int_t)r->incomplete,
-                            "step_ms", r->step_ms, "floor_ms", r->floor_ms, "noise_ms",
-                            r->noise_ms, "bar_ms", r->bar_ms, "culprit",
-                            c ? json_integer(c->rank) : json_null(), "phase",
+    json_t *out = json_pack("{s:I,s:I,s:f,s:f,s:f,s:f,s:o,s:f,s:o,s:f,s:o,s:f,s:[]}",
+                            "collectives", (json_int_t)r->collectives, "incomplete",
+                            (json_int_t)r->incomplete, "step_ms", r->step_ms, "floor_ms",
+                            r->floor_ms, "noise_ms", r->noise_ms, "bar_ms", r->bar_ms, "culprit",
+                            c ? json_integer(c->rank) : json_null(), "wait_step_ms",
+                            r->culprit_wait_step_ms, "phase",
                             phase ? json_string(phase) : json_null(), "phase_excess_ms",
                             r->culprit_phase_excess_ms, "late_host",
                             r->late_host ? json_string(r->late_host) : json_null(), "wait_share",
@@ -365,10 +405,10 @@ json_t *pb_stragglers_json(const pb_sg_result *r, size_t max_ranks) {
     }
     for (size_t k = 0; k < keep; k++) {
         const pb_sg_rank_result *x = &r->ranks[pick[k].i];
-        if (json_array_append_new(ranks, json_pack("{s:i,s:s?,s:I,s:f}", "rank", x->rank, "host",
-                                                   x->host, "times_last",
+        if (json_array_append_new(ranks, json_pack("{s:i,s:s?,s:I,s:f,s:f}", "rank", x->rank,
+                                                   "host", x->host, "times_last",
                                                    (json_int_t)x->times_last, "median_lag_ms",
-                                                   x->median_lag_ms)))
+                                                   x->median_lag_ms, "wait_ms", x->wait_ms)))
             goto fail;
     }
     free(pick);

@@ -19,8 +19,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { PB_SG_PHASES = 4 }; /* data, forward, backward, optimizer (python.steps' columns) */
+enum { PB_SG_PHASES = 5 }; /* data, forward, backward, optimizer, other (python.steps' columns) */
 extern const char *const pb_sg_phase_name[PB_SG_PHASES];
+/* The same phases as a sentence says them ("other host time": the step outside the others,
+ * e.g. the program's own batch preparation between steps). */
+extern const char *const pb_sg_phase_text[PB_SG_PHASES];
 
 typedef struct pb_arrival {
     uint32_t group;    /* process group id, the same on every member */
@@ -45,6 +48,7 @@ typedef struct pb_sg_rank_result {
     const char *host;
     size_t times_last;     /* complete collectives this rank entered last */
     double median_lag_ms;  /* median lag behind the median entry when it was last; 0 if never */
+    double wait_ms;        /* its lags beyond 2 x noise_ms when last, summed (the wait rule) */
 } pb_sg_rank_result;
 
 typedef struct pb_sg_result {
@@ -58,6 +62,9 @@ typedef struct pb_sg_result {
                              * (than the most-often-last one, or the late host's) entered last;
                              * 0 when fewer than 3 of them */
     double bar_ms;          /* max(floor_ms, 2 x noise_ms): a culprit's median lag reaches it */
+    /* A culprit named by the wait rule (stragglers.c): its wait_ms per step (span_ms over
+     * step_ms steps); 0 when named by the count rule or nobody is. */
+    double culprit_wait_step_ms;
     int culprit;            /* index into ranks, -1 = nobody */
     int culprit_phase;      /* PB_SG_PHASES index, -1 = none explains the lag */
     double culprit_phase_excess_ms; /* its phase median minus the other ranks' median */
@@ -96,8 +103,8 @@ int pb_stragglers_members(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_me
                           size_t *n_members, pb_sg_last **lasts, size_t *n_lasts);
 
 /* The result as the JSON of `probing <target> stragglers --json` (docs/cli.md): collectives,
- * incomplete, step_ms, floor_ms, noise_ms, bar_ms, culprit (rank or null), phase, phase_excess_ms, late_host,
- * late_host_count, wait_share, and per rank rank, host, times_last, median_lag_ms. Ranks with more entries than
+ * incomplete, step_ms, floor_ms, noise_ms, bar_ms, culprit (rank or null), wait_step_ms, phase, phase_excess_ms, late_host,
+ * late_host_count, wait_share, and per rank rank, host, times_last, median_lag_ms, wait_ms. Ranks with more entries than
  * max_ranks (0: no limit) keep the max_ranks most often last (ties: input order), in input
  * order, and "ranks_left_out" says how many were left out. A new object (caller owns), or NULL
  * out of memory. [any thread] */

@@ -14,7 +14,7 @@ from test_exporter import Exporter, parse, series
 from test_ui import UIServer, browser_or_skip, console_errors, wait_for
 
 
-def start_job(cli, env, session_dir, slow_rank):
+def start_job(cli, env, session_dir, slow_rank, workload="late_rank_ddp.py"):
     work = session_dir / f"stragglers-{time.monotonic_ns()}"
     work.mkdir()
     launcher = Launcher(cli, env, work, env["PROBING_DIR"])
@@ -24,7 +24,7 @@ def start_job(cli, env, session_dir, slow_rank):
         e = dict(env, RANK=str(rank), WORLD_SIZE="4", LOCAL_RANK=str(rank),
                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         ranks.append(launcher.command([cli.binary, "run", "--", PYTHON, "-u",
-                                       WORKLOADS / "late_rank_ddp.py", "--slow-rank",
+                                       WORKLOADS / workload, "--slow-rank",
                                        str(slow_rank)], env=e, name=f"sgrank{rank}"))
     for r, t in enumerate(ranks):
         t._poll(f"READY {r}", lambda t=t, r=r: f"READY {r}" in t.stdout(), STEP_TIMEOUT_S)
@@ -43,6 +43,24 @@ def slow_job(cli, env, session_dir):
 @pytest.fixture
 def healthy_job(cli, env, session_dir):
     launcher, ranks = start_job(cli, env, session_dir, slow_rank=-1)
+    try:
+        yield ranks
+    finally:
+        launcher.cleanup()
+
+
+@pytest.fixture
+def fsdp_slow_job(cli, env, session_dir):
+    launcher, ranks = start_job(cli, env, session_dir, slow_rank=1, workload="late_rank_fsdp2.py")
+    try:
+        yield ranks
+    finally:
+        launcher.cleanup()
+
+
+@pytest.fixture
+def fsdp_healthy_job(cli, env, session_dir):
+    launcher, ranks = start_job(cli, env, session_dir, slow_rank=-1, workload="late_rank_fsdp2.py")
     try:
         yield ranks
     finally:
@@ -73,7 +91,7 @@ def test_stragglers_names_the_slow_rank_and_its_forward(cli, slow_job):
     lines = t.stdout.splitlines()
     assert lines[0].startswith("rank 2 (") and "makes the others wait" in lines[0], t.stdout
     assert "its forward is" in lines[0], t.stdout
-    assert lines[1].split() == ["rank", "host", "times_last", "median_lag_ms", "phase"], t.stdout
+    assert lines[1].split() == ["rank", "host", "times_last", "median_lag_ms", "wait_ms", "phase"], t.stdout
     row2 = [l.split() for l in lines[2:] if l.split() and l.split()[0] == "2"]
     assert row2 and row2[0][-1] == "forward", t.stdout
 
@@ -203,3 +221,38 @@ def test_stragglers_healthy_job_names_nobody(cli, healthy_job):
     f = report_finding(r)
     assert f["severity"] == "ok" and f["numbers"]["culprit"] is None, f
     assert json.loads(r.stdout)["primary"] != "arrival_order", r.stdout
+
+
+def test_stragglers_fsdp2_names_the_rank_its_batch_delays(cli, fsdp_slow_job):
+    """FSDP2: rank 1 prepares its batch 30 ms longer; the others wait for it in the first
+    all-gather of each forward and enter the step's other all-gathers and reduce-scatters
+    together with it, so it is last in few collectives, by far in one (the wait rule)."""
+    ranks = fsdp_slow_job
+    r = poll_cli(cli, ranks[0].pid, ["stragglers", "--json"],
+                 lambda r: (analysis(r) or {}).get("collectives", 0) >= 150,
+                 "150 complete collectives", ranks)
+    a = analysis(r)
+    ops = cli(ranks[2].pid, "query", "--format", "csv",
+              "SELECT DISTINCT operation_type FROM python.nccl_trace ORDER BY 1").stdout.split()[1:]
+    # FSDP2's all-gathers and reduce-scatters are recorded (torch 2.13: the *_single calls).
+    assert any(o.startswith("all_gather") for o in ops), ops
+    assert any(o.startswith("reduce_scatter") for o in ops), ops
+    assert a["culprit"] == 1, r.stdout
+    assert a["phase"] == "other", r.stdout
+    assert a["late_host"] is None, r.stdout
+    by_rank = {x["rank"]: x for x in a["ranks"]}
+    others = sum(x["wait_ms"] for k, x in by_rank.items() if k != 1)
+    assert by_rank[1]["wait_ms"] >= 0.6 * (by_rank[1]["wait_ms"] + others), r.stdout
+    t = cli(ranks[3].pid, "stragglers")
+    first = t.stdout.splitlines()[0]
+    assert first.startswith("rank 1 (") and "makes the others wait" in first, t.stdout
+    assert "its other host time is" in first, t.stdout
+
+
+def test_stragglers_fsdp2_healthy_job_names_nobody(cli, fsdp_healthy_job):
+    ranks = fsdp_healthy_job
+    r = poll_cli(cli, ranks[2].pid, ["stragglers", "--json"],
+                 lambda r: (analysis(r) or {}).get("collectives", 0) >= 150,
+                 "150 complete collectives", ranks)
+    a = analysis(r)
+    assert a["culprit"] is None and a["late_host"] is None, r.stdout

@@ -170,8 +170,56 @@ static void loaded_machine(void) {
     STEP_MS = 100, JITTER = 1.0;
 }
 
+/* FSDP: 8 all-gathers / reduce-scatters a step of 60 ms; rank `slow` spends `delay` ms on its
+ * batch before the step (its data phase), so the others wait for it in the step's first
+ * all-gather only, and enter the other seven together with it (all jitter up to 2 ms). It is
+ * last in about 1/8 + 7/8 x 1/4 of the collectives, by far in the first: the count rule cannot
+ * name it, the wait rule must. The healthy twin (delay 0) names nobody. */
+static void fsdp_like(double delay, int slow) {
+    enum { N = 4, STEPS = 64, PER = 8 };
+    pb_arrival_rank rk[N];
+    static pb_arrival arr[N][STEPS * PER];
+    char host[] = "node0";
+    for (int r = 0; r < N; r++) {
+        double d = r == slow ? delay : 0;
+        rk[r] = (pb_arrival_rank){r, host, 60, {5 + d + jitter_ms(0.5), 20 + jitter_ms(0.5),
+                                                30 + jitter_ms(0.5), 5}, arr[r], STEPS * PER};
+        for (int s = 0; s < STEPS; s++)
+            for (int k = 0; k < PER; k++) {
+                /* The first collective waits for the slow rank; after it all start together. */
+                double t = s * 60.0 + k * 4.0 + (k == 0 ? d : delay) + jitter_ms(2.0);
+                int64_t enter = (int64_t)(t * 1e6);
+                arr[r][s * PER + k] = (pb_arrival){1, (uint64_t)(s * PER + k), "all_gather_into_tensor",
+                                                   1 << 20, enter, enter + 1000000};
+            }
+    }
+    pb_sg_result res;
+    CHECK(pb_stragglers_analyze(rk, N, &res) == 0, "fsdp-like, delay %.0f ms: analysed", delay);
+    printf("       fsdp-like delay %.0f: rank %d last in %zu of %zu (median lag %.2f ms, wait %.1f ms); "
+           "noise %.2f ms, culprit %d, %.2f ms a step\n", delay, slow >= 0 ? slow : 0,
+           res.ranks[slow >= 0 ? slow : 0].times_last, res.collectives,
+           res.ranks[slow >= 0 ? slow : 0].median_lag_ms, res.ranks[slow >= 0 ? slow : 0].wait_ms,
+           res.noise_ms, res.culprit, res.culprit_wait_step_ms);
+    if (slow < 0) {
+        CHECK(res.culprit == -1, "fsdp-like healthy: nobody named (culprit %d)", res.culprit);
+    } else {
+        CHECK(res.ranks[slow].times_last < res.collectives / 2,
+              "the slow rank is last in a minority (%zu of %zu): the count rule alone misses it",
+              res.ranks[slow].times_last, res.collectives);
+        CHECK(res.culprit == slow && res.culprit_phase == 0,
+              "the wait rule names rank %d and its data phase (culprit %d, phase %d)", slow,
+              res.culprit, res.culprit_phase);
+        CHECK(res.culprit_wait_step_ms > 0.5 * delay && res.culprit_wait_step_ms < 1.2 * delay,
+              "its wait a step is about its %.0f ms delay (%.2f ms)", delay,
+              res.culprit_wait_step_ms);
+    }
+    pb_stragglers_free(&res);
+}
+
 int main(void) {
     loaded_machine();
+    fsdp_like(15, 2);
+    fsdp_like(0, -1);
     healthy_and_slow(8, 4, 5, RING);
     healthy_and_slow(1024, 8, 777, RING);
     healthy_and_slow(10000, 8, 9321, 64); /* 640,000 arrivals: the CLI's work at 10,000 ranks */

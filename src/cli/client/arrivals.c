@@ -10,7 +10,7 @@
 #include <string.h>
 
 #define STEPS_SQL                                                                              \
-    "{\"sql\":\"SELECT wall, data_wait, forward, backward, optimizer FROM python.steps "       \
+    "{\"sql\":\"SELECT wall, data_wait, forward, backward, optimizer, other FROM python.steps "       \
     "ORDER BY step DESC LIMIT 64\"}"
 
 static int dcmp(const void *a, const void *b)

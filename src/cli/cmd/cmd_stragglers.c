@@ -55,6 +55,11 @@ int cmd_stragglers(const pb_cli_args *a)
             printf("node %s is late: its ranks enter last in %zu of %zu collectives; rank %d's median "
                    "lag %.1f ms (step %.1f ms)", late, res.late_host_count, res.collectives,
                    c->rank, c->median_lag_ms, res.step_ms);
+        else if (c && res.culprit_wait_step_ms > 0)
+            printf("rank %d (%s) makes the others wait: %.1f ms a step beyond the job's own %.1f ms "
+                   "jitter, in the %zu of %zu collectives it enters last (step %.1f ms)", c->rank,
+                   host, res.culprit_wait_step_ms, res.noise_ms, c->times_last, res.collectives,
+                   res.step_ms);
         else if (c)
             printf("rank %d (%s) makes the others wait: last in %zu of %zu collectives, median lag "
                    "%.1f ms behind the median arrival (step %.1f ms)", c->rank, host,
@@ -62,17 +67,20 @@ int cmd_stragglers(const pb_cli_args *a)
         else
             printf("no straggler: no rank is last in >= 60 %% of %zu collectives with a median lag "
                    ">= %.1f ms (max(2 ms, 5 %% of the %.1f ms step, twice the %.1f ms the others "
-                   "lag when last))", res.collectives, res.bar_ms, res.step_ms, res.noise_ms);
+                   "lag when last)), nor holds >= 60 %% of the wait beyond that jitter at >= %.1f "
+                   "ms a step", res.collectives, res.bar_ms, res.step_ms, res.noise_ms,
+                   res.floor_ms);
         if (phase)
-            printf("; its %s is %.1f ms longer than the other ranks' median", phase,
-                   res.culprit_phase_excess_ms);
+            printf("; its %s is %.1f ms longer than the other ranks' median",
+                   pb_sg_phase_text[res.culprit_phase], res.culprit_phase_excess_ms);
         printf("\n");
-        printf("%-6s %-20s %10s %14s  %s\n", "rank", "host", "times_last", "median_lag_ms", "phase");
+        printf("%-6s %-20s %10s %14s %10s  %s\n", "rank", "host", "times_last", "median_lag_ms",
+               "wait_ms", "phase");
         for (size_t i = 0; i < res.n_ranks; i++) {
             const pb_sg_rank_result *r = &res.ranks[i];
             pb_buf_sanitize_into(host, sizeof host, r->host ? r->host : "?");
-            printf("%-6d %-20s %10zu %14.1f  %s\n", r->rank, host, r->times_last,
-                   r->median_lag_ms, (int)i == res.culprit && phase ? phase : "-");
+            printf("%-6d %-20s %10zu %14.1f %10.1f  %s\n", r->rank, host, r->times_last,
+                   r->median_lag_ms, r->wait_ms, (int)i == res.culprit && phase ? phase : "-");
         }
         if (res.incomplete)
             printf("(%zu collectives not seen by every member were left out)\n", res.incomplete);
