@@ -28,12 +28,12 @@ int pb_record_file_create(sqlite3 *conn, const pb_buf *info)
 {
     pb_buf sql = PB_BUF_INIT;
     int rc = exec(conn, "PRAGMA journal_mode=DELETE; PRAGMA synchronous=OFF; BEGIN;"
-                  "CREATE TABLE tables(schema TEXT, name TEXT, doc TEXT, columns TEXT, "
-                  "rows INTEGER, capacity INTEGER, rows_dropped INTEGER, empty_reason TEXT);"
-                  "CREATE TABLE info(json TEXT);"
-                  "CREATE TABLE run(state TEXT, status INTEGER, exception_type TEXT, "
-                  "message TEXT, stack TEXT, last_step INTEGER, started_unix REAL, "
-                  "ended_unix REAL, pid INTEGER, note TEXT, started_step INTEGER);");
+                        "CREATE TABLE tables(schema TEXT, name TEXT, doc TEXT, columns TEXT, "
+                        "rows INTEGER, capacity INTEGER, rows_dropped INTEGER, empty_reason TEXT);"
+                        "CREATE TABLE info(json TEXT);"
+                        "CREATE TABLE run(state TEXT, status INTEGER, exception_type TEXT, "
+                        "message TEXT, stack TEXT, last_step INTEGER, started_unix REAL, "
+                        "ended_unix REAL, pid INTEGER, note TEXT, started_step INTEGER);");
     if (rc == SQLITE_OK) {
         char insert_run[256];
         snprintf(insert_run, sizeof insert_run, "INSERT INTO run(state, started_unix, pid, "
