@@ -62,4 +62,23 @@ PyObject *pb_torch_hook_functions(void);
 /* Python type objects and hook callables defined here; made by the module init. */
 int pb_torch_hooks_ready_types(void);
 
+/* ---- torch_hooks.c for torch_install.c only (what installing puts in place) [GIL held] ---- */
+
+/* The four hook callables' definitions: forward pre/post, optimizer step pre/post. */
+extern PyMethodDef pb_torch_hook_defs[4];
+
+/* torch.nn.Module.__call__ replaced by the C wrapper, and put back. 0, or -1 with a Python
+ * exception set. */
+int pb_torch_install_call_wrapper(void);
+void pb_torch_remove_call_wrapper(void);
+
+/* Wrapper of torch.optim.Optimizer.__init__ (pb_wrap_attr): a training job from now on. */
+PyObject *pb_torch_optimizer_made(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+/* An optimizer step ends the step (also the step boundary callback, step.h). */
+void pb_torch_optimizer_stepped(void);
+
+/* Copies the detail policy for other threads (pb_torch_detail). */
+void pb_torch_show_detail(void);
+
 #endif

@@ -6,7 +6,9 @@
  * probe.tables catalogue as of the last flush) and `info` (the /api/info body as of the last
  * flush: the job's last state, pb_record_refresh_info). The
  * CLI attaches the file under the names python, system and probe, so the same SQL runs on a
- * recording and on a live process (docs/recordings.md).
+ * recording and on a live process (docs/recordings.md). The tables, the catalogue and the binding
+ * of a ring row are written by record_file.c, through the connection this file owns; this file
+ * is the recorder: its thread, start and stop, the transactions, the `run` row's end, the status.
  *
  * Two ways in, one recorder: PROBING_RECORD at agent start (`probing run -o`), or POST
  * /api/record from a server thread (`probing <pid> record -o`). Either way the recording begins
@@ -37,19 +39,17 @@
  * status says why); training goes on untouched.
  */
 #include "record.h"
+#include "record_file.h"
 
 #include "api.h"
-#include "catalog.h"
 #include "clock.h"
 #include "config.h"
 #include "db.h"
 #include "error.h"
-#include "intern.h"
 #include "jsonw.h"
 #include "log.h"
 #include "recpath.h"
 #include "registry.h"
-#include "step.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -130,81 +130,6 @@ static void fail_once(const char *what)
 static int exec(const char *sql)
 {
     return sqlite3_exec(conn, sql, NULL, NULL, NULL);
-}
-
-static int bind_column(sqlite3_stmt *st, int i, const pb_column *col, const unsigned char *row)
-{
-    const unsigned char *p = row + col->offset;
-    switch (col->kind) {
-    case PB_COL_I64: { int64_t v; memcpy(&v, p, sizeof v); return sqlite3_bind_int64(st, i, v); }
-    case PB_COL_I32: { int32_t v; memcpy(&v, p, sizeof v); return sqlite3_bind_int64(st, i, v); }
-    case PB_COL_U32: { uint32_t v; memcpy(&v, p, sizeof v); return sqlite3_bind_int64(st, i, v); }
-    case PB_COL_U16: { uint16_t v; memcpy(&v, p, sizeof v); return sqlite3_bind_int64(st, i, v); }
-    case PB_COL_U8: return sqlite3_bind_int64(st, i, *p);
-    case PB_COL_F64: { double v; memcpy(&v, p, sizeof v); return sqlite3_bind_double(st, i, v); }
-    case PB_COL_F32: { float v; memcpy(&v, p, sizeof v); return sqlite3_bind_double(st, i, v); }
-    case PB_COL_NS_SEC: { int64_t v; memcpy(&v, p, sizeof v); return sqlite3_bind_double(st, i, (double)v / 1e9); }
-    case PB_COL_NS_MS: { int64_t v; memcpy(&v, p, sizeof v); return sqlite3_bind_double(st, i, (double)v / 1e6); }
-    case PB_COL_STR_ID: {
-        uint32_t id;
-        memcpy(&id, p, sizeof id);
-        return sqlite3_bind_text(st, i, pb_intern_get(id), -1, SQLITE_STATIC);
-    }
-    case PB_COL_STR_ID_NULL: {
-        uint32_t id;
-        memcpy(&id, p, sizeof id);
-        if (!id) return sqlite3_bind_null(st, i);
-        return sqlite3_bind_text(st, i, pb_intern_get(id), -1, SQLITE_STATIC);
-    }
-    case PB_COL_I64_NULL: {
-        int64_t v;
-        memcpy(&v, p, sizeof v);
-        return v == INT64_MIN ? sqlite3_bind_null(st, i) : sqlite3_bind_int64(st, i, v);
-    }
-    case PB_COL_ENUM_U8: {
-        int n = 0;
-        while (col->enum_names[n]) n++;
-        if (*p < n) return sqlite3_bind_text(st, i, col->enum_names[*p], -1, SQLITE_STATIC);
-        return sqlite3_bind_int64(st, i, *p);
-    }
-    }
-    return SQLITE_MISUSE;
-}
-
-/* Rewrites the `tables` catalogue with rows[t] rows in the file and dropped[t] rows lost.
- * Inside a transaction. */
-static int write_catalogue(const uint64_t *rows, const uint64_t *dropped)
-{
-    sqlite3_stmt *st = NULL;
-    pb_buf cols = PB_BUF_INIT;
-    int rc = exec("DELETE FROM tables");
-    if (rc == SQLITE_OK)
-        rc = sqlite3_prepare_v2(conn, "INSERT INTO tables VALUES (?,?,?,?,?,?,?,?)", -1, &st, NULL);
-    for (int t = 0; rc == SQLITE_OK && t < pb_registry_count(); t++) {
-        const pb_table *tab = pb_registry_get(t);
-        pb_jsonw w;
-        cols.len = 0;
-        pb_jsonw_init(&w, &cols);
-        if (pb_catalog_columns_json(&w, tab) || pb_buf_putc(&cols, '\0')) {
-            rc = SQLITE_NOMEM;
-            break;
-        }
-        sqlite3_bind_text(st, 1, tab->schema, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 2, tab->name, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 3, tab->doc, -1, SQLITE_STATIC);
-        sqlite3_bind_text(st, 4, cols.data, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 5, (sqlite3_int64)rows[t]);
-        sqlite3_bind_int64(st, 6, (sqlite3_int64)pb_ring_capacity(tab->ring));
-        sqlite3_bind_int64(st, 7, (sqlite3_int64)dropped[t]);
-        if (tab->empty_reason) sqlite3_bind_text(st, 8, tab->empty_reason, -1, SQLITE_STATIC);
-        else sqlite3_bind_null(st, 8);
-        rc = sqlite3_step(st);
-        rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-        sqlite3_reset(st);
-    }
-    sqlite3_finalize(st);
-    pb_buf_free(&cols);
-    return rc;
 }
 
 /* The step of the newest python.steps row, or -1 when there is none. [any thread] */
@@ -329,8 +254,7 @@ static int flush(void)
                 }
                 break;
             }
-            for (int c = 0; rc == SQLITE_OK && c < tab->ncolumns; c++)
-                rc = bind_column(insert[t], c + 1, &tab->columns[c], rowbuf);
+            rc = pb_record_file_bind(insert[t], tab, rowbuf);
             if (rc == SQLITE_OK) rc = sqlite3_step(insert[t]);
             rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
             sqlite3_reset(insert[t]);
@@ -340,7 +264,7 @@ static int flush(void)
             }
         }
     }
-    if (rc == SQLITE_OK) rc = write_catalogue(rows, dropped);
+    if (rc == SQLITE_OK) rc = pb_record_file_catalogue(conn, rows, dropped);
     if (rc == SQLITE_OK) rc = write_info();
     if (rc == SQLITE_OK) rc = exec("COMMIT");
     if (rc != SQLITE_OK) {
@@ -446,67 +370,12 @@ static void remove_on_sigterm(void)
     on_sigterm_installed = 0;
 }
 
-/* Prepares one INSERT per registered table on conn. */
-static int prepare_inserts(void)
-{
-    pb_buf sql = PB_BUF_INIT;
-    int rc = SQLITE_OK;
-    for (int t = 0; rc == SQLITE_OK && t < pb_registry_count(); t++) {
-        const pb_table *tab = pb_registry_get(t);
-        sql.len = 0;
-        int e = pb_buf_printf(&sql, "INSERT INTO \"%s\" VALUES (", tab->name);
-        for (int c = 0; !e && c < tab->ncolumns; c++) e = pb_buf_puts(&sql, c ? ",?" : "?");
-        if (!e) e = pb_buf_puts(&sql, ")");
-        if (!e) e = pb_buf_putc(&sql, '\0');
-        rc = e ? SQLITE_NOMEM
-               : sqlite3_prepare_v3(conn, sql.data, -1, SQLITE_PREPARE_PERSISTENT, &insert[t],
-                                    NULL);
-    }
-    pb_buf_free(&sql);
-    return rc;
-}
-
+/* Creates the file's tables and rows, with the catalogue and the info row as of now, in one
+ * transaction. [control_lock held, no recorder thread running] */
 static int create_schema(const pb_buf *info, const uint64_t *rows, const uint64_t *dropped)
 {
-    pb_buf sql = PB_BUF_INIT;
-    int rc = exec("PRAGMA journal_mode=DELETE; PRAGMA synchronous=OFF; BEGIN;"
-                  "CREATE TABLE tables(schema TEXT, name TEXT, doc TEXT, columns TEXT, "
-                  "rows INTEGER, capacity INTEGER, rows_dropped INTEGER, empty_reason TEXT);"
-                  "CREATE TABLE info(json TEXT);"
-                  "CREATE TABLE run(state TEXT, status INTEGER, exception_type TEXT, "
-                  "message TEXT, stack TEXT, last_step INTEGER, started_unix REAL, "
-                  "ended_unix REAL, pid INTEGER, note TEXT, started_step INTEGER);");
-    if (rc == SQLITE_OK) {
-        char insert_run[256];
-        snprintf(insert_run, sizeof insert_run, "INSERT INTO run(state, started_unix, pid, "
-                 "started_step) VALUES ('running', %.6f, %ld, %lld)", (double)pb_wall_ns() / 1e9,
-                 (long)getpid(), (long long)pb_step_current());
-        rc = exec(insert_run);
-    }
-    for (int t = 0; rc == SQLITE_OK && t < pb_registry_count(); t++) {
-        const pb_table *tab = pb_registry_get(t);
-        sql.len = 0;
-        int e = pb_buf_printf(&sql, "CREATE TABLE \"%s\"(", tab->name);
-        for (int c = 0; !e && c < tab->ncolumns; c++)
-            e = pb_buf_printf(&sql, "%s\"%s\" %s", c ? ", " : "", tab->columns[c].name,
-                              tab->columns[c].kind == PB_COL_ENUM_U8
-                                  ? "TEXT" : pb_col_sql_type(tab->columns[c].kind));
-        if (!e) e = pb_buf_puts(&sql, ")");
-        if (!e) e = pb_buf_putc(&sql, '\0');
-        rc = e ? SQLITE_NOMEM : exec(sql.data);
-    }
-    pb_buf_free(&sql);
-    if (rc == SQLITE_OK) {
-        sqlite3_stmt *st = NULL;
-        rc = sqlite3_prepare_v2(conn, "INSERT INTO info VALUES (?)", -1, &st, NULL);
-        if (rc == SQLITE_OK) {
-            sqlite3_bind_text(st, 1, info->data ? info->data : "{}", (int)info->len,
-                              SQLITE_STATIC);
-            rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(conn);
-        }
-        sqlite3_finalize(st);
-    }
-    if (rc == SQLITE_OK) rc = write_catalogue(rows, dropped);
+    int rc = pb_record_file_create(conn, info);
+    if (rc == SQLITE_OK) rc = pb_record_file_catalogue(conn, rows, dropped);
     if (rc == SQLITE_OK) rc = write_info();
     if (rc == SQLITE_OK) rc = exec("COMMIT");
     return rc;
@@ -643,7 +512,7 @@ static int start_locked(const char *file, int replace, const pb_buf *info, char 
     if (sqlite3_open_v2(file, &conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
             SQLITE_OK ||
         sqlite3_busy_timeout(conn, BUSY_TIMEOUT_MS) != SQLITE_OK ||
-        prepare_inserts() != SQLITE_OK) {
+        pb_record_file_prepare_inserts(conn, insert) != SQLITE_OK) {
         snprintf(why, whylen, "%s", conn ? sqlite3_errmsg(conn) : "cannot open");
         rc = PB_ESQL;
         goto fail;
