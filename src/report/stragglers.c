@@ -14,20 +14,22 @@
  *     collectives (with 2 ranks chance gives 50 %; with more it is far below);
  *   - its median lag when last is >= FLOOR = max(2 ms, 5 % of the median step), the floor
  *     cluster.c uses for phases: below it the wait does not cost the job a real share;
- *   - and that lag is at least SG_NOISE_X times the job's own noise: the median lag of the
- *     collectives some other rank entered last (at least SG_MIN_NOISE of them; fewer, no
- *     estimate). On a loaded machine (more ranks than cores) one rank can be last in most
- *     collectives by a lag no larger than the others' when they are last: the order is
- *     biased, the wait is the same jitter, and naming it would send the user after nothing.
- *     A real straggler's lag is its own delay plus that jitter, well above it.
+ *   - and that lag is at least SG_NOISE_X (3) times the job's own noise: the median, over the
+ *     complete collectives, of the punctual half's spread (the lower median entry behind the
+ *     first). Under jitter alone the last rank's lag behind the median is about that spread
+ *     (1.5 x it for uniform jitter at 4 ranks, about 1 x at many; 1.6 x on a healthy 4-rank
+ *     gloo job on a quiet 2-core machine); a straggler's is its delay on top. The punctual
+ *     half does not hold the late ranks, so a delay that spreads (a rank that waited for the
+ *     straggler in one collective enters the next one late beside it) does not raise it, and a
+ *     rank that is systematically a little late on a loaded machine (more ranks than cores)
+ *     stays within it. With 2 ranks it is 0 and the floor alone holds.
  * The wait rule covers the straggler whose delay lands in one of many collectives a step (FSDP
  * all-gathers every layer: the others wait in the first one of the forward, then all enter the
  * rest together, so the late rank is last in few collectives, by far): per rank, its lags beyond
- * twice the noise, summed; the rank with the most is named when it holds >= 60 % of all such
+ * 3 x the noise, summed; the rank with the most is named when it holds >= 60 % of all such
  * wait and that wait is >= FLOOR a step (span of the collectives over the median step).
  * A host is late when, in that same majority of collectives, its ranks (two or more, not all
- * of the group) are exactly the last ones to enter: a slow node, not a slow rank; its noise is
- * the median lag of the collectives whose last rank is on another host.
+ * of the group) are exactly the last ones to enter: a slow node, not a slow rank.
  * The phase: the culprit's own python.steps phase medians against the other ranks' median;
  * the phase with the largest excess is named when it explains at least half the median lag.
  */
@@ -46,8 +48,11 @@ enum { SG_MIN_COLLECTIVES = 5 };
 #define SG_MAJORITY 0.60
 #define SG_FLOOR_MS 2.0
 #define SG_FLOOR_SHARE 0.05
-#define SG_NOISE_X 2.0
-enum { SG_MIN_NOISE = 3 };
+#define SG_NOISE_X 3.0
+/* A group's first collectives are its start-up (DDP's construction broadcasts, the first steps
+ * while the ranks still import, compile and warm their caches at different speeds): left out
+ * of both analyses. */
+enum { SG_WARMUP_SEQ = 20 };
 
 typedef struct sg_entry {
     uint32_t group;
@@ -102,19 +107,6 @@ static int host_cmp(const void *a, const void *b) {
     return c ? c : (x->r < y->r ? -1 : x->r > y->r);
 }
 
-/* The job's noise for a candidate: the median lag of the collectives whose last rank is
- * neither `skip_r` nor on host `skip_h` ((size_t)-1: no host), 0 with fewer than SG_MIN_NOISE
- * of them. `tmp` holds nl doubles. */
-static double noise_ms(const sg_lag *lags, size_t nl, const size_t *host_of, size_t skip_r,
-                       size_t skip_h, double *tmp) {
-    size_t n = 0;
-    for (size_t i = 0; i < nl; i++)
-        if (lags[i].r != skip_r && host_of[lags[i].r] != skip_h) tmp[n++] = lags[i].ms;
-    if (n < SG_MIN_NOISE) return 0;
-    qsort(tmp, n, sizeof *tmp, dbl_cmp);
-    return median_sorted(tmp, n);
-}
-
 /* Members of `group`: binary search in the sorted (group, count) table. */
 typedef struct sg_group {
     uint32_t group;
@@ -152,11 +144,12 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
     sg_host_ix *hx = malloc(n_ranks * sizeof *hx);
     double *tmp = malloc((n_ranks > total ? n_ranks : total) * sizeof *tmp + sizeof *tmp);
     double *sum_lag = calloc(n_ranks, sizeof *sum_lag); /* rank index -> its lags when last */
+    double *spread = malloc((total ? total : 1) * sizeof *spread); /* per complete collective */
     out->ranks = calloc(n_ranks, sizeof *out->ranks);
     if ((total && (!e || !lags || !groups)) || !host_of || !host_size || !host_late || !hx ||
-        !tmp || !sum_lag || !out->ranks) {
+        !tmp || !sum_lag || !spread || !out->ranks) {
         free(e), free(lags), free(groups), free(host_of), free(host_size), free(host_late);
-        free(hx), free(tmp), free(sum_lag), free(out->ranks);
+        free(hx), free(tmp), free(sum_lag), free(spread), free(out->ranks);
         out->ranks = NULL;
         errno = ENOMEM;
         return -1;
@@ -192,8 +185,9 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
     for (size_t i = 0; i < n_ranks; i++)
         for (size_t j = 0; j < ranks[i].n_arrivals; j++) {
             const pb_arrival *a = &ranks[i].arrivals[j];
-            e[k++] = (sg_entry){a->group, a->seq, a->enter_ns, i};
+            if (a->seq > SG_WARMUP_SEQ) e[k++] = (sg_entry){a->group, a->seq, a->enter_ns, i};
         }
+    total = k; /* the warm-up left out */
 
     /* Members per group: distinct ranks that reported the group at all. */
     size_t ng = 0;
@@ -202,7 +196,7 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         if (!pairs) {
             pb_stragglers_free(out);
             free(e), free(lags), free(groups), free(host_of), free(host_size), free(host_late);
-            free(hx), free(tmp), free(sum_lag);
+            free(hx), free(tmp), free(sum_lag), free(spread);
             errno = ENOMEM;
             return -1;
         }
@@ -235,6 +229,8 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         if (out->collectives == 1 || med > last_med) last_med = med;
         const sg_entry *last = &e[j - 1];
         lags[nl++] = (sg_lag){last->r, (double)(last->enter_ns - med) / 1e6};
+        /* The punctual half's own spread: the lower median entry behind the first. */
+        spread[nl - 1] = (double)(e[i + (run - 1) / 2].enter_ns - e[i].enter_ns) / 1e6;
         out->ranks[last->r].times_last++;
         sum_lag[last->r] += lags[nl - 1].ms;
         /* Late host: the last m entries are exactly the m ranks of one known host, 2 <= m < run. */
@@ -258,71 +254,63 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
 
     out->span_ms = (double)(last_med - first_med) / 1e6;
     size_t need = (size_t)(SG_MAJORITY * (double)out->collectives + 0.999999);
+    /* The job's noise: the median over the complete collectives of the punctual half's spread. */
+    if (nl) {
+        memcpy(tmp, spread, nl * sizeof *tmp);
+        qsort(tmp, nl, sizeof *tmp, dbl_cmp);
+        out->noise_ms = median_sorted(tmp, nl);
+    }
+    double bar = SG_NOISE_X * out->noise_ms > out->floor_ms ? SG_NOISE_X * out->noise_ms
+                                                            : out->floor_ms;
     if (out->collectives >= SG_MIN_COLLECTIVES) {
-        /* Two candidates: the rank most often last (the count rule) and the rank whose lags
-         * when last add up to the most (the wait rule); ties: input order. */
-        size_t cand_c = 0, cand_w = 0;
-        for (size_t i = 1; i < n_ranks; i++) {
-            if (out->ranks[i].times_last > out->ranks[cand_c].times_last) cand_c = i;
-            if (sum_lag[i] > sum_lag[cand_w]) cand_w = i;
-        }
-        /* The count rule: last in a clear majority, its median lag over the floor and twice
-         * the noise. */
-        double noise_c = noise_ms(lags, nl, host_of, cand_c, (size_t)-1, tmp);
-        const pb_sg_rank_result *r = &out->ranks[cand_c];
-        if (r->times_last >= need && r->median_lag_ms >= out->floor_ms &&
-            r->median_lag_ms >= SG_NOISE_X * noise_c) {
-            out->culprit = (int)cand_c;
-            out->noise_ms = noise_c;
-        }
-        /* The wait rule: each rank's lags beyond twice the noise (of the collectives someone
-         * else entered last), summed: the wait it imposes beyond the job's jitter. The rank
-         * with the most is named when it holds a clear majority of all such wait and that wait
-         * costs the others at least the floor a step. This is what names a rank whose delay
-         * lands in one of many collectives a step (FSDP's first all-gather of the forward):
-         * last in few, by far. */
-        double noise_w = noise_ms(lags, nl, host_of, cand_w, (size_t)-1, tmp), excess = 0;
+        /* The count rule: the rank most often last (ties: input order), in a clear majority,
+         * its median lag at the bar. */
+        size_t cand = 0;
+        for (size_t i = 1; i < n_ranks; i++)
+            if (out->ranks[i].times_last > out->ranks[cand].times_last) cand = i;
+        if (out->ranks[cand].times_last >= need && out->ranks[cand].median_lag_ms >= bar)
+            out->culprit = (int)cand;
+        /* The wait rule: each rank's lags beyond SG_NOISE_X times the noise, summed: the wait
+         * it imposes beyond the job's jitter. The rank with the most is named when it holds a
+         * clear majority of all such wait and that wait costs the others at least the floor a
+         * step. This names a rank whose delay lands in one of many collectives a step (FSDP's
+         * first all-gather of the forward): last in few, by far. */
+        double excess = 0;
         for (size_t i = 0; i < nl; i++) {
-            double ex = lags[i].ms - SG_NOISE_X * noise_w;
+            double ex = lags[i].ms - SG_NOISE_X * out->noise_ms;
             if (ex > 0) out->ranks[lags[i].r].wait_ms += ex, excess += ex;
         }
+        size_t cand_w = 0;
+        for (size_t i = 1; i < n_ranks; i++)
+            if (out->ranks[i].wait_ms > out->ranks[cand_w].wait_ms) cand_w = i;
         double per_step = out->span_ms > 0 && out->step_ms > 0
                               ? out->ranks[cand_w].wait_ms * out->step_ms / out->span_ms : 0;
-        if (out->culprit < 0) {
-            out->noise_ms = noise_w;
-            if (excess > 0 && out->ranks[cand_w].wait_ms >= SG_MAJORITY * excess &&
-                per_step >= out->floor_ms) {
-                out->culprit = (int)cand_w;
-                out->culprit_wait_step_ms = per_step;
-            }
+        if (out->culprit < 0 && excess > 0 &&
+            out->ranks[cand_w].wait_ms >= SG_MAJORITY * excess && per_step >= out->floor_ms) {
+            out->culprit = (int)cand_w;
+            out->culprit_wait_step_ms = per_step;
         }
         for (size_t h = 0; h < n_hosts; h++)
             if (host_late[h] >= need) {
-                /* Name it only if the lag of its last rank clears the floor and the noise too. */
-                double noise = noise_ms(lags, nl, host_of, (size_t)-1, h, tmp);
+                /* Name it only if the lag of its last rank clears the bar too. */
                 for (size_t i = 0; i < n_ranks; i++)
                     if (host_of[i] == h && out->ranks[i].times_last &&
-                        out->ranks[i].median_lag_ms >= out->floor_ms &&
-                        out->ranks[i].median_lag_ms >= SG_NOISE_X * noise) {
+                        out->ranks[i].median_lag_ms >= bar) {
                         out->late_host = ranks[i].host;
                         out->late_host_count = host_late[h];
-                        out->noise_ms = noise;
                         break;
                     }
             }
         /* A late host spreads "last" over its ranks: its most-often-last rank, if it clears the
-         * floor and the host's noise, stands as the culprit so the phase below is still said. */
-        if (out->late_host) {
+         * bar, stands as the culprit so the phase below is still said. */
+        if (out->culprit < 0 && out->late_host) {
             size_t best = 0;
             for (size_t i = 0; i < n_ranks; i++)
                 if (out->ranks[i].times_last > out->ranks[best].times_last) best = i;
-            if (out->culprit < 0 && out->ranks[best].median_lag_ms >= out->floor_ms &&
-                out->ranks[best].median_lag_ms >= SG_NOISE_X * out->noise_ms)
-                out->culprit = (int)best;
+            if (out->ranks[best].median_lag_ms >= bar) out->culprit = (int)best;
         }
     }
-    out->bar_ms = out->floor_ms > SG_NOISE_X * out->noise_ms ? out->floor_ms
-                                                             : SG_NOISE_X * out->noise_ms;
+    out->bar_ms = bar;
 
     if (out->culprit >= 0 && out->span_ms > 0) {
         /* The lags it (or its late host) imposed, over the time they were imposed in. */
@@ -351,7 +339,7 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         out->culprit_phase_excess_ms = best;
     }
     free(e), free(lags), free(groups), free(host_of), free(host_size), free(host_late);
-    free(hx), free(tmp), free(sum_lag);
+    free(hx), free(tmp), free(sum_lag), free(spread);
     return 0;
 }
 
@@ -453,8 +441,9 @@ int pb_stragglers_members(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_me
     for (size_t i = 0; i < n_ranks; i++)
         for (size_t j = 0; j < ranks[i].n_arrivals; j++) {
             const pb_arrival *a = &ranks[i].arrivals[j];
-            e[k++] = (sg_entry){a->group, a->seq, a->enter_ns, i};
+            if (a->seq > SG_WARMUP_SEQ) e[k++] = (sg_entry){a->group, a->seq, a->enter_ns, i};
         }
+    total = k; /* the warm-up left out */
     /* Members per group, as pb_stragglers_analyze counts them. */
     memcpy(pairs, e, total * sizeof *pairs);
     qsort(pairs, total, sizeof *pairs, gr_cmp);

@@ -48,7 +48,7 @@ typedef struct pb_sg_rank_result {
     const char *host;
     size_t times_last;     /* complete collectives this rank entered last */
     double median_lag_ms;  /* median lag behind the median entry when it was last; 0 if never */
-    double wait_ms;        /* its lags beyond 2 x noise_ms when last, summed (the wait rule) */
+    double wait_ms;        /* its lags beyond 3 x noise_ms when last, summed (the wait rule) */
 } pb_sg_rank_result;
 
 typedef struct pb_sg_result {
@@ -58,10 +58,9 @@ typedef struct pb_sg_result {
     size_t n_ranks;
     double step_ms;         /* median over ranks of their median step time; 0 unknown */
     double floor_ms;        /* max(2 ms, 5 % of step_ms): a lag below it is noise */
-    double noise_ms;        /* the job's own jitter: median lag of the collectives another rank
-                             * (than the most-often-last one, or the late host's) entered last;
-                             * 0 when fewer than 3 of them */
-    double bar_ms;          /* max(floor_ms, 2 x noise_ms): a culprit's median lag reaches it */
+    double noise_ms;        /* the job's own jitter: median over the complete collectives of the
+                             * lower median entry behind the first (0 with 2 ranks) */
+    double bar_ms;          /* max(floor_ms, 3 x noise_ms): a culprit's median lag reaches it */
     /* A culprit named by the wait rule (stragglers.c): its wait_ms per step (span_ms over
      * step_ms steps); 0 when named by the count rule or nobody is. */
     double culprit_wait_step_ms;

@@ -14,7 +14,7 @@ from test_exporter import Exporter, parse, series
 from test_ui import UIServer, browser_or_skip, console_errors, wait_for
 
 
-def start_job(cli, env, session_dir, slow_rank, workload="late_rank_ddp.py"):
+def start_job(cli, env, session_dir, slow_rank, workload="late_rank_ddp.py", args=()):
     work = session_dir / f"stragglers-{time.monotonic_ns()}"
     work.mkdir()
     launcher = Launcher(cli, env, work, env["PROBING_DIR"])
@@ -25,7 +25,7 @@ def start_job(cli, env, session_dir, slow_rank, workload="late_rank_ddp.py"):
                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         ranks.append(launcher.command([cli.binary, "run", "--", PYTHON, "-u",
                                        WORKLOADS / workload, "--slow-rank",
-                                       str(slow_rank)], env=e, name=f"sgrank{rank}"))
+                                       str(slow_rank), *args], env=e, name=f"sgrank{rank}"))
     for r, t in enumerate(ranks):
         t._poll(f"READY {r}", lambda t=t, r=r: f"READY {r}" in t.stdout(), STEP_TIMEOUT_S)
     return launcher, ranks
@@ -61,6 +61,16 @@ def fsdp_slow_job(cli, env, session_dir):
 @pytest.fixture
 def fsdp_healthy_job(cli, env, session_dir):
     launcher, ranks = start_job(cli, env, session_dir, slow_rank=-1, workload="late_rank_fsdp2.py")
+    try:
+        yield ranks
+    finally:
+        launcher.cleanup()
+
+
+@pytest.fixture
+def ddp_buffers_slow_job(cli, env, session_dir):
+    launcher, ranks = start_job(cli, env, session_dir, slow_rank=3,
+                                args=("--slow-in", "batch", "--batch-norm"))
     try:
         yield ranks
     finally:
@@ -256,3 +266,22 @@ def test_stragglers_fsdp2_healthy_job_names_nobody(cli, fsdp_healthy_job):
                  "150 complete collectives", ranks)
     a = analysis(r)
     assert a["culprit"] is None and a["late_host"] is None, r.stdout
+
+
+def test_stragglers_ddp_delay_that_lands_in_the_buffer_broadcast(cli, ddp_buffers_slow_job):
+    """DDP with a BatchNorm: rank 3 prepares its batch 30 ms longer, and DDP broadcasts the
+    buffers at the start of every forward, so the others wait for it there and enter the
+    gradient all-reduce together with it. The broadcast (torch.distributed._broadcast_coalesced,
+    called from DDP's Python) is recorded, so rank 3 is named, with its other host time."""
+    ranks = ddp_buffers_slow_job
+    r = poll_cli(cli, ranks[0].pid, ["stragglers", "--json"],
+                 lambda r: (analysis(r) or {}).get("collectives", 0) >= 60,
+                 "60 complete collectives", ranks)
+    a = analysis(r)
+    ops = cli(ranks[1].pid, "query", "--format", "csv",
+              "SELECT DISTINCT operation_type FROM python.nccl_trace ORDER BY 1").stdout.split()[1:]
+    assert "broadcast_coalesced" in ops and "all_reduce" in ops, ops
+    assert a["culprit"] == 3 and a["phase"] == "other", r.stdout
+    t = cli(ranks[2].pid, "stragglers")
+    first = t.stdout.splitlines()[0]
+    assert first.startswith("rank 3 (") and "its other host time is" in first, t.stdout

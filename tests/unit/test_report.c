@@ -1528,7 +1528,7 @@ static void ao_job(const double *late, const char *const *host)
         for (int s = 0; s < AO_COLLS; s++) {
             int64_t enter = (int64_t)s * 40000000 + (int64_t)(((s * 7 + r * 3) % 10) * 90000) +
                             (int64_t)(late[r] * 1e6);
-            ao_arr[r][s] = (pb_arrival){1, (uint64_t)s + 1, "all_reduce", 1 << 20, enter,
+            ao_arr[r][s] = (pb_arrival){1, (uint64_t)s + 101, "all_reduce", 1 << 20, enter,
                                         enter + 1000000};
         }
     }

@@ -6,8 +6,11 @@ Each step: a batch, a forward through a small MLP wrapped in DDP, backward (DDP'
 all-reduce, where the others wait for a late rank), an optimizer step. With --slow-rank R and
 --slow-ms M, rank R's model runs a feature step that costs about M ms more each forward (a
 Python preprocessing of its activations: sleeping stands in for the slow code of one rank, as a
-slower input transform or a throttled core would). After 5 steps each rank prints
-"READY <rank>".
+slower input transform or a throttled core would). With --slow-in batch the slow rank spends the
+time preparing its batch, before the forward, and --batch-norm gives the model a BatchNorm
+layer, whose buffers DDP broadcasts from rank 0 at the start of every forward: the others then
+wait for the slow rank in that broadcast, not in the gradient all-reduce. After 5 steps each
+rank prints "READY <rank>".
 
     RANK=0 WORLD_SIZE=4 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python late_rank_ddp.py --slow-rank 2
 """
@@ -39,18 +42,24 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--slow-rank", type=int, default=-1)
     p.add_argument("--slow-ms", type=float, default=30.0)
+    p.add_argument("--slow-in", choices=("forward", "batch"), default="forward")
+    p.add_argument("--batch-norm", action="store_true")
     args = p.parse_args()
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     rank = dist.get_rank()
     torch.manual_seed(rank)
     torch.set_num_threads(1)
     slow = args.slow_ms if rank == args.slow_rank else 0
-    model = DDP(nn.Sequential(nn.Linear(64, 256), nn.ReLU(), Features(slow), nn.Linear(256, 4)))
+    layers = [nn.Linear(64, 256)] + ([nn.BatchNorm1d(256)] if args.batch_norm else [])
+    layers += [nn.ReLU(), Features(slow if args.slow_in == "forward" else 0), nn.Linear(256, 4)]
+    model = DDP(nn.Sequential(*layers))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = nn.CrossEntropyLoss()
     step = 0
     while True:
         x = torch.randn(32, 64)
+        if slow and args.slow_in == "batch":
+            time.sleep(slow / 1e3)  # this rank's slower batch preparation
         y = x[:, :4].argmax(dim=1)
         opt.zero_grad()
         loss = loss_fn(model(x), y)

@@ -102,31 +102,35 @@ typedef struct op_spec {
     int group_pos;
     int async_pos;   /* -1: synchronous unless always_async */
     int always_async;
+    int dist_only;   /* defined in torch.distributed only (from torch._C), not distributed_c10d */
 } op_spec;
 
 static const op_spec specs[] = {
-    {"all_reduce", 0, "tensor", 2, 3, 0},
-    {"all_reduce_coalesced", 0, "tensors", 2, 3, 0},
-    {"reduce", 0, "tensor", 3, 4, 0},
-    {"broadcast", 0, "tensor", 2, 3, 0},
-    {"all_gather", 1, "tensor", 2, 3, 0},
-    {"all_gather_single", 1, "input_tensor", 2, 3, 0},
-    {"all_gather_into_tensor", 1, "input_tensor", 2, 3, 0},
-    {"_all_gather_base", 1, "input_tensor", 2, 3, 0},
-    {"all_gather_coalesced", 1, "input_tensor_list", 2, 3, 0},
-    {"gather", 0, "tensor", 3, 4, 0},
-    {"scatter", 0, "tensor", 3, 4, 0},
-    {"reduce_scatter", 1, "input_list", 3, 4, 0},
-    {"reduce_scatter_single", 1, "input", 3, 4, 0},
-    {"reduce_scatter_tensor", 1, "input", 3, 4, 0},
-    {"_reduce_scatter_base", 1, "input", 3, 4, 0},
-    {"all_to_all", 1, "input_tensor_list", 2, 3, 0},
-    {"all_to_all_single", 1, "input", 4, 5, 0},
-    {"barrier", -1, NULL, 0, 1, 0},
-    {"send", 0, "tensor", 2, -1, 0},
-    {"recv", 0, "tensor", 2, -1, 0},
-    {"isend", 0, "tensor", 2, -1, 1},
-    {"irecv", 0, "tensor", 2, -1, 1},
+    {"all_reduce", 0, "tensor", 2, 3, 0, 0},
+    {"all_reduce_coalesced", 0, "tensors", 2, 3, 0, 0},
+    {"reduce", 0, "tensor", 3, 4, 0, 0},
+    {"broadcast", 0, "tensor", 2, 3, 0, 0},
+    {"all_gather", 1, "tensor", 2, 3, 0, 0},
+    {"all_gather_single", 1, "input_tensor", 2, 3, 0, 0},
+    {"all_gather_into_tensor", 1, "input_tensor", 2, 3, 0, 0},
+    {"_all_gather_base", 1, "input_tensor", 2, 3, 0, 0},
+    {"all_gather_coalesced", 1, "input_tensor_list", 2, 3, 0, 0},
+    {"gather", 0, "tensor", 3, 4, 0, 0},
+    {"scatter", 0, "tensor", 3, 4, 0, 0},
+    {"reduce_scatter", 1, "input_list", 3, 4, 0, 0},
+    {"reduce_scatter_single", 1, "input", 3, 4, 0, 0},
+    {"reduce_scatter_tensor", 1, "input", 3, 4, 0, 0},
+    {"_reduce_scatter_base", 1, "input", 3, 4, 0, 0},
+    {"all_to_all", 1, "input_tensor_list", 2, 3, 0, 0},
+    {"all_to_all_single", 1, "input", 4, 5, 0, 0},
+    {"barrier", -1, NULL, 0, 1, 0, 0},
+    {"send", 0, "tensor", 2, -1, 0, 0},
+    {"recv", 0, "tensor", 2, -1, 0, 0},
+    {"isend", 0, "tensor", 2, -1, 1, 0},
+    {"irecv", 0, "tensor", 2, -1, 1, 0},
+    /* DDP's buffer broadcast at the start of each forward (models with buffers, e.g. BatchNorm)
+     * and its parameter broadcast at construction: (process_group, tensors, buffer_size, src). */
+    {"_broadcast_coalesced", 1, "tensors", 0, -1, 0, 1},
 };
 #define NSPECS ((int)(sizeof specs / sizeof specs[0]))
 
@@ -756,7 +760,9 @@ int pb_distributed_install(void)
     op_all_reduce = pb_intern_cstr("all_reduce");
     op_comm_hook = pb_intern_cstr("ddp_comm_hook");
     for (int i = 0; i < NSPECS; i++) {
-        PyObject *orig = PyObject_GetAttrString(c10d, specs[i].name);
+        PyObject *home = specs[i].dist_only ? dist : c10d;
+        if (!home) continue;
+        PyObject *orig = PyObject_GetAttrString(home, specs[i].name);
         if (!orig) {
             PyErr_Clear();
             continue;
@@ -774,8 +780,8 @@ int pb_distributed_install(void)
         w->original = orig;
         w->spec = &specs[i];
         w->op_id = pb_intern_cstr(specs[i].name[0] == '_' ? specs[i].name + 1 : specs[i].name);
-        int rc = PyObject_SetAttrString(c10d, specs[i].name, (PyObject *)w);
-        if (!rc && dist) {
+        int rc = PyObject_SetAttrString(home, specs[i].name, (PyObject *)w);
+        if (!rc && dist && home != dist) {
             PyObject *there = PyObject_GetAttrString(dist, specs[i].name);
             if (there == orig) rc = PyObject_SetAttrString(dist, specs[i].name, (PyObject *)w);
             Py_XDECREF(there);
