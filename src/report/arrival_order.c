@@ -68,9 +68,9 @@ void pb__report_arrival_order(pb__report *r)
                  res.late_host, res.late_host_count, res.collectives, c->rank, c->median_lag_ms);
     else if (res.culprit_wait_step_ms > 0)
         snprintf(who, sizeof who, "rank %d (%s) makes the others wait: %.1f ms a step beyond the "
-                 "job's own %.1f ms jitter, in the %zu of %zu collectives it enters last", c->rank,
-                 c->host ? c->host : "?", res.culprit_wait_step_ms, res.noise_ms, c->times_last,
-                 res.collectives);
+                 "%.1f ms bar (the job's own jitter %.1f ms), in the %zu of %zu collectives it "
+                 "enters last", c->rank, c->host ? c->host : "?", res.culprit_wait_step_ms,
+                 res.bar_ms, res.noise_ms, c->times_last, res.collectives);
     else
         snprintf(who, sizeof who, "rank %d (%s) makes the others wait: it enters collectives "
                  "last in %zu of %zu, %.1f ms (median) behind the median arrival", c->rank,

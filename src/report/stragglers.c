@@ -26,8 +26,9 @@
  * The wait rule covers the straggler whose delay lands in one of many collectives a step (FSDP
  * all-gathers every layer: the others wait in the first one of the forward, then all enter the
  * rest together, so the late rank is last in few collectives, by far): per rank, its lags beyond
- * 3 x the noise, summed; the rank with the most is named when it holds >= 60 % of all such
- * wait and that wait is >= FLOOR a step (span of the collectives over the median step).
+ * the bar (max(FLOOR, 3 x the noise)), summed; the rank with the most is named when it holds
+ * >= 60 % of all such wait, that wait is >= FLOOR a step (span of the collectives over the
+ * median step), and it is last by more than the bar in at least every other step.
  * A host is late when, in that same majority of collectives, its ranks (two or more, not all
  * of the group) are exactly the last ones to enter: a slow node, not a slow rank.
  * The phase: the culprit's own python.steps phase medians against the other ranks' median;
@@ -270,23 +271,29 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
             if (out->ranks[i].times_last > out->ranks[cand].times_last) cand = i;
         if (out->ranks[cand].times_last >= need && out->ranks[cand].median_lag_ms >= bar)
             out->culprit = (int)cand;
-        /* The wait rule: each rank's lags beyond SG_NOISE_X times the noise, summed: the wait
-         * it imposes beyond the job's jitter. The rank with the most is named when it holds a
-         * clear majority of all such wait and that wait costs the others at least the floor a
-         * step. This names a rank whose delay lands in one of many collectives a step (FSDP's
-         * first all-gather of the forward): last in few, by far. */
+        /* The wait rule: each rank's lags beyond the bar, summed: the wait it imposes beyond
+         * the job's jitter and the floor. The rank with the most is named when it holds a clear
+         * majority of all such wait, that wait costs the others at least the floor a step, and
+         * it comes in at least every other step (a straggler's delay recurs; a rank the machine
+         * descheduled now and then is not one). This names a rank whose delay lands in one of
+         * many collectives a step (FSDP's first all-gather of the forward): last in few, by
+         * far. */
         double excess = 0;
         for (size_t i = 0; i < nl; i++) {
-            double ex = lags[i].ms - SG_NOISE_X * out->noise_ms;
-            if (ex > 0) out->ranks[lags[i].r].wait_ms += ex, excess += ex;
+            double ex = lags[i].ms - bar;
+            if (ex > 0) {
+                out->ranks[lags[i].r].wait_ms += ex, excess += ex;
+                out->ranks[lags[i].r].times_far++;
+            }
         }
         size_t cand_w = 0;
         for (size_t i = 1; i < n_ranks; i++)
             if (out->ranks[i].wait_ms > out->ranks[cand_w].wait_ms) cand_w = i;
-        double per_step = out->span_ms > 0 && out->step_ms > 0
-                              ? out->ranks[cand_w].wait_ms * out->step_ms / out->span_ms : 0;
+        double steps = out->span_ms > 0 && out->step_ms > 0 ? out->span_ms / out->step_ms : 0;
+        double per_step = steps > 0 ? out->ranks[cand_w].wait_ms / steps : 0;
         if (out->culprit < 0 && excess > 0 &&
-            out->ranks[cand_w].wait_ms >= SG_MAJORITY * excess && per_step >= out->floor_ms) {
+            out->ranks[cand_w].wait_ms >= SG_MAJORITY * excess && per_step >= out->floor_ms &&
+            (double)out->ranks[cand_w].times_far >= 0.5 * steps) {
             out->culprit = (int)cand_w;
             out->culprit_wait_step_ms = per_step;
         }
@@ -393,10 +400,11 @@ json_t *pb_stragglers_json(const pb_sg_result *r, size_t max_ranks) {
     }
     for (size_t k = 0; k < keep; k++) {
         const pb_sg_rank_result *x = &r->ranks[pick[k].i];
-        if (json_array_append_new(ranks, json_pack("{s:i,s:s?,s:I,s:f,s:f}", "rank", x->rank,
+        if (json_array_append_new(ranks, json_pack("{s:i,s:s?,s:I,s:f,s:f,s:I}", "rank", x->rank,
                                                    "host", x->host, "times_last",
                                                    (json_int_t)x->times_last, "median_lag_ms",
-                                                   x->median_lag_ms, "wait_ms", x->wait_ms)))
+                                                   x->median_lag_ms, "wait_ms", x->wait_ms,
+                                                   "times_far", (json_int_t)x->times_far)))
             goto fail;
     }
     free(pick);

@@ -48,7 +48,8 @@ typedef struct pb_sg_rank_result {
     const char *host;
     size_t times_last;     /* complete collectives this rank entered last */
     double median_lag_ms;  /* median lag behind the median entry when it was last; 0 if never */
-    double wait_ms;        /* its lags beyond 3 x noise_ms when last, summed (the wait rule) */
+    double wait_ms;        /* its lags beyond bar_ms when last, summed (the wait rule) */
+    size_t times_far;      /* the collectives it entered last by more than bar_ms */
 } pb_sg_rank_result;
 
 typedef struct pb_sg_result {
@@ -103,7 +104,7 @@ int pb_stragglers_members(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_me
 
 /* The result as the JSON of `probing <target> stragglers --json` (docs/cli.md): collectives,
  * incomplete, step_ms, floor_ms, noise_ms, bar_ms, culprit (rank or null), wait_step_ms, phase, phase_excess_ms, late_host,
- * late_host_count, wait_share, and per rank rank, host, times_last, median_lag_ms, wait_ms. Ranks with more entries than
+ * late_host_count, wait_share, and per rank rank, host, times_last, median_lag_ms, wait_ms, times_far. Ranks with more entries than
  * max_ranks (0: no limit) keep the max_ranks most often last (ties: input order), in input
  * order, and "ranks_left_out" says how many were left out. A new object (caller owns), or NULL
  * out of memory. [any thread] */

@@ -81,6 +81,11 @@ def test_every_operation_recorded_once(cli, ddp_job):
             {"operation_type": "barrier", "n": 2, "bytes": 0, "async_op": 0, "dtype": ""},
             {"operation_type": "broadcast", "n": 1, "bytes": 4, "async_op": 0,
              "dtype": "float32"},
+            # DDP's construction broadcasts rank 0's parameters (torch.distributed.
+            # _broadcast_coalesced, from DDP's Python; the model has no buffers to broadcast
+            # each forward)
+            {"operation_type": "broadcast_coalesced", "n": 1, "bytes": MODEL_BYTES,
+             "async_op": 0, "dtype": "float32"},
         ], rows
 
 
@@ -104,7 +109,8 @@ def test_example_collective_times(cli, ddp_job):
         rows = cli.query(pid, example_file("collective-times.sql"))
         by_key = {(row["operation_type"], row["origin"]): row for row in rows}
         assert set(by_key) == {("all_gather_into_tensor", "call"), ("all_reduce", "call"),
-                               ("barrier", "call"), ("broadcast", "call"), ("all_reduce", "ddp")}
+                               ("barrier", "call"), ("broadcast", "call"),
+                               ("broadcast_coalesced", "call"), ("all_reduce", "ddp")}
         assert by_key[("all_reduce", "call")]["calls"] == STEPS       # the loss average
         assert by_key[("all_reduce", "ddp")]["calls"] == STEPS        # one gradient bucket a step
         assert by_key[("all_reduce", "ddp")]["total_mb"] == pytest.approx(

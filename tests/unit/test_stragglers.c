@@ -180,7 +180,7 @@ static void loaded_machine(void) {
  * all-gather only, and enter the other seven together with it (all jitter up to 2 ms). It is
  * last in about 1/8 + 7/8 x 1/4 of the collectives, by far in the first: the count rule cannot
  * name it, the wait rule must. The healthy twin (delay 0) names nobody. */
-static void fsdp_like(double delay, int slow) {
+static void fsdp_like(double delay, int slow, int spike_every) {
     enum { N = 4, STEPS = 64, PER = 8 };
     pb_arrival_rank rk[N];
     static pb_arrival arr[N][STEPS * PER];
@@ -193,6 +193,9 @@ static void fsdp_like(double delay, int slow) {
             for (int k = 0; k < PER; k++) {
                 /* The first collective waits for the slow rank; after it all start together. */
                 double t = s * 60.0 + k * 4.0 + (k == 0 ? d : delay) + jitter_ms(2.0);
+                /* a rank the machine descheduled now and then: rank 3 20 ms late in the first
+                 * collective of every spike_every-th step */
+                if (spike_every && r == 3 && k == 0 && s % spike_every == 0) t += 20;
                 int64_t enter = (int64_t)(t * 1e6);
                 arr[r][s * PER + k] = (pb_arrival){1, (uint64_t)(s * PER + k), "all_gather_into_tensor",
                                                    1 << 20, enter, enter + 1000000};
@@ -205,7 +208,16 @@ static void fsdp_like(double delay, int slow) {
            res.ranks[slow >= 0 ? slow : 0].times_last, res.collectives,
            res.ranks[slow >= 0 ? slow : 0].median_lag_ms, res.ranks[slow >= 0 ? slow : 0].wait_ms,
            res.noise_ms, res.culprit, res.culprit_wait_step_ms);
-    if (slow < 0) {
+    if (slow < 0 && spike_every) {
+        double all = 0;
+        for (int r = 0; r < N; r++) all += res.ranks[r].wait_ms;
+        CHECK(res.ranks[3].wait_ms >= 0.6 * all && res.ranks[3].wait_ms * 60 / res.span_ms >= res.floor_ms,
+              "rank 3's spikes hold the wait, over the floor a step (%.1f ms, %.2f ms a step)",
+              res.ranks[3].wait_ms, res.ranks[3].wait_ms * 60 / res.span_ms);
+        CHECK(res.culprit == -1 && res.ranks[3].times_far < 20,
+              "but they come in 1 step of %d: nobody named (culprit %d, far in %zu)", spike_every,
+              res.culprit, res.ranks[3].times_far);
+    } else if (slow < 0) {
         CHECK(res.culprit == -1, "fsdp-like healthy: nobody named (culprit %d)", res.culprit);
     } else {
         CHECK(res.ranks[slow].times_last < res.collectives / 2,
@@ -285,8 +297,9 @@ int main(void) {
     warm_up();
     loaded_machine();
     spread_delay();
-    fsdp_like(15, 2);
-    fsdp_like(0, -1);
+    fsdp_like(15, 2, 0);
+    fsdp_like(0, -1, 0);
+    fsdp_like(0, -1, 5);
     healthy_and_slow(8, 4, 5, RING);
     healthy_and_slow(1024, 8, 777, RING);
     healthy_and_slow(10000, 8, 9321, 64); /* 640,000 arrivals: the CLI's work at 10,000 ranks */

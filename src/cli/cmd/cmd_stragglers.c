@@ -56,10 +56,10 @@ int cmd_stragglers(const pb_cli_args *a)
                    "lag %.1f ms (step %.1f ms)", late, res.late_host_count, res.collectives,
                    c->rank, c->median_lag_ms, res.step_ms);
         else if (c && res.culprit_wait_step_ms > 0)
-            printf("rank %d (%s) makes the others wait: %.1f ms a step beyond the job's own %.1f ms "
-                   "jitter, in the %zu of %zu collectives it enters last (step %.1f ms)", c->rank,
-                   host, res.culprit_wait_step_ms, res.noise_ms, c->times_last, res.collectives,
-                   res.step_ms);
+            printf("rank %d (%s) makes the others wait: %.1f ms a step beyond the %.1f ms bar (the "
+                   "job's own jitter %.1f ms), in the %zu of %zu collectives it enters last (step "
+                   "%.1f ms)", c->rank, host, res.culprit_wait_step_ms, res.bar_ms, res.noise_ms,
+                   c->times_last, res.collectives, res.step_ms);
         else if (c)
             printf("rank %d (%s) makes the others wait: last in %zu of %zu collectives, median lag "
                    "%.1f ms behind the median arrival (step %.1f ms)", c->rank, host,
