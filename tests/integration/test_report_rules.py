@@ -88,7 +88,11 @@ def test_slow_leak_is_projected(cli, traced):
     f = every(doc)["memory_growth"]
     assert f["severity"] in PROBLEMS, dump(doc)
     n = f["numbers"]
-    assert 0.1 < n["slope_mb_per_step"] < 0.2, n  # 64 x 512 float32 features: 0.125 MB
+    # The loop keeps 64 x 512 float32 features a step: 0.125 MiB. On the CPU the slope is the
+    # RSS's, and glibc's heap keeps the holes between the kept blocks, so RSS grows faster than
+    # the data: 0.158 MiB a step measured on the plain loop (VmRSS after 100 and 300 steps),
+    # 0.18-0.21 under probing (seen in its reports; why it is higher was not measured).
+    assert 0.1 < n["slope_mb_per_step"] < 0.3, n
     assert n["r2"] >= 0.9 and n["limit_mb"] > 0 and n["hours_to_limit"] >= 0, n
     assert "GB per hour at this pace; out of memory in ~" in f["claim"], f["claim"]
     limit = cli.query(t.target(), "SELECT MAX(limit_mb) AS m FROM python.memory")[0]["m"]
