@@ -1,5 +1,5 @@
 """`probing <rank> stragglers` on a real 4-rank gloo DDP job on this machine: one rank's forward
-is ~30 ms slower each step (tests/workloads/late_rank_ddp.py), so the others wait for it in
+is ~30 ms slower each step (tests/workloads/late_rank.py), so the others wait for it in
 DDP's gradient all-reduce; the command must name that rank and its forward, and so must
 `report` run on another rank (its arrival_order finding). The same job with no slow rank names
 nobody, in either. Both read what the agents recorded (GET /api/arrivals), not timings
@@ -15,7 +15,7 @@ from test_exporter import Exporter, parse, series
 from test_ui import UIServer, browser_or_skip, console_errors, wait_for
 
 
-def start_job(cli, env, session_dir, slow_rank, workload="late_rank_ddp.py", args=()):
+def start_job(cli, env, session_dir, slow_rank, args=()):
     work = session_dir / f"stragglers-{time.monotonic_ns()}"
     work.mkdir()
     launcher = Launcher(cli, env, work, env["PROBING_DIR"])
@@ -25,7 +25,7 @@ def start_job(cli, env, session_dir, slow_rank, workload="late_rank_ddp.py", arg
         e = dict(env, RANK=str(rank), WORLD_SIZE="4", LOCAL_RANK=str(rank),
                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         ranks.append(launcher.command([cli.binary, "run", "--", PYTHON, "-u",
-                                       WORKLOADS / workload, "--slow-rank",
+                                       WORKLOADS / "late_rank.py", "--slow-rank",
                                        str(slow_rank), *args], env=e, name=f"sgrank{rank}"))
     for r, t in enumerate(ranks):
         t._poll(f"READY {r}", lambda t=t, r=r: f"READY {r}" in t.stdout(), STEP_TIMEOUT_S)
@@ -56,13 +56,15 @@ def healthy_job(cli, env, session_dir):
 
 @pytest.fixture
 def fsdp_slow_job(cli, env, session_dir):
-    with running_job(cli, env, session_dir, slow_rank=1, workload="late_rank_fsdp2.py") as ranks:
+    with running_job(cli, env, session_dir, slow_rank=1,
+                     args=("--wrap", "fsdp2", "--slow-in", "batch")) as ranks:
         yield ranks
 
 
 @pytest.fixture
 def fsdp_healthy_job(cli, env, session_dir):
-    with running_job(cli, env, session_dir, slow_rank=-1, workload="late_rank_fsdp2.py") as ranks:
+    with running_job(cli, env, session_dir, slow_rank=-1,
+                     args=("--wrap", "fsdp2", "--slow-in", "batch")) as ranks:
         yield ranks
 
 
@@ -79,19 +81,36 @@ def analysis(r):
     return json.loads(r.stdout)
 
 
+def stragglers_after(cli, ranks, n, on=0):
+    """`stragglers --json` asked of ranks[on] once the job has n complete collectives: the
+    analysis and the answer's text."""
+    r = poll_cli(cli, ranks[on].pid, ["stragglers", "--json"],
+                 lambda r: (analysis(r) or {}).get("collectives", 0) >= n,
+                 f"{n} complete collectives", ranks)
+    return analysis(r), r.stdout
+
+
+def recorded_ops(cli, t):
+    """The collective operations t's agent recorded in python.nccl_trace."""
+    return cli(t.pid, "query", "--format", "csv",
+               "SELECT DISTINCT operation_type FROM python.nccl_trace ORDER BY 1").stdout.split()[1:]
+
+
+def verdict(cli, t):
+    """The first line of `stragglers` (text) asked of t."""
+    out = cli(t.pid, "stragglers").stdout
+    return out.splitlines()[0] if out else ""
+
+
 def test_stragglers_names_the_slow_rank_and_its_forward(cli, slow_job):
     ranks = slow_job
-    # Wait until enough collectives were seen by all four ranks for a verdict.
-    r = poll_cli(cli, ranks[0].pid, ["stragglers", "--json"],
-                 lambda r: (analysis(r) or {}).get("collectives", 0) >= 40,
-                 "40 complete collectives", ranks)
-    a = analysis(r)
-    assert a["culprit"] == 2, r.stdout
-    assert a["phase"] == "forward", r.stdout
-    assert a["late_host"] is None, r.stdout
+    a, out = stragglers_after(cli, ranks, 40)
+    assert a["culprit"] == 2, out
+    assert a["phase"] == "forward", out
+    assert a["late_host"] is None, out
     by_rank = {x["rank"]: x for x in a["ranks"]}
-    assert by_rank[2]["times_last"] >= 0.6 * a["collectives"], r.stdout
-    assert by_rank[2]["median_lag_ms"] >= max(a["floor_ms"], a["bar_ms"]), r.stdout
+    assert by_rank[2]["times_last"] >= 0.6 * a["collectives"], out
+    assert by_rank[2]["median_lag_ms"] >= max(a["floor_ms"], a["bar_ms"]), out
     # The text form: the verdict line first, then the table.
     t = cli(ranks[1].pid, "stragglers")
     lines = t.stdout.splitlines()
@@ -139,9 +158,7 @@ def test_exporter_lag_and_arrived_last(cli, env, session_dir, slow_job):
     rank, the others about with it; its counter of collectives entered last leads and only
     grows."""
     ranks = slow_job
-    poll_cli(cli, ranks[0].pid, ["stragglers", "--json"],
-             lambda r: (analysis(r) or {}).get("collectives", 0) >= 40,
-             "40 complete collectives", ranks)
+    stragglers_after(cli, ranks, 40)
     work = session_dir / f"stragglers-exporter-{time.monotonic_ns()}"
     work.mkdir()
     e = Exporter(cli, env, work, "--timeout", "20")
@@ -164,16 +181,10 @@ def test_exporter_lag_and_arrived_last(cli, env, session_dir, slow_job):
     assert e.proc.returncode == 0
 
 
-def wait_for_collectives(cli, ranks):
-    poll_cli(cli, ranks[0].pid, ["stragglers", "--json"],
-             lambda r: (analysis(r) or {}).get("collectives", 0) >= 40,
-             "40 complete collectives", ranks)
-
-
 def test_ui_stragglers_route(cli, slow_job, tmp_path):
     """The web view's /ui/stragglers is `stragglers --json` of the view's job."""
     ranks = slow_job
-    wait_for_collectives(cli, ranks)
+    stragglers_after(cli, ranks, 40)
     ui = UIServer(cli, ranks[1].pid, tmp_path)
     try:
         status, body, headers = ui.get("/ui/stragglers")
@@ -191,7 +202,7 @@ def test_ui_ranks_page_names_the_late_rank(cli, request, tmp_path):
     ui = None
     try:
         ranks = request.getfixturevalue("slow_job")
-        wait_for_collectives(cli, ranks)
+        stragglers_after(cli, ranks, 40)
         ui = UIServer(cli, ranks[1].pid, tmp_path)
         driver.get(ui.url + "#ranks")
         wait_for(driver, "probingUI.rankCells > 0 && probingUI.arrivalOrder", "the arrival order")
@@ -217,13 +228,9 @@ def test_stragglers_healthy_job_names_nobody(cli, healthy_job):
     # 100 collectives (about 3 s of the job after its warm-up): on this 2-core machine the
     # seconds after start (the previous test's job exiting beside this one) can keep one rank
     # a little behind for a while.
-    r = poll_cli(cli, ranks[3].pid, ["stragglers", "--json"],
-                 lambda r: (analysis(r) or {}).get("collectives", 0) >= 100,
-                 "100 complete collectives", ranks)
-    a = analysis(r)
-    assert a["culprit"] is None and a["late_host"] is None, r.stdout
-    t = cli(ranks[0].pid, "stragglers")
-    assert t.stdout.startswith("no straggler: "), t.stdout
+    a, out = stragglers_after(cli, ranks, 100, on=3)
+    assert a["culprit"] is None and a["late_host"] is None, out
+    assert verdict(cli, ranks[0]).startswith("no straggler: ")
     r = poll_cli(cli, ranks[2].pid, ["report", "--json"],
                  lambda r: ((report_finding(r) or {}).get("numbers") or {}).get("collectives", 0) >= 40,
                  "a report over 40 complete collectives", ranks)
@@ -237,34 +244,24 @@ def test_stragglers_fsdp2_names_the_rank_its_batch_delays(cli, fsdp_slow_job):
     all-gather of each forward and enter the step's other all-gathers and reduce-scatters
     together with it, so it is last in few collectives, by far in one (the wait rule)."""
     ranks = fsdp_slow_job
-    r = poll_cli(cli, ranks[0].pid, ["stragglers", "--json"],
-                 lambda r: (analysis(r) or {}).get("collectives", 0) >= 150,
-                 "150 complete collectives", ranks)
-    a = analysis(r)
-    ops = cli(ranks[2].pid, "query", "--format", "csv",
-              "SELECT DISTINCT operation_type FROM python.nccl_trace ORDER BY 1").stdout.split()[1:]
+    a, out = stragglers_after(cli, ranks, 150)
+    ops = recorded_ops(cli, ranks[2])
     # FSDP2's all-gathers and reduce-scatters are recorded (torch 2.13: the *_single calls).
     assert any(o.startswith("all_gather") for o in ops), ops
     assert any(o.startswith("reduce_scatter") for o in ops), ops
-    assert a["culprit"] == 1, r.stdout
-    assert a["phase"] == "other", r.stdout
-    assert a["late_host"] is None, r.stdout
+    assert a["culprit"] == 1 and a["phase"] == "other" and a["late_host"] is None, out
     by_rank = {x["rank"]: x for x in a["ranks"]}
     others = sum(x["wait_ms"] for k, x in by_rank.items() if k != 1)
-    assert by_rank[1]["wait_ms"] >= 0.6 * (by_rank[1]["wait_ms"] + others), r.stdout
-    t = cli(ranks[3].pid, "stragglers")
-    first = t.stdout.splitlines()[0]
-    assert first.startswith("rank 1 (") and "makes the others wait" in first, t.stdout
-    assert "its other host time is" in first, t.stdout
+    assert by_rank[1]["wait_ms"] >= 0.6 * (by_rank[1]["wait_ms"] + others), out
+    first = verdict(cli, ranks[3])
+    assert first.startswith("rank 1 (") and "makes the others wait" in first, first
+    assert "its other host time is" in first, first
 
 
 def test_stragglers_fsdp2_healthy_job_names_nobody(cli, fsdp_healthy_job):
     ranks = fsdp_healthy_job
-    r = poll_cli(cli, ranks[2].pid, ["stragglers", "--json"],
-                 lambda r: (analysis(r) or {}).get("collectives", 0) >= 150,
-                 "150 complete collectives", ranks)
-    a = analysis(r)
-    assert a["culprit"] is None and a["late_host"] is None, r.stdout
+    a, out = stragglers_after(cli, ranks, 150, on=2)
+    assert a["culprit"] is None and a["late_host"] is None, out
 
 
 def test_stragglers_ddp_delay_that_lands_in_the_buffer_broadcast(cli, ddp_buffers_slow_job):
@@ -273,14 +270,9 @@ def test_stragglers_ddp_delay_that_lands_in_the_buffer_broadcast(cli, ddp_buffer
     gradient all-reduce together with it. The broadcast (torch.distributed._broadcast_coalesced,
     called from DDP's Python) is recorded, so rank 3 is named, with its other host time."""
     ranks = ddp_buffers_slow_job
-    r = poll_cli(cli, ranks[0].pid, ["stragglers", "--json"],
-                 lambda r: (analysis(r) or {}).get("collectives", 0) >= 60,
-                 "60 complete collectives", ranks)
-    a = analysis(r)
-    ops = cli(ranks[1].pid, "query", "--format", "csv",
-              "SELECT DISTINCT operation_type FROM python.nccl_trace ORDER BY 1").stdout.split()[1:]
+    a, out = stragglers_after(cli, ranks, 60)
+    ops = recorded_ops(cli, ranks[1])
     assert "broadcast_coalesced" in ops and "all_reduce" in ops, ops
-    assert a["culprit"] == 3 and a["phase"] == "other", r.stdout
-    t = cli(ranks[2].pid, "stragglers")
-    first = t.stdout.splitlines()[0]
-    assert first.startswith("rank 3 (") and "its other host time is" in first, t.stdout
+    assert a["culprit"] == 3 and a["phase"] == "other", out
+    first = verdict(cli, ranks[2])
+    assert first.startswith("rank 3 (") and "its other host time is" in first, first

@@ -59,7 +59,8 @@ void pb_torch_detail(pb_torch_detail_info *out);
  * torch._dynamo.config.ignore_logging_functions when dynamo is imported. [GIL held] */
 PyObject *pb_torch_hook_functions(void);
 
-/* Python type objects and hook callables defined here; made by the module init. */
+/* The Python type objects and hook callables of the hooks (torch_install.c); made by the
+ * module init. */
 int pb_torch_hooks_ready_types(void);
 
 /* ---- torch_hooks.c for torch_install.c only (what installing puts in place) [GIL held] ---- */

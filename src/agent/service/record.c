@@ -44,7 +44,6 @@
 #include "api.h"
 #include "clock.h"
 #include "config.h"
-#include "db.h"
 #include "error.h"
 #include "jsonw.h"
 #include "log.h"
