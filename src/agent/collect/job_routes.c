@@ -19,6 +19,7 @@
 #include "registry.h"
 #include "step.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -277,7 +278,7 @@ int pb_job_arrivals_json(void *ctx, pb_buf *out)
 {
     (void)ctx;
     arrival *copy = malloc(sizeof pb_job.rings[0].e);
-    if (!copy) return ENOMEM;
+    if (!copy) return -ENOMEM;
     pb_jsonw w;
     pb_jsonw_init(&w, out);
     pb_jsonw_obj_begin(&w);
