@@ -555,7 +555,7 @@ async function arrivalOrder() {
   else if (o.late_host && c) text = `node ${o.late_host} is late: its ranks enter last in ${o.late_host_count} of ${o.collectives} collectives (rank ${c.rank} the most often, median lag ${ms(c.median_lag_ms)} ms)${wait}${phase}`;
   else if (c && o.wait_step_ms > 0) text = `rank ${c.rank} (${c.host}) makes the others wait: ${ms(o.wait_step_ms)} ms a step beyond the ${ms(o.bar_ms)} ms bar (the job's own jitter ${ms(o.noise_ms)} ms), in the ${c.times_last} of ${o.collectives} collectives it enters last${wait}${phase}`;
   else if (c) text = `rank ${c.rank} (${c.host}) makes the others wait: last in ${c.times_last} of ${o.collectives} collectives, median lag ${ms(c.median_lag_ms)} ms behind the median arrival${wait}${phase}`;
-  else text = `no straggler in the arrival order: no rank is last in \u2265 60% of ${o.collectives} collectives with a median lag \u2265 ${ms(o.bar_ms ?? o.floor_ms)} ms (the floor, or twice the job's own jitter), nor holds \u2265 60% of the wait beyond that jitter`;
+  else text = `no straggler in the arrival order: no rank is last in \u2265 60% of ${o.collectives} collectives with a median lag \u2265 ${ms(o.bar_ms ?? o.floor_ms)} ms (the floor, or 3 \u00d7 the job's own jitter), nor holds \u2265 60% of the wait beyond that bar`;
   $('rk-arrivals').replaceChildren(el('div', { class: c ? 'error' : '', id: 'rk-arrivals-text' }, text));
   return o;
 }

@@ -54,7 +54,7 @@ void pb__report_arrival_order(pb__report *r)
         pb__report_finding(r, "arrival_order", "check", "ok",
                            pb__report_textf("no rank makes the others wait: none enters last in "
                                             ">= 60%% of %zu collectives with a median lag >= "
-                                            "%.1f ms, the floor or twice the job's own jitter "
+                                            "%.1f ms, the floor or 3 x the job's own jitter "
                                             "(%zu ranks%s)", res.collectives, res.bar_ms,
                                             src->n_arrivals, missing),
                            nums, NULL, NULL);

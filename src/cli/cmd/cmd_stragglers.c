@@ -66,10 +66,9 @@ int cmd_stragglers(const pb_cli_args *a)
                    c->times_last, res.collectives, c->median_lag_ms, res.step_ms);
         else
             printf("no straggler: no rank is last in >= 60 %% of %zu collectives with a median lag "
-                   ">= %.1f ms (max(2 ms, 5 %% of the %.1f ms step, twice the %.1f ms the others "
-                   "lag when last)), nor holds >= 60 %% of the wait beyond that jitter at >= %.1f "
-                   "ms a step", res.collectives, res.bar_ms, res.step_ms, res.noise_ms,
-                   res.floor_ms);
+                   ">= %.1f ms (max(2 ms, 5 %% of the %.1f ms step, 3 x the job's own jitter "
+                   "%.1f ms)), nor holds >= 60 %% of the wait beyond that bar at >= %.1f ms a "
+                   "step", res.collectives, res.bar_ms, res.step_ms, res.noise_ms, res.floor_ms);
         if (phase)
             printf("; its %s is %.1f ms longer than the other ranks' median",
                    pb_sg_phase_text[res.culprit_phase], res.culprit_phase_excess_ms);
