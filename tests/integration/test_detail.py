@@ -4,10 +4,17 @@ summary step in every 16 to 128 to measure it by; when detail costs more, window
 steps whose period the agent picks from the cost. Every step gets its python.steps row. Real
 training processes, the real binary."""
 import json
+import os
 
 import pytest
 
 from conftest import needs_seeds, seed_file
+
+# The agent picks the detail mode from its own measured cost: a timing, which ASan's slowdown
+# (scripts/sanitize.sh sets PROBING_SANITIZED) makes uneven; it chose "every step" there once.
+timing_under_asan = pytest.mark.skipif(
+    bool(os.environ.get("PROBING_SANITIZED")),
+    reason="the detail mode follows a measured cost, not asserted under ASan (PROBING_SANITIZED)")
 
 
 def steps_table(cli, t):
@@ -115,6 +122,7 @@ def test_report_times_every_step_mode_on_all_steps(cli, every_run):
             "python.steps.detail = 1); the figures below include them") in text, text
 
 
+@timing_under_asan
 def test_expensive_detail_falls_back_to_windows(cli, tiny_run):
     rows = steps_table(cli, tiny_run)
     assert len(rows) >= 399, "every step has its python.steps row"
@@ -193,6 +201,7 @@ def test_seed_query_02_reads_the_last_detail_steps(cli, request, fixture):
         assert r["forward_time"] > 0 and r["backward_time"] > 0 and r["optimizer_time"] > 0
 
 
+@timing_under_asan
 def test_report_times_the_job_on_summary_steps(cli, tiny_run):
     doc = json.loads(cli(tiny_run.target(), "report", "--json").stdout)
     b = doc["baseline"]
