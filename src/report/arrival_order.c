@@ -12,7 +12,10 @@
  *     and by how much it is last, what the wait costs, the phase of its own steps its time goes
  *     to, and the node when all of a node's ranks are the late ones;
  *   - none: ok (the job was checked and nobody makes the others wait); skipped when no
- *     collective was seen by every member of its group yet.
+ *     collective was seen by every member of its group yet;
+ *   - none, but the collectives themselves slowed (stragglers.h: comm_slow, the ranks arrive
+ *     together and the collectives take longer after the last one enters than in the oldest
+ *     third of the window): warning, a communication slowdown, with the kind that slowed most.
  * The driver (report.c) then weighs it against `communication`: the others' communication time
  * is the wait for the culprit, so the finding takes that finding's place and severity.
  * Its numbers are `probing <target> stragglers --json`'s (at most 16 ranks, the most often
@@ -32,7 +35,8 @@ void pb__report_arrival_order(pb__report *r)
     pb_sg_result res;
     if (!src->arrivals || src->n_arrivals < 2) return;
     if (pb_stragglers_analyze(src->arrivals, src->n_arrivals, &res)) return;
-    json_t *nums = pb_stragglers_json(&res, ORDER_RANKS);
+    json_t *nums = pb_stragglers_json(&res, ORDER_RANKS, src->arrival_groups,
+                                      src->n_arrival_groups);
     if (!nums) goto done;
     /* Every branch below hands nums to a finding, which owns it from then on. */
     json_object_set_new(nums, "ranks_reached", json_integer((json_int_t)src->n_arrivals));
@@ -50,6 +54,23 @@ void pb__report_arrival_order(pb__report *r)
         goto done;
     }
     const pb_sg_rank_result *c = res.culprit >= 0 ? &res.ranks[res.culprit] : NULL;
+    char comm[640];
+    if (!c && !pb_stragglers_comm_text(&res, src->arrival_groups, src->n_arrival_groups, comm,
+                                       sizeof comm)) {
+        pb__report_finding(
+            r, "arrival_order", "check", "warning",
+            pb__report_textf("no rank makes the others wait, but %s (%zu ranks%s)", comm,
+                             src->n_arrivals, missing),
+            nums, NULL,
+            "No rank is late: the time goes to the collectives themselves. Look at the network "
+            "between the nodes (link speed and errors: ethtool, ibstat; other traffic on it; "
+            "the NCCL/gloo interface chosen), and at the collectives' sizes "
+            "(`probing <target> stragglers` lists them).");
+        pb__report_suggest(r, "the collectives' time after the last rank enters, per kind",
+                           "probing %s stragglers", pb__report_target(r));
+        nums = NULL; /* the finding owns it */
+        goto done;
+    }
     if (!c) {
         pb__report_finding(r, "arrival_order", "check", "ok",
                            pb__report_textf("no rank makes the others wait: none enters last in "

@@ -293,6 +293,17 @@ static void waiting_for_late_rank(pb__report *r)
     const char *my_host = json_string_value(json_object_get(r->src->info, "host"));
     double wait = json_number_value(json_object_get(on, "wait_share"));
     double share = json_number_value(json_object_get(json_object_get(comm, "numbers"), "share"));
+    if (!json_is_integer(culprit) && json_is_true(json_object_get(
+                                         json_object_get(on, "communication"), "slow"))) {
+        /* Nobody is late, the collectives themselves slowed: communication stays the finding,
+         * and says it is a slowdown of the network, not a wait for a rank. */
+        char *claim = pb__report_textf("%s: the ranks arrive together and the collectives "
+                                       "themselves slowed (see arrival order)",
+                                       json_string_value(json_object_get(comm, "claim")));
+        if (claim) json_object_set_new(comm, "claim", json_string(claim));
+        free(claim);
+        return;
+    }
     if (!json_is_integer(culprit) || !(wait >= 0.5 * share)) return;
     if (late_host ? my_host && !strcmp(my_host, late_host)
                   : json_is_integer(me) && json_integer_value(me) == json_integer_value(culprit))

@@ -47,6 +47,8 @@ typedef struct pb_report_source {
      * NULL when the CLI did not fetch them (one rank, a recording, a job without a roster). */
     const pb_arrival_rank *arrivals;
     size_t n_arrivals;
+    const char *const *arrival_groups; /* group id -> name (arrivals.h), borrowed; NULL: ids */
+    size_t n_arrival_groups;
     int arrivals_missing;     /* ranks asked for their arrivals that did not answer */
 } pb_report_source;
 

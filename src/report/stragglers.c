@@ -33,10 +33,25 @@
  * of the group) are exactly the last ones to enter: a slow node, not a slow rank.
  * The phase: the culprit's own python.steps phase medians against the other ranks' median;
  * the phase with the largest excess is named when it explains at least half the median lag.
+ *
+ * Communication: a slow link or network makes no rank late; the ranks arrive together and the
+ * collective itself takes longer once all are in. Per complete collective whose members all
+ * completed it, its after time is the median completion minus the last entry; per kind (group,
+ * op, bytes) its median over the oldest and the newest third of the window (by sequence
+ * number). A kind slowed when its newest third takes >= SG_COMM_X (2) x its oldest and
+ * >= SG_COMM_MIN_MS (1 ms) more, each third holding >= SG_COMM_THIRD (10) collectives; what it
+ * adds a step is that difference times how many of it the newest third ran per step (its span
+ * over the median step). The collectives slowed (comm_slow) when nobody was named and the
+ * slowed kinds add >= max(FLOOR, 10 % of the step) a step: on a healthy loaded machine the
+ * after time of a small gloo collective moves by a fraction of a millisecond. Its own history
+ * is all it is compared with: a link slow since before the window began (the ring holds the
+ * last 512 collectives of each group) is not seen as slowed, and one kind on two groups is not
+ * compared across them.
  */
 #include "stragglers.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,13 +69,42 @@ enum { SG_MIN_COLLECTIVES = 5 };
  * while the ranks still import, compile and warm their caches at different speeds): left out
  * of both analyses. */
 enum { SG_WARMUP_SEQ = 20 };
+enum { SG_COMM_THIRD = 10, SG_COMM_SHOWN = 8 };
+#define SG_COMM_X 2.0
+#define SG_COMM_MIN_MS 1.0
+#define SG_COMM_STEP_SHARE 0.10
 
 typedef struct sg_entry {
     uint32_t group;
+    uint32_t j; /* index into the rank's arrivals */
     uint64_t seq;
     int64_t enter_ns;
     size_t r; /* index into the input */
 } sg_entry;
+
+/* One complete, completed collective, for the communication analysis. */
+typedef struct sg_comm_sample {
+    uint32_t group;
+    uint64_t seq;
+    const char *op;
+    uint64_t bytes;
+    int64_t last_enter_ns;
+    double after_ms;
+} sg_comm_sample;
+
+static int comm_sample_cmp(const void *a, const void *b) { /* by kind, then seq */
+    const sg_comm_sample *x = a, *y = b;
+    if (x->group != y->group) return x->group < y->group ? -1 : 1;
+    int c = strcmp(x->op, y->op);
+    if (c) return c;
+    if (x->bytes != y->bytes) return x->bytes < y->bytes ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static int i64_cmp(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
 
 typedef struct sg_lag {
     size_t r;
@@ -125,6 +169,79 @@ static size_t group_members(const sg_group *g, size_t n, uint32_t group) {
     return 0;
 }
 
+static int comm_kind_cmp(const void *a, const void *b) { /* most time first */
+    const pb_sg_comm *x = a, *y = b;
+    if ((x->added_step_ms > 0) != (y->added_step_ms > 0)) return x->added_step_ms > 0 ? -1 : 1;
+    if (x->added_step_ms != y->added_step_ms) return x->added_step_ms > y->added_step_ms ? -1 : 1;
+    double tx = (double)x->n * x->after_ms, ty = (double)y->n * y->after_ms;
+    if (tx != ty) return tx > ty ? -1 : 1;
+    if (x->group != y->group) return x->group < y->group ? -1 : 1;
+    int c = strcmp(x->op, y->op);
+    return c ? c : (x->bytes < y->bytes ? -1 : x->bytes > y->bytes);
+}
+
+/* The median of v[0..n) (a scratch copy is sorted into tmp). */
+static double median_of(const double *v, size_t n, double *tmp) {
+    memcpy(tmp, v, n * sizeof *tmp);
+    qsort(tmp, n, sizeof *tmp, dbl_cmp);
+    return median_sorted(tmp, n);
+}
+
+/* Fills out->comm, n_comm, comm_slow and comm_added_step_ms from the samples (sorted here).
+ * Needs out's step_ms, floor_ms, culprit, late_host and collectives. 0, or -1 out of memory
+ * (errno ENOMEM). */
+static int comm_analyze(sg_comm_sample *cs, size_t ncs, pb_sg_result *out) {
+    if (!ncs) return 0;
+    qsort(cs, ncs, sizeof *cs, comm_sample_cmp);
+    pb_sg_comm *k = malloc(ncs * sizeof *k);
+    double *v = malloc(ncs * sizeof *v), *tmp = malloc(ncs * sizeof *tmp);
+    if (!k || !v || !tmp) {
+        free(k), free(v), free(tmp);
+        errno = ENOMEM;
+        return -1;
+    }
+    size_t nk = 0;
+    double added = 0;
+    for (size_t i = 0; i < ncs;) {
+        size_t j = i;
+        while (j < ncs && cs[j].group == cs[i].group && cs[j].bytes == cs[i].bytes &&
+               !strcmp(cs[j].op, cs[i].op))
+            v[j - i] = cs[j].after_ms, j++;
+        size_t n = j - i, third = n / 3;
+        pb_sg_comm *c = &k[nk++];
+        *c = (pb_sg_comm){cs[i].group, cs[i].op, cs[i].bytes, n, median_of(v, n, tmp), 0, 0, 0};
+        c->early_ms = c->recent_ms = c->after_ms;
+        if (third) {
+            c->early_ms = median_of(v, third, tmp);
+            c->recent_ms = median_of(v + n - third, third, tmp);
+        }
+        if (third >= SG_COMM_THIRD && c->recent_ms >= SG_COMM_X * c->early_ms &&
+            c->recent_ms - c->early_ms >= SG_COMM_MIN_MS) {
+            /* How many of it a step: the newest third's count over its span in steps (once a
+             * step when the step time is unknown). */
+            double span_ms = (double)(cs[j - 1].last_enter_ns - cs[j - third].last_enter_ns) / 1e6;
+            double per_step = out->step_ms > 0 && span_ms > 0
+                                  ? (double)(third - 1) * out->step_ms / span_ms
+                                  : 1;
+            c->added_step_ms = (c->recent_ms - c->early_ms) * per_step;
+            added += c->added_step_ms;
+        }
+        i = j;
+    }
+    free(v), free(tmp);
+    qsort(k, nk, sizeof *k, comm_kind_cmp);
+    out->comm = k, out->n_comm = nk;
+    double bar = SG_COMM_STEP_SHARE * out->step_ms > out->floor_ms
+                     ? SG_COMM_STEP_SHARE * out->step_ms
+                     : out->floor_ms;
+    if (out->culprit < 0 && !out->late_host && out->collectives >= SG_MIN_COLLECTIVES &&
+        added >= bar) {
+        out->comm_slow = 1;
+        out->comm_added_step_ms = added;
+    }
+    return 0;
+}
+
 int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_result *out) {
     if (!ranks || !n_ranks || !out) {
         errno = EINVAL;
@@ -146,11 +263,15 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
     double *tmp = malloc((n_ranks > total ? n_ranks : total) * sizeof *tmp + sizeof *tmp);
     double *sum_lag = calloc(n_ranks, sizeof *sum_lag); /* rank index -> its lags when last */
     double *spread = malloc((total ? total : 1) * sizeof *spread); /* per complete collective */
+    double *aspread = malloc((total ? total : 1) * sizeof *aspread); /* last - first entry */
+    sg_comm_sample *cs = malloc((total ? total : 1) * sizeof *cs);
+    int64_t *xs = malloc(n_ranks * sizeof *xs); /* one collective's completions */
     out->ranks = calloc(n_ranks, sizeof *out->ranks);
     if ((total && (!e || !lags || !groups)) || !host_of || !host_size || !host_late || !hx ||
-        !tmp || !sum_lag || !spread || !out->ranks) {
+        !tmp || !sum_lag || !spread || !aspread || !cs || !xs || !out->ranks) {
         free(e), free(lags), free(groups), free(host_of), free(host_size), free(host_late);
-        free(hx), free(tmp), free(sum_lag), free(spread), free(out->ranks);
+        free(hx), free(tmp), free(sum_lag), free(spread), free(aspread), free(cs), free(xs);
+        free(out->ranks);
         out->ranks = NULL;
         errno = ENOMEM;
         return -1;
@@ -186,7 +307,7 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
     for (size_t i = 0; i < n_ranks; i++)
         for (size_t j = 0; j < ranks[i].n_arrivals; j++) {
             const pb_arrival *a = &ranks[i].arrivals[j];
-            if (a->seq > SG_WARMUP_SEQ) e[k++] = (sg_entry){a->group, a->seq, a->enter_ns, i};
+            if (a->seq > SG_WARMUP_SEQ) e[k++] = (sg_entry){a->group, (uint32_t)j, a->seq, a->enter_ns, i};
         }
     total = k; /* the warm-up left out */
 
@@ -197,7 +318,7 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         if (!pairs) {
             pb_stragglers_free(out);
             free(e), free(lags), free(groups), free(host_of), free(host_size), free(host_late);
-            free(hx), free(tmp), free(sum_lag), free(spread);
+            free(hx), free(tmp), free(sum_lag), free(spread), free(aspread), free(cs), free(xs);
             errno = ENOMEM;
             return -1;
         }
@@ -212,7 +333,7 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
     }
 
     qsort(e, total, sizeof *e, entry_cmp);
-    size_t nl = 0;
+    size_t nl = 0, ncs = 0;
     int64_t first_med = 0, last_med = 0;
     for (size_t i = 0; i < total;) {
         size_t j = i;
@@ -232,6 +353,21 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         lags[nl++] = (sg_lag){last->r, (double)(last->enter_ns - med) / 1e6};
         /* The punctual half's own spread: the lower median entry behind the first. */
         spread[nl - 1] = (double)(e[i + (run - 1) / 2].enter_ns - e[i].enter_ns) / 1e6;
+        aspread[nl - 1] = (double)(last->enter_ns - e[i].enter_ns) / 1e6;
+        /* Its after time, when every member completed it. */
+        size_t nx = 0;
+        for (size_t q = i; q < j; q++) {
+            int64_t x = ranks[e[q].r].arrivals[e[q].j].exit_ns;
+            if (x) xs[nx++] = x;
+        }
+        if (nx == run) {
+            qsort(xs, nx, sizeof *xs, i64_cmp);
+            int64_t mx = nx % 2 ? xs[nx / 2] : xs[nx / 2 - 1] / 2 + xs[nx / 2] / 2;
+            const pb_arrival *la = &ranks[last->r].arrivals[last->j];
+            double after = (double)(mx - last->enter_ns) / 1e6;
+            cs[ncs++] = (sg_comm_sample){last->group, last->seq, la->op ? la->op : "?",
+                                         la->bytes, last->enter_ns, after > 0 ? after : 0};
+        }
         out->ranks[last->r].times_last++;
         sum_lag[last->r] += lags[nl - 1].ms;
         /* Late host: the last m entries are exactly the m ranks of one known host, 2 <= m < run. */
@@ -260,6 +396,11 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         memcpy(tmp, spread, nl * sizeof *tmp);
         qsort(tmp, nl, sizeof *tmp, dbl_cmp);
         out->noise_ms = median_sorted(tmp, nl);
+    }
+    if (nl) {
+        memcpy(tmp, aspread, nl * sizeof *tmp);
+        qsort(tmp, nl, sizeof *tmp, dbl_cmp);
+        out->arrival_spread_ms = median_sorted(tmp, nl);
     }
     double bar = SG_NOISE_X * out->noise_ms > out->floor_ms ? SG_NOISE_X * out->noise_ms
                                                             : out->floor_ms;
@@ -345,16 +486,20 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         }
         out->culprit_phase_excess_ms = best;
     }
+    int rc = comm_analyze(cs, ncs, out);
     free(e), free(lags), free(groups), free(host_of), free(host_size), free(host_late);
-    free(hx), free(tmp), free(sum_lag), free(spread);
-    return 0;
+    free(hx), free(tmp), free(sum_lag), free(spread), free(aspread), free(cs), free(xs);
+    if (rc) pb_stragglers_free(out);
+    return rc;
 }
 
 void pb_stragglers_free(pb_sg_result *r) {
     if (!r) return;
     free(r->ranks);
+    free(r->comm);
     r->ranks = NULL;
-    r->n_ranks = 0;
+    r->comm = NULL;
+    r->n_ranks = r->n_comm = 0;
 }
 
 typedef struct sg_pick {
@@ -372,7 +517,65 @@ static int index_cmp(const void *a, const void *b) {
     return x->i < y->i ? -1 : x->i > y->i;
 }
 
-json_t *pb_stragglers_json(const pb_sg_result *r, size_t max_ranks) {
+static json_t *group_json(uint32_t id, const char *const *names, size_t n) {
+    return names && id < n && names[id] ? json_string(names[id]) : json_integer(id);
+}
+
+static json_t *comm_json(const pb_sg_result *r, const char *const *names, size_t n_groups) {
+    json_t *o = json_pack("{s:b,s:f,s:f,s:[]}", "slow", r->comm_slow, "added_step_ms",
+                          r->comm_added_step_ms, "arrival_spread_ms", r->arrival_spread_ms,
+                          "kinds");
+    json_t *kinds = json_object_get(o, "kinds");
+    if (!kinds) goto fail;
+    size_t shown = r->n_comm < SG_COMM_SHOWN ? r->n_comm : SG_COMM_SHOWN;
+    for (size_t i = 0; i < shown; i++) {
+        const pb_sg_comm *c = &r->comm[i];
+        if (json_array_append_new(kinds, json_pack("{s:o,s:s,s:I,s:I,s:f,s:f,s:f,s:f}", "group",
+                                                   group_json(c->group, names, n_groups), "op",
+                                                   c->op, "bytes", (json_int_t)c->bytes, "n",
+                                                   (json_int_t)c->n, "after_ms", c->after_ms,
+                                                   "early_ms", c->early_ms, "recent_ms",
+                                                   c->recent_ms, "added_step_ms",
+                                                   c->added_step_ms)))
+            goto fail;
+    }
+    if (shown < r->n_comm &&
+        json_object_set_new(o, "kinds_left_out", json_integer((json_int_t)(r->n_comm - shown))))
+        goto fail;
+    return o;
+fail:
+    json_decref(o);
+    return NULL;
+}
+
+static void bytes_text(uint64_t b, char *buf, size_t len) {
+    if (b < 1024) snprintf(buf, len, "%llu B", (unsigned long long)b);
+    else if (b < 1024 * 1024) snprintf(buf, len, "%.1f KB", (double)b / 1024);
+    else snprintf(buf, len, "%.1f MB", (double)b / (1024 * 1024));
+}
+
+int pb_stragglers_comm_text(const pb_sg_result *r, const char *const *group_names,
+                            size_t n_groups, char *buf, size_t len) {
+    if (!len) return -1;
+    buf[0] = 0;
+    if (!r->comm_slow || !r->n_comm) return -1;
+    const pb_sg_comm *c = &r->comm[0]; /* the slowed kind that adds the most */
+    char b[32], g[32];
+    bytes_text(c->bytes, b, sizeof b);
+    const char *gn = group_names && c->group < n_groups ? group_names[c->group] : NULL;
+    if (!gn) snprintf(g, sizeof g, "%u", c->group), gn = g;
+    snprintf(buf, len,
+             "the collectives slowed, not a rank: %s of %s on group %s takes %.1f ms after the "
+             "last rank enters, %.1f ms in the oldest third of the window, while the ranks "
+             "arrive within %.1f ms of each other; the slowed collectives add %.1f ms a step "
+             "(step %.1f ms): a communication slowdown (a link or the network)",
+             c->op, b, gn, c->recent_ms, c->early_ms, r->arrival_spread_ms,
+             r->comm_added_step_ms, r->step_ms);
+    return 0;
+}
+
+json_t *pb_stragglers_json(const pb_sg_result *r, size_t max_ranks,
+                           const char *const *group_names, size_t n_groups) {
     const pb_sg_rank_result *c = r->culprit >= 0 ? &r->ranks[r->culprit] : NULL;
     const char *phase = c && r->culprit_phase >= 0 ? pb_sg_phase_name[r->culprit_phase] : NULL;
     size_t keep = max_ranks && max_ranks < r->n_ranks ? max_ranks : r->n_ranks;
@@ -389,7 +592,8 @@ json_t *pb_stragglers_json(const pb_sg_result *r, size_t max_ranks) {
                             r->wait_share, "ranks");
     json_t *ranks = json_object_get(out, "ranks");
     if (!pick || !ranks ||
-        json_object_set_new(out, "late_host_count", json_integer((json_int_t)r->late_host_count)))
+        json_object_set_new(out, "late_host_count", json_integer((json_int_t)r->late_host_count)) ||
+        json_object_set_new(out, "communication", comm_json(r, group_names, n_groups)))
         goto fail;
     for (size_t i = 0; i < r->n_ranks; i++) pick[i] = (sg_pick){r->ranks[i].times_last, i};
     if (keep < r->n_ranks) {
@@ -449,7 +653,7 @@ int pb_stragglers_members(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_me
     for (size_t i = 0; i < n_ranks; i++)
         for (size_t j = 0; j < ranks[i].n_arrivals; j++) {
             const pb_arrival *a = &ranks[i].arrivals[j];
-            if (a->seq > SG_WARMUP_SEQ) e[k++] = (sg_entry){a->group, a->seq, a->enter_ns, i};
+            if (a->seq > SG_WARMUP_SEQ) e[k++] = (sg_entry){a->group, (uint32_t)j, a->seq, a->enter_ns, i};
         }
     total = k; /* the warm-up left out */
     /* Members per group, as pb_stragglers_analyze counts them. */

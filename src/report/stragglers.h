@@ -52,6 +52,23 @@ typedef struct pb_sg_rank_result {
     size_t times_far;      /* the collectives it entered last by more than bar_ms */
 } pb_sg_rank_result;
 
+/* One kind of collective (the same group, op and bytes) and how long it takes once every
+ * member is in: its "after" time, the median completion of the members minus the last entry,
+ * on the aligned clock. A straggler makes the others wait before that point; a slow link or
+ * network makes the collective itself longer after it. */
+typedef struct pb_sg_comm {
+    uint32_t group;
+    const char *op;        /* borrowed from the input */
+    uint64_t bytes;
+    size_t n;              /* its complete, completed collectives */
+    double after_ms;       /* median after time over them */
+    double early_ms;       /* median over the oldest third (by sequence number) */
+    double recent_ms;      /* median over the newest third */
+    /* (recent - early) x how many of it the job runs a step, when this kind slowed (recent
+     * >= 2 x early and >= 1 ms more, each third >= 10 collectives); else 0 */
+    double added_step_ms;
+} pb_sg_comm;
+
 typedef struct pb_sg_result {
     size_t collectives;     /* complete (group, seq) pairs analysed */
     size_t incomplete;      /* pairs some member did not report (ring wrapped, still running) */
@@ -74,6 +91,16 @@ typedef struct pb_sg_result {
     /* What the culprit (with a late host: every rank of that host) costs the others: its lags
      * summed over the collectives it entered last, over span_ms; 0 without a culprit. */
     double wait_share;
+    /* Communication (stragglers.c): per kind of collective, most time first (slowed kinds by
+     * added_step_ms, then the others by n x after_ms); malloc'ed, freed by pb_stragglers_free. */
+    pb_sg_comm *comm;
+    size_t n_comm;
+    double arrival_spread_ms; /* median over the complete collectives of last minus first entry */
+    /* The collectives slowed, not a rank: nobody is named (no culprit, no late host) and the
+     * slowed kinds together add >= floor_ms a step over the window's oldest third. Their sum
+     * is comm_added_step_ms; 0 when not. */
+    int comm_slow;
+    double comm_added_step_ms;
 } pb_sg_result;
 
 /* Analyse. Returns 0, or -1 with errno ENOMEM/EINVAL (n_ranks 0 or NULL input). */
@@ -103,11 +130,23 @@ int pb_stragglers_members(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_me
                           size_t *n_members, pb_sg_last **lasts, size_t *n_lasts);
 
 /* The result as the JSON of `probing <target> stragglers --json` (docs/cli.md): collectives,
- * incomplete, step_ms, floor_ms, noise_ms, bar_ms, culprit (rank or null), wait_step_ms, phase, phase_excess_ms, late_host,
- * late_host_count, wait_share, and per rank rank, host, times_last, median_lag_ms, wait_ms, times_far. Ranks with more entries than
+ * incomplete, step_ms, floor_ms, noise_ms, bar_ms, culprit (rank or null), wait_step_ms,
+ * phase, phase_excess_ms, late_host, late_host_count, wait_share; per rank rank, host,
+ * times_last, median_lag_ms, wait_ms, times_far; and "communication": slow, added_step_ms,
+ * arrival_spread_ms and up to 8 kinds (group, op, bytes, n, after_ms, early_ms, recent_ms,
+ * added_step_ms; "kinds_left_out" when there were more). Group ids are named through
+ * group_names[id] (n_groups of them; NULL: "group" is the id). Ranks with more entries than
  * max_ranks (0: no limit) keep the max_ranks most often last (ties: input order), in input
  * order, and "ranks_left_out" says how many were left out. A new object (caller owns), or NULL
  * out of memory. [any thread] */
-json_t *pb_stragglers_json(const pb_sg_result *r, size_t max_ranks);
+json_t *pb_stragglers_json(const pb_sg_result *r, size_t max_ranks,
+                           const char *const *group_names, size_t n_groups);
+
+/* The communication verdict as one sentence into buf (NUL-terminated, cut to size) when
+ * r->comm_slow, naming the kind that added the most ("all_reduce of 1.0 MB on group 0 takes
+ * 41.2 ms after the last rank enters, 3.9 ms in the oldest third of the window ..."); returns
+ * 0, or -1 (buf empty) when the collectives did not slow. Names as pb_stragglers_json. */
+int pb_stragglers_comm_text(const pb_sg_result *r, const char *const *group_names,
+                            size_t n_groups, char *buf, size_t len);
 
 #endif

@@ -50,10 +50,10 @@ def _ip(*args, check=True):
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
 
 
-def _teardown_netns():
-    for ns, veth, _, _ in NODES:
+def _teardown_netns(nodes=NODES):
+    for ns, veth, _, _ in nodes:
         _ip("netns", "del", ns, check=False)
-    _ip("link", "del", NODES[0][1], check=False)
+    _ip("link", "del", nodes[0][1], check=False)
 
 
 def netns_unavailable():
@@ -69,35 +69,37 @@ def netns_unavailable():
     return None
 
 
-def _setup_netns():
-    _teardown_netns()
-    (ns_a, veth_a, addr_a, _), (ns_b, veth_b, addr_b, _) = NODES
+def _setup_netns(nodes=NODES):
+    _teardown_netns(nodes)
+    (ns_a, veth_a, addr_a, _), (ns_b, veth_b, addr_b, _) = nodes
     _ip("netns", "add", ns_a)
     _ip("netns", "add", ns_b)
     _ip("link", "add", veth_a, "type", "veth", "peer", "name", veth_b)
     _ip("link", "set", veth_a, "netns", ns_a)
     _ip("link", "set", veth_b, "netns", ns_b)
-    for ns, veth, addr, _ in NODES:
+    for ns, veth, addr, _ in nodes:
         _ip("-n", ns, "addr", "add", f"{addr}/24", "dev", veth)
         _ip("-n", ns, "link", "set", veth, "up")
         _ip("-n", ns, "link", "set", "lo", "up")
 
 
 class Job:
-    def __init__(self, cli, env, work):
-        self.cli, self.work = cli, work
+    """The 4-rank job on the two nodes (2 ranks each), cluster_job.py with args."""
+
+    def __init__(self, cli, env, work, nodes=NODES, args=()):
+        self.cli, self.work, self.nodes, self.args = cli, work, nodes, [str(a) for a in args]
         self.control = work / "control"
         self.token_file = work / "token"
         self.token_file.write_text(TOKEN + "\n")
         self.token_file.chmod(0o600)
         self.procs, self.outs = {}, {}
         self.node_env = []
-        for i, (ns, veth, addr, host) in enumerate(NODES):
+        for i, (ns, veth, addr, host) in enumerate(nodes):
             d = work / f"sockets-{host}"
             d.mkdir(mode=0o700)
             e = dict(env)
             e.update(PROBING_DIR=str(d), PROBING_HOST=host, PROBING_TOKEN_FILE=str(self.token_file),
-                     MASTER_ADDR=NODES[0][2], MASTER_PORT=str(MASTER_PORT), WORLD_SIZE="4",
+                     MASTER_ADDR=nodes[0][2], MASTER_PORT=str(MASTER_PORT), WORLD_SIZE="4",
                      GROUP_RANK=str(i), GLOO_SOCKET_IFNAME=veth)
             e.pop("PROBING_TOKEN", None)
             self.node_env.append(e)
@@ -109,9 +111,9 @@ class Job:
             out = open(self.work / f"rank{rank}.out", "w+")
             self.outs[rank] = out
             self.procs[rank] = subprocess.Popen(
-                ["ip", "netns", "exec", NODES[node][0], self.cli.binary, "run", "-o",
+                ["ip", "netns", "exec", self.nodes[node][0], self.cli.binary, "run", "-o",
                  self.work / "rec-%r.db", "--", PYTHON, "-u",
-                 str(WORKLOADS / "cluster_job.py"), str(self.control)],
+                 str(WORKLOADS / "cluster_job.py"), str(self.control), *self.args],
                 env=e, stdout=out, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + STEP_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -128,7 +130,7 @@ class Job:
     def run_cli(self, *args, node=0, env=None, timeout=120):
         """`probing ARGS` inside node's namespace with node's socket directory and token."""
         e = dict(env or self.node_env[node])
-        cmd = ["ip", "netns", "exec", NODES[node][0], self.cli.binary, *[str(a) for a in args]]
+        cmd = ["ip", "netns", "exec", self.nodes[node][0], self.cli.binary, *[str(a) for a in args]]
         return subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=timeout)
 
     def stop(self):

@@ -100,7 +100,7 @@ static void healthy_and_slow(size_t n, size_t per_host, int slow, size_t ring) {
     CHECK(r.late_host == NULL, "%zu ranks, one slow rank: no late node", n);
     CHECK(r.wait_share > 0.28 && r.wait_share < 0.32,
           "%zu ranks: the others wait for it 30 ms of each 100 ms step (%.3f)", n, r.wait_share);
-    json_t *doc = pb_stragglers_json(&r, 4);
+    json_t *doc = pb_stragglers_json(&r, 4, NULL, 0);
     CHECK(doc && json_integer_value(json_object_get(doc, "culprit")) == slow &&
               json_array_size(json_object_get(doc, "ranks")) == 4 &&
               json_integer_value(json_object_get(doc, "ranks_left_out")) == (json_int_t)n - 4,
@@ -156,7 +156,7 @@ static void loaded_machine(void) {
     CHECK(r.noise_ms > 0 && r.ranks[0].median_lag_ms < 3 * r.noise_ms,
           "its lag is within 3 x the job's noise (%.2f ms)", r.noise_ms);
     CHECK(r.culprit == -1 && r.late_host == NULL, "so nobody is named (culprit %d)", r.culprit);
-    json_t *doc = pb_stragglers_json(&r, 0);
+    json_t *doc = pb_stragglers_json(&r, 0, NULL, 0);
     CHECK(doc && json_real_value(json_object_get(doc, "noise_ms")) == r.noise_ms &&
               json_real_value(json_object_get(doc, "bar_ms")) == r.bar_ms,
           "as JSON: noise_ms and bar_ms");
@@ -292,8 +292,115 @@ static void warm_up(void) {
     pb_stragglers_free(&res);
 }
 
+/* Communication (the after time: the members' median completion minus the last entry). N
+ * ranks on 2 hosts, one 1 MB all-reduce a step of 100 ms, entries within `jit` ms. The
+ * collective takes after(c) ms once the last rank is in, each rank completing within 0.2 ms
+ * of that. */
+typedef double (*after_fn)(int c);
+static void comm_job(pb_arrival_rank *rk, pb_arrival *arr, char (*host)[32], int n, int colls,
+                     double jit, after_fn after, int late_rank, double late_ms) {
+    for (int r = 0; r < n; r++) {
+        snprintf(host[r], 32, "node%d", r / (n / 2));
+        rk[r] = (pb_arrival_rank){r, host[r], 100, {2, 30, 50, 10, 5}, &arr[r * colls],
+                                  (size_t)colls};
+    }
+    for (int c = 0; c < colls; c++) {
+        double enter[64], last = 0;
+        for (int r = 0; r < n; r++) {
+            enter[r] = c * 100.0 + jitter_ms(jit) + (r == late_rank ? late_ms : 0);
+            if (enter[r] > last) last = enter[r];
+        }
+        double done = last + after(c);
+        for (int r = 0; r < n; r++)
+            arr[r * colls + c] = (pb_arrival){7, (uint64_t)c + 1, "all_reduce", 1 << 20,
+                                              (int64_t)(enter[r] * 1e6),
+                                              (int64_t)((done + jitter_ms(0.2)) * 1e6)};
+    }
+}
+
+static double after_link_slows(int c) { return c < 170 ? 0.5 + jitter_ms(0.3) : 40 + jitter_ms(4); }
+static double after_loaded(int c) { /* healthy, and the newest third on a busier machine */
+    return c < 220 ? 0.3 + jitter_ms(1.0) : 0.6 + jitter_ms(2.5);
+}
+static double after_steady(int c) { (void)c; return 0.5 + jitter_ms(0.3); }
+
+static void communication(void) {
+    enum { N = 8, C = 320 };
+    static pb_arrival_rank rk[N];
+    static pb_arrival arr[N * C];
+    static char host[N][32];
+    pb_sg_result res;
+    char text[640];
+
+    /* A link that slows in the window: the ranks arrive together, the all-reduce takes 40 ms
+     * instead of 0.5 after the last one enters. */
+    comm_job(rk, arr, host, N, C, 1.0, after_link_slows, -1, 0);
+    CHECK(pb_stragglers_analyze(rk, N, &res) == 0, "link slows: analysed");
+    CHECK(res.culprit == -1 && !res.late_host, "link slows: no rank or node is named (culprit %d)",
+          res.culprit);
+    CHECK(res.n_comm == 1 && res.comm[0].n == C - 20 && res.comm[0].bytes == 1 << 20 &&
+              !strcmp(res.comm[0].op, "all_reduce"),
+          "link slows: one kind, %d collectives (%zu kinds, n %zu)", C - 20, res.n_comm,
+          res.n_comm ? res.comm[0].n : 0);
+    CHECK(res.comm_slow && res.comm[0].early_ms < 1 && res.comm[0].recent_ms > 35 &&
+              res.comm_added_step_ms > 30,
+          "link slows: the collectives slowed (early %.2f, recent %.2f, added %.1f ms a step)",
+          res.comm[0].early_ms, res.comm[0].recent_ms, res.comm_added_step_ms);
+    CHECK(res.arrival_spread_ms < 1.0, "link slows: the ranks arrive within %.2f ms",
+          res.arrival_spread_ms);
+    const char *names[8] = {[7] = "default_pg"};
+    CHECK(pb_stragglers_comm_text(&res, names, 8, text, sizeof text) == 0 &&
+              strstr(text, "all_reduce of 1.0 MB on group default_pg takes") &&
+              strstr(text, "a communication slowdown"),
+          "link slows: the sentence names the kind: %s", text);
+    json_t *doc = pb_stragglers_json(&res, 0, names, 8);
+    json_t *cm = json_object_get(doc, "communication"), *k0 = json_array_get(json_object_get(cm, "kinds"), 0);
+    CHECK(json_is_true(json_object_get(cm, "slow")) &&
+              !strcmp(json_string_value(json_object_get(k0, "group")) ? json_string_value(json_object_get(k0, "group")) : "", "default_pg") &&
+              json_real_value(json_object_get(k0, "added_step_ms")) > 30,
+          "link slows: the JSON says so, with the group's name");
+    json_decref(doc);
+    pb_stragglers_free(&res);
+
+    /* A healthy job whose newest third ran on a busier machine: the after time doubles, by
+     * about a millisecond: not a slowdown worth naming. */
+    comm_job(rk, arr, host, N, C, 1.0, after_loaded, -1, 0);
+    CHECK(pb_stragglers_analyze(rk, N, &res) == 0 && res.culprit == -1 && !res.comm_slow,
+          "loaded: nothing named (culprit %d, comm_slow %d, early %.2f, recent %.2f, added %.2f)",
+          res.culprit, res.comm_slow, res.n_comm ? res.comm[0].early_ms : 0,
+          res.n_comm ? res.comm[0].recent_ms : 0, res.comm_added_step_ms);
+    CHECK(pb_stragglers_comm_text(&res, NULL, 0, text, sizeof text) == -1 && !text[0],
+          "loaded: no sentence");
+    pb_stragglers_free(&res);
+
+    /* A straggler: rank 5 enters 30 ms late, the collective itself is steady. The rank is
+     * named, not the communication. */
+    comm_job(rk, arr, host, N, C, 1.0, after_steady, 5, 30);
+    CHECK(pb_stragglers_analyze(rk, N, &res) == 0 && res.culprit == 5 && !res.comm_slow &&
+              res.comm[0].after_ms < 1,
+          "straggler: rank 5 named, the collectives not slowed (culprit %d, after %.2f ms)",
+          res.culprit, res.n_comm ? res.comm[0].after_ms : -1);
+    pb_stragglers_free(&res);
+
+    /* A straggler and a slow link at once: the rank is what is named. */
+    comm_job(rk, arr, host, N, C, 1.0, after_link_slows, 5, 30);
+    CHECK(pb_stragglers_analyze(rk, N, &res) == 0 && res.culprit == 5 && !res.comm_slow &&
+              res.comm[0].added_step_ms > 30,
+          "both: rank 5 named; the kind still shows it slowed (added %.1f ms)",
+          res.n_comm ? res.comm[0].added_step_ms : -1);
+    pb_stragglers_free(&res);
+
+    /* Collectives still running (no completion): no after time is made up. */
+    comm_job(rk, arr, host, N, C, 1.0, after_link_slows, -1, 0);
+    for (int c = 0; c < C; c++) arr[3 * C + c].exit_ns = 0;
+    CHECK(pb_stragglers_analyze(rk, N, &res) == 0 && res.n_comm == 0 && !res.comm_slow,
+          "not completed: no kinds (%zu)", res.n_comm);
+    pb_stragglers_free(&res);
+}
+
 int main(void) {
     seed_from_env();
+    communication();
     warm_up();
     loaded_machine();
     spread_delay();
@@ -312,7 +419,7 @@ int main(void) {
     CHECK(r.late_host && strcmp(r.late_host, "node1") == 0, "node1 is the late node (%s, %zu)",
           r.late_host ? r.late_host : "(none)", r.late_host_count);
     CHECK(r.late_host_count == 64, "late in all 64 collectives (%zu)", r.late_host_count);
-    json_t *node_doc = pb_stragglers_json(&r, 0);
+    json_t *node_doc = pb_stragglers_json(&r, 0, NULL, 0);
     CHECK(node_doc && !strcmp(json_string_value(json_object_get(node_doc, "late_host")), "node1") &&
               json_integer_value(json_object_get(node_doc, "late_host_count")) == 64,
           "as JSON: late_host node1, late_host_count 64");

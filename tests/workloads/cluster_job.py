@@ -6,13 +6,15 @@ ranks on different network namespaces).
 Each step: load_batch() (which sleeps while CONTROL.sleep.<rank> exists: a rank stuck in its
 input pipeline; CONTROL.slow.<rank> makes it take 30 ms more), a forward/backward on a small linear model, an optimizer step, then an
 all_reduce of the loss on the default group, so the other ranks wait for a sleeping one in that
-all_reduce. After 3 steps each rank prints "READY <rank>". About 20 steps a second.
+all_reduce. With --grad-kb N, an all_reduce of N KB of gradients follows (the gradient sync of
+a data-parallel job, big enough for the link's speed to matter). After 3 steps each rank
+prints "READY <rank>". About 20 steps a second (fewer with --grad-kb).
 
     RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 python cluster_job.py CONTROL
 """
+import argparse
 import datetime
 import os
-import sys
 import time
 
 import torch
@@ -28,7 +30,12 @@ def load_batch(control, rank):
 
 
 def main():
-    control = sys.argv[1]
+    p = argparse.ArgumentParser()
+    p.add_argument("control")
+    p.add_argument("--grad-kb", type=int, default=0)
+    args = p.parse_args()
+    control = args.control
+    grads = torch.ones(args.grad_kb * 256) if args.grad_kb else None  # float32: 256 a KB
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
     rank = dist.get_rank()
     model = torch.nn.Linear(16, 4)
@@ -42,6 +49,9 @@ def main():
         opt.zero_grad()
         total = loss.detach().clone()
         dist.all_reduce(total)
+        if grads is not None:
+            dist.all_reduce(grads)
+            grads.div_(dist.get_world_size())  # an average, as DDP's: stays 1.0
         step += 1
         if step == 3:
             print(f"READY {rank}", flush=True)

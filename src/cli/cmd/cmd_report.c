@@ -359,6 +359,8 @@ int cmd_report(const pb_cli_args *a)
     job_arrivals(&others, &arrivals);
     src.arrivals = arrivals.count ? arrivals.ranks : NULL;
     src.n_arrivals = arrivals.count;
+    src.arrival_groups = arrivals.group_names;
+    src.n_arrival_groups = arrivals.n_groups;
     src.arrivals_missing = arrivals.missing;
     if (pb_report_build(&src, a->last_steps, &doc, &error)) {
         pb_cli_error("cannot build the report: %s", error ? error : "unknown error");

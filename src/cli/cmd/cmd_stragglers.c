@@ -17,6 +17,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* The kinds of collective that take the most time once every rank is in (at most 5). */
+static void print_kinds(const pb_sg_result *res, const pb_job_arrivals *job)
+{
+    if (!res->n_comm) return;
+    printf("\n%-40s %8s %9s %10s %10s\n", "collective (group)", "n", "after_ms", "oldest_ms",
+           "newest_ms");
+    for (size_t i = 0; i < res->n_comm && i < 5; i++) {
+        const pb_sg_comm *k = &res->comm[i];
+        char kind[160], name[64], op[64];
+        const char *g = k->group < job->n_groups ? job->group_names[k->group] : NULL;
+        pb_buf_sanitize_into(name, sizeof name, g ? g : "?");
+        pb_buf_sanitize_into(op, sizeof op, k->op);
+        snprintf(kind, sizeof kind, "%s %llu B (%s)", op, (unsigned long long)k->bytes, name);
+        printf("%-40s %8zu %9.1f %10.1f %10.1f%s\n", kind, k->n, k->after_ms, k->early_ms,
+               k->recent_ms, k->added_step_ms > 0 ? "  slowed" : "");
+    }
+}
+
 int cmd_stragglers(const pb_cli_args *a)
 {
     if (a->resolved.kind == PB_TARGET_FILE)
@@ -42,13 +60,13 @@ int cmd_stragglers(const pb_cli_args *a)
     const pb_sg_rank_result *c = res.culprit >= 0 ? &res.ranks[res.culprit] : NULL;
     const char *phase = c && res.culprit_phase >= 0 ? pb_sg_phase_name[res.culprit_phase] : NULL;
     if (a->json) {
-        out = pb_stragglers_json(&res, 0);
+        out = pb_stragglers_json(&res, 0, job.group_names, job.n_groups);
         if (!out || json_dumpf(out, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF) {
             pb_cli_error("cannot write the JSON");
             goto done;
         }
     } else {
-        char host[256], late[256];
+        char host[256], late[256], comm[640];
         pb_buf_sanitize_into(host, sizeof host, c && c->host ? c->host : "?");
         pb_buf_sanitize_into(late, sizeof late, res.late_host ? res.late_host : "?");
         if (res.late_host && c)
@@ -64,6 +82,8 @@ int cmd_stragglers(const pb_cli_args *a)
             printf("rank %d (%s) makes the others wait: last in %zu of %zu collectives, median lag "
                    "%.1f ms behind the median arrival (step %.1f ms)", c->rank, host,
                    c->times_last, res.collectives, c->median_lag_ms, res.step_ms);
+        else if (!pb_stragglers_comm_text(&res, job.group_names, job.n_groups, comm, sizeof comm))
+            printf("no straggler, but %s", comm);
         else
             printf("no straggler: no rank is last in >= 60 %% of %zu collectives with a median lag "
                    ">= %.1f ms (max(2 ms, 5 %% of the %.1f ms step, 3 x the job's own jitter "
@@ -83,6 +103,7 @@ int cmd_stragglers(const pb_cli_args *a)
         }
         if (res.incomplete)
             printf("(%zu collectives not seen by every member were left out)\n", res.incomplete);
+        print_kinds(&res, &job);
     }
     rc = job.missing ? PB_EXIT_PARTIAL : PB_EXIT_OK;
     goto done;

@@ -1,0 +1,118 @@
+"""A communication slowdown on two real nodes: the link between them turns slow while the job
+trains, and `stragglers` and `report` must say the collectives slowed, not name a rank.
+
+The two network-namespace nodes of test_cluster.py (their own namespaces here, pb-comm-a and
+pb-comm-b), the same 4-rank gloo job (tests/workloads/cluster_job.py) with a 512 KB gradient
+all-reduce each step (--grad-kb 512). Once the job has run 100 complete collectives healthy
+(the healthy twin: nothing named, the collectives not slowed), node B's side of the link is
+limited to 40 Mbit/s with a token bucket (`tc qdisc ... tbf`: a link that fell back to a lower
+speed). Every rank still enters each all-reduce at the same time; the all-reduce takes longer
+once all are in. Skipped, with the reason, where `ip netns` or `tc`'s tbf cannot be used.
+The kernel here has no netem, so a delay (rather than a rate limit) is not tested.
+"""
+import json
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from conftest import STEP_TIMEOUT_S
+from test_cluster import Job, _ip, _setup_netns, _teardown_netns, netns_unavailable
+
+NODES = [  # (namespace, veth, address, host name)
+    ("pb-comm-a", "pbcomm-va", "10.231.68.1", "node-a"),
+    ("pb-comm-b", "pbcomm-vb", "10.231.68.2", "node-b"),
+]
+GRAD_KB = 512
+
+
+def tbf_unavailable():
+    """Why node B's link cannot be rate-limited here, or None (tried on a throwaway veth)."""
+    if not shutil.which("tc"):
+        return "needs tc (iproute2)"
+    _ip("link", "del", "pbcommtc0", check=False)
+    r = _ip("link", "add", "pbcommtc0", "type", "veth", "peer", "name", "pbcommtc1", check=False)
+    if r.returncode:
+        return f"cannot make a veth pair: {r.stderr.strip()}"
+    try:
+        r = subprocess.run(["tc", "qdisc", "add", "dev", "pbcommtc0", "root", "tbf", "rate",
+                            "40mbit", "burst", "32kbit", "latency", "400ms"],
+                           capture_output=True, text=True)
+        return f"tc tbf: {r.stderr.strip()}" if r.returncode else None
+    finally:
+        _ip("link", "del", "pbcommtc0", check=False)
+
+
+@pytest.fixture(scope="module")
+def job(cli, env, session_dir):
+    reason = netns_unavailable() or tbf_unavailable()
+    if reason:
+        pytest.skip(f"two-node communication test skipped: {reason}")
+    work = session_dir / "cluster-comm"
+    work.mkdir()
+    _setup_netns(NODES)
+    j = Job(cli, env, work, nodes=NODES, args=("--grad-kb", GRAD_KB))
+    try:
+        j.start()
+        yield j
+    finally:
+        j.stop()
+        _teardown_netns(NODES)
+
+
+def stragglers(job, on_node=0):
+    r = job.run_cli(str(job.procs[2 * on_node].pid), "stragglers", "--json", node=on_node)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+def poll(job, predicate, what):
+    deadline = time.monotonic() + 2 * STEP_TIMEOUT_S
+    last = None
+    while time.monotonic() < deadline:
+        last = stragglers(job)
+        if last and predicate(last):
+            return last
+        assert all(p.poll() is None for p in job.procs.values()), "a rank exited"
+        time.sleep(1)
+    pytest.fail(f"waited for {what}; last answer: {json.dumps(last)[:3000]}")
+
+
+def grad_kind(a):
+    return next((k for k in a["communication"]["kinds"]
+                 if k["op"] == "all_reduce" and k["bytes"] == GRAD_KB * 1024), None)
+
+
+def test_a_link_that_slows_is_named_as_communication_not_a_rank(job):
+    # The healthy twin: the same job before the link slows.
+    a = poll(job, lambda a: a["collectives"] >= 100, "100 complete collectives")
+    assert a["culprit"] is None and a["late_host"] is None, a
+    assert a["communication"]["slow"] is False, a["communication"]
+    before = grad_kind(a)
+    assert before and before["n"] >= 40, a["communication"]
+    limit = ["tc", "qdisc", "add", "dev", NODES[1][1], "root", "tbf", "rate", "40mbit",
+             "burst", "32kbit", "latency", "400ms"]
+    r = subprocess.run(["ip", "netns", "exec", NODES[1][0], *limit], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    try:
+        a = poll(job, lambda a: a["communication"]["slow"], "the collectives to be called slowed")
+        assert a["culprit"] is None and a["late_host"] is None, a
+        k = a["communication"]["kinds"][0]
+        assert (k["op"], k["bytes"]) == ("all_reduce", GRAD_KB * 1024), a["communication"]
+        # 2 x 3/4 x 512 KB across the link each way at 40 Mbit/s: about 80 ms more.
+        assert k["recent_ms"] >= 2 * k["early_ms"] and k["recent_ms"] - k["early_ms"] >= 20, k
+        assert a["communication"]["arrival_spread_ms"] < k["recent_ms"] / 2, a["communication"]
+        # The text: the verdict line, from the other node.
+        r = job.run_cli(str(job.procs[3].pid), "stragglers", node=1)
+        first = r.stdout.splitlines()[0]
+        assert first.startswith("no straggler, but the collectives slowed, not a rank: "
+                                "all_reduce of 512.0 KB on group"), r.stdout
+        assert "a communication slowdown" in first, r.stdout
+        # The report of a rank of node A.
+        r = job.run_cli(str(job.procs[1].pid), "report", "--json")
+        doc = json.loads(r.stdout)
+        f = next(f for f in doc["findings"] if f["id"] == "arrival_order")
+        assert f["severity"] == "warning" and "the collectives slowed, not a rank" in f["claim"], f
+    finally:
+        subprocess.run(["ip", "netns", "exec", NODES[1][0], "tc", "qdisc", "del", "dev",
+                        NODES[1][1], "root"], capture_output=True)
