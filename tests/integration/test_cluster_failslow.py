@@ -1,16 +1,22 @@
-"""A communication slowdown on two real nodes: the link between them turns slow while the job
-trains, and `stragglers` and `report` must say the collectives slowed, not name a rank.
+"""Fail-slows on two real nodes, while the job trains: the link between them turns slow, or one
+node's CPUs are throttled. `stragglers` and `report` must tell them apart: a slow link is the
+collectives slowing with every rank on time (a communication slowdown, not a rank), a
+throttled node is its ranks entering the collectives last (a late node).
 
 The two network-namespace nodes of test_cluster.py (their own namespaces here, pb-comm-a and
-pb-comm-b), the same 4-rank gloo job (tests/workloads/cluster_job.py) with a 512 KB gradient
-all-reduce each step (--grad-kb 512). Once the job has run 100 complete collectives healthy
-(the healthy twin: nothing named, the collectives not slowed), node B's side of the link is
-limited to 40 Mbit/s with a token bucket (`tc qdisc ... tbf`: a link that fell back to a lower
-speed). Every rank still enters each all-reduce at the same time; the all-reduce takes longer
-once all are in. Skipped, with the reason, where `ip netns` or `tc`'s tbf cannot be used.
-The kernel here has no netem, so a delay (rather than a rate limit) is not tested.
+pb-comm-b), the same 4-rank gloo job (tests/workloads/cluster_job.py, 2 ranks a node) with a
+512 KB gradient all-reduce each step (--grad-kb 512). In order, on one job:
+  - healthy, 100 complete collectives: nothing named, the collectives not slowed (the twin);
+  - node B's side of the link limited to 40 Mbit/s with a token bucket (`tc qdisc ... tbf`: a
+    link that fell back to a lower speed): every rank still enters each all-reduce at the
+    same time, the all-reduce takes longer once all are in. Then the limit is lifted;
+  - node B's two ranks put in a CPU cgroup with a quota of 20 % of one CPU between them (a node throttled by
+    its cgroup or its thermals): node B is named as the late node.
+Skipped, with the reason, where `ip netns`, `tc`'s tbf or a CPU cgroup cannot be used. The
+kernel here has no netem, so a delay or loss (rather than a rate limit) is not tested.
 """
 import json
+import os
 import shutil
 import subprocess
 import time
@@ -116,3 +122,66 @@ def test_a_link_that_slows_is_named_as_communication_not_a_rank(job):
     finally:
         subprocess.run(["ip", "netns", "exec", NODES[1][0], "tc", "qdisc", "del", "dev",
                         NODES[1][1], "root"], capture_output=True)
+
+
+def cpu_cgroup():
+    """(make, add, remove) for a CPU-quota cgroup named pb-slow-node (cgroup v1's cpu
+    controller or v2's cpu.max), or a string saying why there is none."""
+    v2_controllers = "/sys/fs/cgroup/cgroup.subtree_control"
+    if os.path.exists("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"):
+        root = "/sys/fs/cgroup/cpu"
+
+        def quota(d, pct):  # microseconds of each 100 ms period
+            with open(f"{d}/cpu.cfs_quota_us", "w") as f:
+                f.write(str(int(1000 * pct)))
+    elif os.path.exists(v2_controllers) and "cpu" in open(v2_controllers).read().split():
+        root = "/sys/fs/cgroup"
+
+        def quota(d, pct):
+            with open(f"{d}/cpu.max", "w") as f:
+                f.write(f"{int(1000 * pct)} 100000")
+    else:
+        return "no CPU cgroup controller (cgroup v1 cpu or v2 cpu.max) to throttle a node with"
+    d = f"{root}/pb-slow-node"
+
+    def make(pct):
+        os.makedirs(d, exist_ok=True)
+        quota(d, pct)
+
+    def add(pid):
+        with open(f"{d}/cgroup.procs", "w") as f:
+            f.write(str(pid))
+
+    def remove(pids):
+        for pid in pids:
+            try:
+                with open(f"{root}/cgroup.procs", "w") as f:
+                    f.write(str(pid))
+            except OSError:
+                pass  # exited
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+    return make, add, remove
+
+
+def test_a_throttled_node_is_named_as_the_late_node(job):
+    cg = cpu_cgroup()
+    if isinstance(cg, str):
+        pytest.skip(cg)
+    make, add, remove = cg
+    node_b = [job.procs[2].pid, job.procs[3].pid]
+    make(20)
+    try:
+        for pid in node_b:
+            add(pid)
+        a = poll(job, lambda a: a["late_host"] is not None, "a late node")
+        assert a["late_host"] == "node-b", a
+        culprit = next(x for x in a["ranks"] if x["rank"] == a["culprit"])
+        assert culprit["host"] == "node-b", a
+        assert a["communication"]["slow"] is False, a["communication"]
+        r = job.run_cli(str(job.procs[0].pid), "stragglers", node=0)
+        assert r.stdout.startswith("node node-b is late: its ranks enter last in "), r.stdout
+    finally:
+        remove(node_b)
