@@ -10,8 +10,8 @@ pb-comm-b), the same 4-rank gloo job (tests/workloads/cluster_job.py, 2 ranks a 
   - node B's side of the link limited to 40 Mbit/s with a token bucket (`tc qdisc ... tbf`: a
     link that fell back to a lower speed): every rank still enters each all-reduce at the
     same time, the all-reduce takes longer once all are in. Then the limit is lifted;
-  - node B's two ranks put in a CPU cgroup with a quota of 20 % of one CPU between them (a node throttled by
-    its cgroup or its thermals): node B is named as the late node.
+  - node B's two ranks put in a CPU cgroup with a quota of 20 % of one CPU between them (a
+    node throttled by its cgroup or its thermals): node B is named as the late node.
 Skipped, with the reason, where `ip netns`, `tc`'s tbf or a CPU cgroup cannot be used. The
 kernel here has no netem, so a delay or loss (rather than a rate limit) is not tested.
 """
