@@ -38,10 +38,10 @@
  * collective itself takes longer once all are in. Per complete collective whose members all
  * completed it, its after time is the median completion minus the last entry; per kind (group,
  * op, bytes) its median over the oldest and the newest third of the window (by sequence
- * number). A kind slowed when its newest third takes >= SG_COMM_X (2) x its oldest and
- * >= SG_COMM_MIN_MS (1 ms) more, each third holding >= SG_COMM_THIRD (10) collectives; what it
- * adds a step is that difference times how many of it the newest third ran per step (its span
- * over the median step). The collectives slowed (comm_slow) when nobody was named and the
+ * number). A kind slowed when the whole newest third moved: its lower quartile is >= SG_COMM_X
+ * (2) x the oldest third's upper quartile and >= SG_COMM_MIN_MS (1 ms) more, each third
+ * holding >= SG_COMM_THIRD (10) collectives; what it adds a step is the difference of the
+ * medians times how many of it the newest third ran per step (its span over the median step). The collectives slowed (comm_slow) when nobody was named and the
  * slowed kinds add >= max(FLOOR, 10 % of the step) a step: on a healthy loaded machine the
  * after time of a small gloo collective moves by a fraction of a millisecond. Its own history
  * is all it is compared with: a link slow since before the window began (the ring holds the
@@ -180,10 +180,12 @@ static int comm_kind_cmp(const void *a, const void *b) { /* most time first */
     return c ? c : (x->bytes < y->bytes ? -1 : x->bytes > y->bytes);
 }
 
-/* The median of v[0..n) (a scratch copy is sorted into tmp). */
-static double median_of(const double *v, size_t n, double *tmp) {
+/* The median of v[0..n) (a scratch copy is sorted into tmp, n > 0), and its quartiles. */
+static double median_of(const double *v, size_t n, double *tmp, double *q1, double *q3) {
     memcpy(tmp, v, n * sizeof *tmp);
     qsort(tmp, n, sizeof *tmp, dbl_cmp);
+    if (q1) *q1 = tmp[n / 4];
+    if (q3) *q3 = tmp[(3 * n) / 4 < n ? (3 * n) / 4 : n - 1];
     return median_sorted(tmp, n);
 }
 
@@ -209,14 +211,19 @@ static int comm_analyze(sg_comm_sample *cs, size_t ncs, pb_sg_result *out) {
             v[j - i] = cs[j].after_ms, j++;
         size_t n = j - i, third = n / 3;
         pb_sg_comm *c = &k[nk++];
-        *c = (pb_sg_comm){cs[i].group, cs[i].op, cs[i].bytes, n, median_of(v, n, tmp), 0, 0, 0};
+        *c = (pb_sg_comm){cs[i].group, cs[i].op, cs[i].bytes, n,
+                          median_of(v, n, tmp, NULL, NULL), 0, 0, 0};
         c->early_ms = c->recent_ms = c->after_ms;
+        double early_q3 = 0, recent_q1 = 0;
         if (third) {
-            c->early_ms = median_of(v, third, tmp);
-            c->recent_ms = median_of(v + n - third, third, tmp);
+            c->early_ms = median_of(v, third, tmp, NULL, &early_q3);
+            c->recent_ms = median_of(v + n - third, third, tmp, &recent_q1, NULL);
         }
-        if (third >= SG_COMM_THIRD && c->recent_ms >= SG_COMM_X * c->early_ms &&
-            c->recent_ms - c->early_ms >= SG_COMM_MIN_MS) {
+        /* The whole newest third moved: its lower quartile clears the oldest third's upper
+         * quartile by the factor and the margin (a median that a busy spell pushed up over
+         * part of the third does not). */
+        if (third >= SG_COMM_THIRD && recent_q1 >= SG_COMM_X * early_q3 &&
+            recent_q1 - early_q3 >= SG_COMM_MIN_MS) {
             /* How many of it a step: the newest third's count over its span in steps (once a
              * step when the step time is unknown). */
             double span_ms = (double)(cs[j - 1].last_enter_ns - cs[j - third].last_enter_ns) / 1e6;

@@ -64,8 +64,9 @@ typedef struct pb_sg_comm {
     double after_ms;       /* median after time over them */
     double early_ms;       /* median over the oldest third (by sequence number) */
     double recent_ms;      /* median over the newest third */
-    /* (recent - early) x how many of it the job runs a step, when this kind slowed (recent
-     * >= 2 x early and >= 1 ms more, each third >= 10 collectives); else 0 */
+    /* (recent - early) x how many of it the job runs a step, when this kind slowed (the
+     * newest third's lower quartile >= 2 x the oldest third's upper quartile and >= 1 ms more,
+     * each third >= 10 collectives: stragglers.c); else 0 */
     double added_step_ms;
 } pb_sg_comm;
 

@@ -323,6 +323,10 @@ static double after_loaded(int c) { /* healthy, and the newest third on a busier
     return c < 220 ? 0.3 + jitter_ms(1.0) : 0.6 + jitter_ms(2.5);
 }
 static double after_steady(int c) { (void)c; return 0.5 + jitter_ms(0.3); }
+/* A busy spell over part of the newest third: 60 % of its collectives take 2-4 ms more. */
+static double after_busy_spell(int c) {
+    return 0.3 + jitter_ms(0.4) + (c >= 220 && c % 5 < 3 ? 2 + jitter_ms(2) : 0);
+}
 
 static void communication(void) {
     enum { N = 8, C = 320 };
@@ -371,6 +375,15 @@ static void communication(void) {
           res.n_comm ? res.comm[0].recent_ms : 0, res.comm_added_step_ms);
     CHECK(pb_stragglers_comm_text(&res, NULL, 0, text, sizeof text) == -1 && !text[0],
           "loaded: no sentence");
+    pb_stragglers_free(&res);
+
+    /* A busy spell that pushes the newest third's median up 2-4 ms but leaves 40 % of it as
+     * fast as before: not a slowdown of the collectives (their lower quartile did not move). */
+    comm_job(rk, arr, host, N, C, 1.0, after_busy_spell, -1, 0);
+    CHECK(pb_stragglers_analyze(rk, N, &res) == 0 && !res.comm_slow && res.comm[0].added_step_ms == 0 &&
+              res.comm[0].recent_ms > 2 * res.comm[0].early_ms + 1,
+          "busy spell: the median rose (early %.2f, recent %.2f ms) but nothing slowed",
+          res.n_comm ? res.comm[0].early_ms : 0, res.n_comm ? res.comm[0].recent_ms : 0);
     pb_stragglers_free(&res);
 
     /* A straggler: rank 5 enters 30 ms late, the collective itself is steady. The rank is
