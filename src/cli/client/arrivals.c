@@ -52,7 +52,7 @@ static int add_rank(pb_job_arrivals *out, const pb_rank_ep *ep, int r, size_t m)
 {
     json_t *root = out->arrivals[r].root;
     double now = json_number_value(json_object_get(root, "now"));
-    double offset = now - (out->arrivals[r].sent + out->arrivals[r].answered) / 2; /* fanout.h */
+    double offset = pb_fanout_clock_offset(&out->arrivals[r], now, NULL);
     json_t *groups = json_object_get(root, "groups"), *g;
     size_t total = 0, gi;
     json_array_foreach(groups, gi, g) total += json_array_size(json_object_get(g, "arrivals"));

@@ -6,8 +6,8 @@
  * Each selected rank of a roster (fanout.h) is asked, in parallel and within one deadline,
  * GET /api/arrivals (its agent's bounded ring of the last 512 collectives per process group,
  * src/agent/collect/job.c, served by job_routes.c) and the last 64 rows of python.steps (its step and phase medians).
- * Each rank's clock is aligned with the Cristian-style offset of `timeline --ranks` (offset =
- * rank's "now" - (sent + answered) / 2, error up to half the round trip). Group names become
+ * Each rank's clock is aligned with the offset of `timeline --ranks` (pb_fanout_clock_offset:
+ * the smallest correction its answer allows, error up to the round trip). Group names become
  * small ids, the same for every rank of one fetch (group_names[id] gives the name back).
  */
 #ifndef PB_CLI_ARRIVALS_H

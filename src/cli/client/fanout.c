@@ -257,6 +257,13 @@ int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *pa
     return 0;
 }
 
+double pb_fanout_clock_offset(const pb_fanout_req *r, double now, double *uncertainty)
+{
+    double lo = now - r->answered, hi = now - r->sent; /* fanout.h */
+    if (uncertainty) *uncertainty = r->answered - r->sent;
+    return lo > 0 ? lo : hi < 0 ? hi : 0;
+}
+
 void pb_fanout_free(pb_fanout_req *reqs, int n)
 {
     for (int i = 0; i < n; i++) {

@@ -4,9 +4,8 @@
  * pb_fanout_run sends the same kind of request to N targets through one libcurl multi handle,
  * at most `parallel` at a time, and stops waiting at a deadline: a rank that does not answer
  * in time gets a reason ("did not answer within 3 s") and the others' answers are kept. Each
- * request records the wall-clock times it was sent and answered, for the Cristian-style clock
- * offset of `timeline --ranks` (offset = rank's clock - (sent + answered) / 2, uncertainty
- * (answered - sent) / 2).
+ * request records the wall-clock times it was sent and answered, for the clock offset of a
+ * rank (pb_fanout_clock_offset: the smallest correction its answer allows).
  *
  * pb_fanout_roster asks one agent for its job's roster (GET /api/job) and turns each rank's
  * entry into a target: the Unix socket when the rank is on this host (PROBING_HOST or
@@ -50,6 +49,18 @@ typedef struct pb_fanout_req {
  * start (err of each says so). [main thread] */
 int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *path,
                   const char *body, long deadline_ms);
+
+/* The offset of the clock of the rank that answered r (its clock minus ours, seconds), given
+ * the clock reading `now` in its answer, and in *uncertainty how far it may be off. The rank
+ * read its clock between r->sent and r->answered (our clock), so its offset lies in
+ * [now - answered, now - sent]. The midpoint of that interval (Cristian's estimate) assumes the
+ * request and the answer took the same time; they do not when the rank is busy or throttled
+ * (its agent waits for a CPU before it reads the clock), which moved a CPU-throttled node's
+ * clock tens of milliseconds. So the estimate is the smallest correction the interval allows:
+ * 0 when it holds 0 (the system clocks agree within what one round trip can tell, which they
+ * do on one machine and, under NTP or PTP, across a cluster's nodes), else its end nearest 0.
+ * *uncertainty is the interval's width (answered - sent). */
+double pb_fanout_clock_offset(const pb_fanout_req *r, double now, double *uncertainty);
 
 /* Frees the answers of n requests (not the array). */
 void pb_fanout_free(pb_fanout_req *reqs, int n);

@@ -387,9 +387,7 @@ static int timeline_ranks(const pb_cli_args *a)
             missing++;
             continue;
         }
-        /* Cristian: the rank read its clock between sent and answered (CLI clock). */
-        double offset = now - (reqs[r].sent + reqs[r].answered) / 2;
-        double unc = (reqs[r].answered - reqs[r].sent) / 2;
+        double unc, offset = pb_fanout_clock_offset(&reqs[r], now, &unc);
         json_array_append_new(clocks, json_pack("{s:i,s:s,s:f,s:f}", "rank", r, "host", eps[r].host,
                                                 "offset_ms", offset * 1e3, "uncertainty_ms", unc * 1e3));
         size_t before = s.count;
@@ -414,9 +412,10 @@ static int timeline_ranks(const pb_cli_args *a)
     qsort(s.items, s.count, sizeof *s.items, by_thread_then_time);
     make_nested(&s);
     json_object_set_new(meta, "clock", json_string(
-        "each rank's times moved to the CLI's wall clock by offset = rank clock - (request sent + "
-        "answer received) / 2 (Cristian); the true offset is within uncertainty of it; ts 0 is "
-        "start_unix"));
+        "each rank's times moved to the CLI's wall clock by offset = the smallest correction "
+        "the rank's answer allows (it read its clock between request sent and answer received: "
+        "0 when that interval holds 0, else the interval's end nearest 0); the true offset is "
+        "within uncertainty (the round trip) of it; ts 0 is start_unix"));
     json_object_set_new(meta, "start_unix", json_real((double)t0 / 1e9));
     json_object_set(meta, "ranks", clocks);
     json_object_set(meta, "process_names", names);
