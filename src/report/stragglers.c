@@ -30,7 +30,13 @@
  * >= 60 % of all such wait, that wait is >= FLOOR a step (span of the collectives over the
  * median step), and it is last by more than the bar in at least every other step.
  * A host is late when, in that same majority of collectives, its ranks (two or more, not all
- * of the group) are exactly the last ones to enter: a slow node, not a slow rank.
+ * of the group) are exactly the last ones to enter: a slow node, not a slow rank. Or, as the
+ * wait rule for a rank, when it is so, with its first rank in behind all the others' by the
+ * bar, in a clear majority of the collectives where someone is that late, at least every
+ * other step: a node whose CPU is throttled falls behind in the collective that follows its
+ * compute, while one issued back to back after it finds every rank on time and its order is
+ * noise (seen on a two-namespace gloo job with node B held to 20 % of a CPU: late in 59 % of
+ * all collectives, too few for the count rule).
  * The phase: the culprit's own python.steps phase medians against the other ranks' median;
  * the phase with the largest excess is named when it explains at least half the median lag.
  *
@@ -109,6 +115,8 @@ static int i64_cmp(const void *a, const void *b) {
 typedef struct sg_lag {
     size_t r;
     double ms;
+    int host_late;     /* the last entries were exactly the ranks of r's host (late host) */
+    double host_gap_ms; /* then: its first entry behind the last of the other ranks */
 } sg_lag;
 
 static int entry_cmp(const void *a, const void *b) {
@@ -265,7 +273,8 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
     sg_group *groups = total ? malloc(total * sizeof *groups) : NULL;
     size_t *host_of = malloc(n_ranks * sizeof *host_of);     /* rank index -> host id */
     size_t *host_size = calloc(n_ranks, sizeof *host_size);  /* host id -> ranks */
-    size_t *host_late = calloc(n_ranks, sizeof *host_late);  /* host id -> late collectives */
+    /* host id -> late collectives, then (host_far) -> those of them behind the bar */
+    size_t *host_late = calloc(2 * n_ranks, sizeof *host_late), *host_far;
     sg_host_ix *hx = malloc(n_ranks * sizeof *hx);
     double *tmp = malloc((n_ranks > total ? n_ranks : total) * sizeof *tmp + sizeof *tmp);
     double *sum_lag = calloc(n_ranks, sizeof *sum_lag); /* rank index -> its lags when last */
@@ -283,6 +292,7 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         errno = ENOMEM;
         return -1;
     }
+    host_far = host_late + n_ranks;
     out->n_ranks = n_ranks;
     for (size_t i = 0; i < n_ranks; i++) {
         out->ranks[i].rank = ranks[i].rank;
@@ -357,7 +367,7 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         if (out->collectives == 1 || med < first_med) first_med = med;
         if (out->collectives == 1 || med > last_med) last_med = med;
         const sg_entry *last = &e[j - 1];
-        lags[nl++] = (sg_lag){last->r, (double)(last->enter_ns - med) / 1e6};
+        lags[nl++] = (sg_lag){last->r, (double)(last->enter_ns - med) / 1e6, 0, 0};
         /* The punctual half's own spread: the lower median entry behind the first. */
         spread[nl - 1] = (double)(e[i + (run - 1) / 2].enter_ns - e[i].enter_ns) / 1e6;
         aspread[nl - 1] = (double)(last->enter_ns - e[i].enter_ns) / 1e6;
@@ -382,7 +392,10 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         if (m >= 2 && m < run && ranks[last->r].host && ranks[last->r].host[0]) {
             size_t s = 0;
             while (s < m && host_of[e[j - 1 - s].r] == h) s++;
-            if (s == m) host_late[h]++;
+            if (s == m) {
+                host_late[h]++, lags[nl - 1].host_late = 1;
+                lags[nl - 1].host_gap_ms = (double)(e[j - m].enter_ns - e[j - m - 1].enter_ns) / 1e6;
+            }
         }
         i = j;
     }
@@ -427,12 +440,19 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
          * many collectives a step (FSDP's first all-gather of the forward): last in few, by
          * far. */
         double excess = 0;
+        /* Collectives whose last rank is behind the bar, or whose late host is: its first
+         * rank in behind all the others' by the bar (with half the ranks on that host, the
+         * last one's lag behind the median entry is only half the host's delay). */
+        size_t far = 0;
         for (size_t i = 0; i < nl; i++) {
             double ex = lags[i].ms - bar;
+            int host_far_c = lags[i].host_late && lags[i].host_gap_ms > bar;
             if (ex > 0) {
                 out->ranks[lags[i].r].wait_ms += ex, excess += ex;
                 out->ranks[lags[i].r].times_far++;
             }
+            if (ex > 0 || host_far_c) far++;
+            if (host_far_c) host_far[host_of[lags[i].r]]++;
         }
         size_t cand_w = 0;
         for (size_t i = 1; i < n_ranks; i++)
@@ -445,24 +465,31 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
             out->culprit = (int)cand_w;
             out->culprit_wait_step_ms = per_step;
         }
-        for (size_t h = 0; h < n_hosts; h++)
-            if (host_late[h] >= need) {
-                /* Name it only if the lag of its last rank clears the bar too. */
-                for (size_t i = 0; i < n_ranks; i++)
-                    if (host_of[i] == h && out->ranks[i].times_last &&
-                        out->ranks[i].median_lag_ms >= bar) {
-                        out->late_host = ranks[i].host;
-                        out->late_host_count = host_late[h];
-                        break;
-                    }
-            }
-        /* A late host spreads "last" over its ranks: its most-often-last rank, if it clears the
-         * bar, stands as the culprit so the phase below is still said. */
-        if (out->culprit < 0 && out->late_host) {
-            size_t best = 0;
+        size_t late_id = n_hosts;
+        for (size_t h = 0; h < n_hosts; h++) {
+            /* The wait rule: its gaps are behind the bar by construction. */
+            int by_wait = far && (double)host_far[h] >= SG_MAJORITY * (double)far &&
+                          (double)host_far[h] >= 0.5 * steps;
+            if (host_late[h] < need && !by_wait) continue;
+            /* The count rule names it only if the lag of its last rank clears the bar too. */
             for (size_t i = 0; i < n_ranks; i++)
-                if (out->ranks[i].times_last > out->ranks[best].times_last) best = i;
-            if (out->ranks[best].median_lag_ms >= bar) out->culprit = (int)best;
+                if (host_of[i] == h && out->ranks[i].times_last &&
+                    (by_wait || out->ranks[i].median_lag_ms >= bar)) {
+                    out->late_host = ranks[i].host;
+                    out->late_host_count = host_late[h];
+                    late_id = h;
+                    break;
+                }
+        }
+        /* A late host spreads "last" over its ranks: the one of them most often last stands
+         * as the culprit (the node's evidence named it), so the phase below is still said. */
+        if (out->culprit < 0 && out->late_host) {
+            size_t best = n_ranks;
+            for (size_t i = 0; i < n_ranks; i++)
+                if (host_of[i] == late_id &&
+                    (best == n_ranks || out->ranks[i].times_last > out->ranks[best].times_last))
+                    best = i;
+            if (best < n_ranks) out->culprit = (int)best;
         }
     }
     out->bar_ms = bar;

@@ -5,7 +5,8 @@ throttled node is its ranks entering the collectives last (a late node).
 
 The two network-namespace nodes of test_cluster.py (their own namespaces here, pb-comm-a and
 pb-comm-b), the same 4-rank gloo job (tests/workloads/cluster_job.py, 2 ranks a node) with a
-512 KB gradient all-reduce each step (--grad-kb 512). In order, on one job:
+512 KB gradient all-reduce each step (--grad-kb 512) and two 512-wide layers (--width 512: a
+few ms of CPU a step, so a throttled node falls behind). In order, on one job:
   - healthy, 100 complete collectives: nothing named, the collectives not slowed (the twin);
   - node B's side of the link limited to 40 Mbit/s with a token bucket (`tc qdisc ... tbf`: a
     link that fell back to a lower speed): every rank still enters each all-reduce at the
@@ -31,6 +32,7 @@ NODES = [  # (namespace, veth, address, host name)
     ("pb-comm-b", "pbcomm-vb", "10.231.68.2", "node-b"),
 ]
 GRAD_KB = 512
+WIDTH = 512  # a few ms of CPU a step (cluster_job.py), so a throttled node falls behind
 
 
 def tbf_unavailable():
@@ -58,7 +60,7 @@ def job(cli, env, session_dir):
     work = session_dir / "cluster-comm"
     work.mkdir()
     _setup_netns(NODES)
-    j = Job(cli, env, work, nodes=NODES, args=("--grad-kb", GRAD_KB))
+    j = Job(cli, env, work, nodes=NODES, args=("--grad-kb", GRAD_KB, "--width", WIDTH))
     try:
         j.start()
         yield j
@@ -176,10 +178,15 @@ def test_a_throttled_node_is_named_as_the_late_node(job):
     try:
         for pid in node_b:
             add(pid)
-        a = poll(job, lambda a: a["late_host"] is not None, "a late node")
+        # While the window still holds the healthy steps, the verdict may come and go: wait
+        # for it in three answers in a row.
+        named = []
+        a = poll(job, lambda a: named.append(a["late_host"]) or named[-3:] == ["node-b"] * 3
+                 or (a["late_host"] not in (None, "node-b")), "node-b named three times in a row")
         assert a["late_host"] == "node-b", a
-        culprit = next(x for x in a["ranks"] if x["rank"] == a["culprit"])
-        assert culprit["host"] == "node-b", a
+        # One of its ranks stands as the culprit (the most often last of them).
+        hosts = {x["rank"]: x["host"] for x in a["ranks"]}
+        assert hosts.get(a["culprit"]) == "node-b", a
         assert a["communication"]["slow"] is False, a["communication"]
         r = job.run_cli(str(job.procs[0].pid), "stragglers", node=0)
         assert r.stdout.startswith("node node-b is late: its ranks enter last in "), r.stdout
