@@ -48,7 +48,8 @@
  * (2) x the oldest third's upper quartile and >= SG_COMM_MIN_MS (1 ms) more, each third
  * holding >= SG_COMM_THIRD (10) collectives; what it adds a step is the difference of the
  * medians times how many of it the newest third ran per step (its span over the median step). The collectives slowed (comm_slow) when nobody was named and the
- * slowed kinds add >= max(FLOOR, 10 % of the step) a step: on a healthy loaded machine the
+ * slowed kinds add >= max(FLOOR, 10 % of the step) a step, with the ranks' median arrival
+ * spread under half the costliest slowed kind's newest after time: on a healthy loaded machine the
  * after time of a small gloo collective moves by a fraction of a millisecond. Its own history
  * is all it is compared with: a link slow since before the window began (the ring holds the
  * last 512 collectives of each group) is not seen as slowed, and one kind on two groups is not
@@ -249,8 +250,12 @@ static int comm_analyze(sg_comm_sample *cs, size_t ncs, pb_sg_result *out) {
     double bar = SG_COMM_STEP_SHARE * out->step_ms > out->floor_ms
                      ? SG_COMM_STEP_SHARE * out->step_ms
                      : out->floor_ms;
+    /* And the ranks arrived together: their spread under half the time the costliest slowed
+     * kind now takes once all are in. A throttled node also slows its part of a collective,
+     * but its ranks arrive late too (8 ranks, node B at 40 % of a CPU: spread 87.8 ms against
+     * 106.7 ms after; a slow link: 7.2 against 138.8). */
     if (out->culprit < 0 && !out->late_host && out->collectives >= SG_MIN_COLLECTIVES &&
-        added >= bar) {
+        added >= bar && out->arrival_spread_ms < 0.5 * k[0].recent_ms) {
         out->comm_slow = 1;
         out->comm_added_step_ms = added;
     }

@@ -97,9 +97,10 @@ typedef struct pb_sg_result {
     pb_sg_comm *comm;
     size_t n_comm;
     double arrival_spread_ms; /* median over the complete collectives of last minus first entry */
-    /* The collectives slowed, not a rank: nobody is named (no culprit, no late host) and the
-     * slowed kinds together add >= floor_ms a step over the window's oldest third. Their sum
-     * is comm_added_step_ms; 0 when not. */
+    /* The collectives slowed, not a rank: nobody is named (no culprit, no late host), the
+     * slowed kinds together add >= max(floor_ms, 10 % of the step) a step over the window's
+     * oldest third, and the ranks arrived together (arrival_spread_ms under half the costliest
+     * slowed kind's recent_ms). Their sum is comm_added_step_ms; 0 when not. */
     int comm_slow;
     double comm_added_step_ms;
 } pb_sg_result;

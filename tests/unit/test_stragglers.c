@@ -465,6 +465,24 @@ static void throttled_node(void) {
     }
 }
 
+/* The collectives slow, but the ranks do not arrive together (each within 40 ms, none late
+ * by rule): not a communication slowdown, which needs the ranks in together. */
+static void comm_needs_arrival_together(void) {
+    enum { N = 8, C = 320 };
+    static pb_arrival_rank rk[N];
+    static pb_arrival arr[N * C];
+    static char host[N][32];
+    pb_sg_result res;
+    comm_job(rk, arr, host, N, C, 40.0, after_link_slows, -1, 0);
+    CHECK(pb_stragglers_analyze(rk, N, &res) == 0 && res.culprit == -1 && !res.late_host &&
+              res.n_comm == 1 && res.comm[0].added_step_ms > 0,
+          "spread arrivals: nobody named, the kind slowed (added %.1f)",
+          res.n_comm ? res.comm[0].added_step_ms : 0);
+    CHECK(!res.comm_slow, "spread arrivals: not a communication slowdown (spread %.1f ms, "
+          "recent after %.1f ms)", res.arrival_spread_ms, res.n_comm ? res.comm[0].recent_ms : 0);
+    pb_stragglers_free(&res);
+}
+
 int main(void) {
     seed_from_env();
     communication();
@@ -532,5 +550,6 @@ int main(void) {
     errno = 0;
     CHECK(pb_stragglers_analyze(NULL, 0, &r) == -1 && errno == EINVAL, "no ranks: EINVAL");
     throttled_node(); /* last: the cases above keep their draws of the generator */
+    comm_needs_arrival_together();
     return check_summary();
 }
