@@ -84,11 +84,15 @@ def _setup_netns(nodes=NODES):
 
 
 class Job:
-    """The 4-rank job on the two nodes (2 ranks each), cluster_job.py with args."""
+    """A gloo job on the two nodes, per_node ranks each (ranks 0..per_node-1 on the first):
+    cluster_job.py with args, or the workload argv (a list, after `python -u`) when given."""
 
-    def __init__(self, cli, env, work, nodes=NODES, args=()):
+    def __init__(self, cli, env, work, nodes=NODES, args=(), per_node=2, argv=None):
         self.cli, self.work, self.nodes, self.args = cli, work, nodes, [str(a) for a in args]
+        self.per_node, self.world = per_node, per_node * len(nodes)
         self.control = work / "control"
+        self.argv = ([str(a) for a in argv] if argv is not None else
+                     [str(WORKLOADS / "cluster_job.py"), str(self.control), *self.args])
         self.token_file = work / "token"
         self.token_file.write_text(TOKEN + "\n")
         self.token_file.chmod(0o600)
@@ -99,33 +103,36 @@ class Job:
             d.mkdir(mode=0o700)
             e = dict(env)
             e.update(PROBING_DIR=str(d), PROBING_HOST=host, PROBING_TOKEN_FILE=str(self.token_file),
-                     MASTER_ADDR=nodes[0][2], MASTER_PORT=str(MASTER_PORT), WORLD_SIZE="4",
-                     GROUP_RANK=str(i), GLOO_SOCKET_IFNAME=veth)
+                     MASTER_ADDR=nodes[0][2], MASTER_PORT=str(MASTER_PORT),
+                     WORLD_SIZE=str(self.world), GROUP_RANK=str(i), GLOO_SOCKET_IFNAME=veth)
             e.pop("PROBING_TOKEN", None)
             self.node_env.append(e)
 
+    def node_of(self, rank):
+        return rank // self.per_node
+
     def start(self):
-        for rank in range(4):
-            node = rank // 2
-            e = dict(self.node_env[node], RANK=str(rank), LOCAL_RANK=str(rank % 2))
+        for rank in range(self.world):
+            node = self.node_of(rank)
+            e = dict(self.node_env[node], RANK=str(rank), LOCAL_RANK=str(rank % self.per_node))
             out = open(self.work / f"rank{rank}.out", "w+")
             self.outs[rank] = out
             self.procs[rank] = subprocess.Popen(
                 ["ip", "netns", "exec", self.nodes[node][0], self.cli.binary, "run", "-o",
-                 self.work / "rec-%r.db", "--", PYTHON, "-u",
-                 str(WORKLOADS / "cluster_job.py"), str(self.control), *self.args],
+                 self.work / "rec-%r.db", "--", PYTHON, "-u", *self.argv],
                 env=e, stdout=out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + STEP_TIMEOUT_S
+        deadline = time.monotonic() + STEP_TIMEOUT_S * (self.world // 4)
         while time.monotonic() < deadline:
-            text = "".join((self.work / f"rank{r}.out").read_text() for r in range(4))
-            if all(f"READY {r}" in text for r in range(4)):
+            text = "".join((self.work / f"rank{r}.out").read_text() for r in range(self.world))
+            if all(f"READY {r}" in text for r in range(self.world)):
                 return
             dead = [r for r, p in self.procs.items() if p.poll() is not None]
             if dead:
                 break
             time.sleep(0.5)
-        logs = "\n".join(f"--- rank {r}\n{(self.work / f'rank{r}.out').read_text()[-3000:]}" for r in range(4))
-        pytest.fail(f"the 4-rank job did not reach step 3 on every rank:\n{logs}")
+        logs = "\n".join(f"--- rank {r}\n{(self.work / f'rank{r}.out').read_text()[-3000:]}"
+                         for r in range(self.world))
+        pytest.fail(f"the {self.world}-rank job did not reach its READY step on every rank:\n{logs}")
 
     def run_cli(self, *args, node=0, env=None, timeout=120):
         """`probing ARGS` inside node's namespace with node's socket directory and token."""
