@@ -550,15 +550,17 @@ async function arrivalOrder() {
   const c = o.culprit != null ? byRank[o.culprit] : null;
   const phase = o.phase ? `; its ${o.phase === 'other' ? 'other host time' : o.phase} is ${ms(o.phase_excess_ms)} ms longer than the other ranks' median` : '';
   const wait = c ? `; the others wait for it ${Math.round(100 * o.wait_share)}% of the time` : '';
+  const size = (b) => b < 1024 ? `${b} B` : b < 1048576 ? `${(b / 1024).toFixed(1)} KB` : `${(b / 1048576).toFixed(1)} MB`;
+  const lk = o.late_host_kind;
+  const kind = lk ? `; in ${lk.late} of ${lk.n} ${lk.op} of ${size(lk.bytes)} on group ${lk.group} its ranks are the last ones, ${ms(lk.gap_ms)} ms (median) behind the others' last` : '';
   let text;
   if (o.error) text = 'arrival order: ' + o.error;
-  else if (o.late_host && c) text = `node ${o.late_host} is late: its ranks enter last in ${o.late_host_count} of ${o.collectives} collectives (rank ${c.rank} the most often, median lag ${ms(c.median_lag_ms)} ms)${wait}${phase}`;
+  else if (o.late_host && c) text = `node ${o.late_host} is late: its ranks enter last in ${o.late_host_count} of ${o.collectives} collectives${kind} (rank ${c.rank} the most often, median lag ${ms(c.median_lag_ms)} ms)${wait}${phase}`;
   else if (c && o.wait_step_ms > 0) text = `rank ${c.rank} (${c.host}) makes the others wait: ${ms(o.wait_step_ms)} ms a step beyond the ${ms(o.bar_ms)} ms bar (the job's own jitter ${ms(o.noise_ms)} ms), in the ${c.times_last} of ${o.collectives} collectives it enters last${wait}${phase}`;
   else if (c) text = `rank ${c.rank} (${c.host}) makes the others wait: last in ${c.times_last} of ${o.collectives} collectives, median lag ${ms(c.median_lag_ms)} ms behind the median arrival${wait}${phase}`;
   else if (o.communication && o.communication.slow && o.communication.kinds.length) {
     const k = o.communication.kinds[0];
-    const size = k.bytes < 1024 ? `${k.bytes} B` : k.bytes < 1048576 ? `${(k.bytes / 1024).toFixed(1)} KB` : `${(k.bytes / 1048576).toFixed(1)} MB`;
-    text = `no straggler, but the collectives slowed, not a rank: ${k.op} of ${size} on group ${k.group} takes ${ms(k.recent_ms)} ms after the last rank enters, ${ms(k.early_ms)} ms in the oldest third of the window, while the ranks arrive within ${ms(o.communication.arrival_spread_ms)} ms of each other; the slowed collectives add ${ms(o.communication.added_step_ms)} ms a step: a communication slowdown (a link or the network)`;
+    text = `no straggler, but the collectives slowed, not a rank: ${k.op} of ${size(k.bytes)} on group ${k.group} takes ${ms(k.recent_ms)} ms after the last rank enters, ${ms(k.early_ms)} ms in the oldest third of the window, while the ranks arrive within ${ms(o.communication.arrival_spread_ms)} ms of each other; the slowed collectives add ${ms(o.communication.added_step_ms)} ms a step: a communication slowdown (a link or the network)`;
   } else text = `no straggler in the arrival order: no rank is last in \u2265 60% of ${o.collectives} collectives with a median lag \u2265 ${ms(o.bar_ms ?? o.floor_ms)} ms (the floor, or 3 \u00d7 the job's own jitter), nor holds \u2265 60% of the wait beyond that bar`;
   const bad = c || (o.communication && o.communication.slow);
   $('rk-arrivals').replaceChildren(el('div', { class: bad ? 'error' : '', id: 'rk-arrivals-text' }, text));

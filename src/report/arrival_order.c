@@ -82,11 +82,14 @@ void pb__report_arrival_order(pb__report *r)
         nums = NULL; /* the finding owns it */
         goto done;
     }
-    char who[320], phase[160] = "";
+    char who[640], phase[160] = "", kind[320];
+    pb_stragglers_late_kind_text(&res, src->arrival_groups, src->n_arrival_groups, kind,
+                                 sizeof kind);
     if (res.late_host)
         snprintf(who, sizeof who, "node %s is late: its ranks enter collectives last in %zu of "
-                 "%zu (rank %d the most often, %.1f ms behind the median arrival)",
-                 res.late_host, res.late_host_count, res.collectives, c->rank, c->median_lag_ms);
+                 "%zu (rank %d the most often, %.1f ms behind the median arrival)%s",
+                 res.late_host, res.late_host_count, res.collectives, c->rank, c->median_lag_ms,
+                 kind);
     else if (res.culprit_wait_step_ms > 0)
         snprintf(who, sizeof who, "rank %d (%s) makes the others wait: %.1f ms a step beyond the "
                  "%.1f ms bar (the job's own jitter %.1f ms), in the %zu of %zu collectives it "

@@ -36,7 +36,18 @@
  * other step: a node whose CPU is throttled falls behind in the collective that follows its
  * compute, while one issued back to back after it finds every rank on time and its order is
  * noise (seen on a two-namespace gloo job with node B held to 20 % of a CPU: late in 59 % of
- * all collectives, too few for the count rule).
+ * all collectives, too few for the count rule). Or by the kind rule: in one kind of collective
+ * (group, op, bytes) that recurs at least every other step, of at least SG_KIND_MIN, its ranks
+ * are exactly the last ones in a clear majority, by a median gap of at least FLOOR. This needs
+ * no bar: the noise is pooled over every collective, and a job's kinds can differ in jitter by
+ * two orders of magnitude (8 gloo ranks on 2 cores: the punctual half spread 61-79 ms in the
+ * all-reduce after the compute, 1-1.5 ms in the one right after it), so the pooled median lies
+ * between them, moves with their proportions, and can sit above a throttled node's gaps (noise
+ * 29.7 ms, bar 89 ms, nothing named, with node B's ranks exactly the last ones in 93 % of the
+ * first kind, 135 ms behind). Under chance a given host of m ranks out of n is exactly last
+ * with probability 1 / C(n, m) (1/6 at 4 ranks, 2 a host; 1/70 at 8, 4 a host), so a clear
+ * majority of one recurring kind is not chance; the floor keeps a node that is systematically
+ * a little behind, at no real cost to the step, unnamed.
  * The phase: the culprit's own python.steps phase medians against the other ranks' median;
  * the phase with the largest excess is named when it explains at least half the median lag.
  *
@@ -58,6 +69,7 @@
 #include "stragglers.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +89,8 @@ enum { SG_MIN_COLLECTIVES = 5 };
  * of both analyses. */
 enum { SG_WARMUP_SEQ = 20 };
 enum { SG_COMM_THIRD = 10, SG_COMM_SHOWN = 8 };
+/* The kind rule of a late node: a kind of collective needs this many complete ones. */
+enum { SG_KIND_MIN = 10 };
 #define SG_COMM_X 2.0
 #define SG_COMM_MIN_MS 1.0
 #define SG_COMM_STEP_SHARE 0.10
@@ -99,13 +113,19 @@ typedef struct sg_comm_sample {
     double after_ms;
 } sg_comm_sample;
 
+/* Kinds of collective (group, op, bytes) in one order, for every table sorted by kind. */
+static int kind_cmp(uint32_t ga, const char *oa, uint64_t ba, uint32_t gb, const char *ob,
+                    uint64_t bb) {
+    if (ga != gb) return ga < gb ? -1 : 1;
+    int c = strcmp(oa, ob);
+    if (c) return c;
+    return ba < bb ? -1 : ba > bb;
+}
+
 static int comm_sample_cmp(const void *a, const void *b) { /* by kind, then seq */
     const sg_comm_sample *x = a, *y = b;
-    if (x->group != y->group) return x->group < y->group ? -1 : 1;
-    int c = strcmp(x->op, y->op);
-    if (c) return c;
-    if (x->bytes != y->bytes) return x->bytes < y->bytes ? -1 : 1;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
+    int c = kind_cmp(x->group, x->op, x->bytes, y->group, y->op, y->bytes);
+    return c ? c : (x->seq < y->seq ? -1 : x->seq > y->seq);
 }
 
 static int i64_cmp(const void *a, const void *b) {
@@ -119,6 +139,26 @@ typedef struct sg_lag {
     int host_late;     /* the last entries were exactly the ranks of r's host (late host) */
     double host_gap_ms; /* then: its first entry behind the last of the other ranks */
 } sg_lag;
+
+/* One complete collective for the kind rule of a late node: its kind, the host whose ranks
+ * were exactly the last ones (SIZE_MAX: none) and that host's gap. */
+typedef struct sg_hkind {
+    uint32_t group;
+    const char *op;
+    uint64_t bytes;
+    size_t host;
+    double gap_ms;
+} sg_hkind;
+
+static int hkind_cmp(const void *a, const void *b) { /* by kind, then host */
+    const sg_hkind *x = a, *y = b;
+    int c = kind_cmp(x->group, x->op, x->bytes, y->group, y->op, y->bytes);
+    return c ? c : (x->host < y->host ? -1 : x->host > y->host);
+}
+
+static int same_kind(const sg_hkind *x, const sg_hkind *y) {
+    return !kind_cmp(x->group, x->op, x->bytes, y->group, y->op, y->bytes);
+}
 
 static int entry_cmp(const void *a, const void *b) {
     const sg_entry *x = a, *y = b;
@@ -215,8 +255,8 @@ static int comm_analyze(sg_comm_sample *cs, size_t ncs, pb_sg_result *out) {
     double added = 0;
     for (size_t i = 0; i < ncs;) {
         size_t j = i;
-        while (j < ncs && cs[j].group == cs[i].group && cs[j].bytes == cs[i].bytes &&
-               !strcmp(cs[j].op, cs[i].op))
+        while (j < ncs &&
+               !kind_cmp(cs[j].group, cs[j].op, cs[j].bytes, cs[i].group, cs[i].op, cs[i].bytes))
             v[j - i] = cs[j].after_ms, j++;
         size_t n = j - i, third = n / 3;
         pb_sg_comm *c = &k[nk++];
@@ -286,12 +326,14 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
     double *spread = malloc((total ? total : 1) * sizeof *spread); /* per complete collective */
     double *aspread = malloc((total ? total : 1) * sizeof *aspread); /* last - first entry */
     sg_comm_sample *cs = malloc((total ? total : 1) * sizeof *cs);
+    sg_hkind *hk = malloc((total ? total : 1) * sizeof *hk);
     int64_t *xs = malloc(n_ranks * sizeof *xs); /* one collective's completions */
     out->ranks = calloc(n_ranks, sizeof *out->ranks);
     if ((total && (!e || !lags || !groups)) || !host_of || !host_size || !host_late || !hx ||
-        !tmp || !sum_lag || !spread || !aspread || !cs || !xs || !out->ranks) {
+        !tmp || !sum_lag || !spread || !aspread || !cs || !hk || !xs || !out->ranks) {
         free(e), free(lags), free(groups), free(host_of), free(host_size), free(host_late);
         free(hx), free(tmp), free(sum_lag), free(spread), free(aspread), free(cs), free(xs);
+        free(hk);
         free(out->ranks);
         out->ranks = NULL;
         errno = ENOMEM;
@@ -341,6 +383,7 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
             pb_stragglers_free(out);
             free(e), free(lags), free(groups), free(host_of), free(host_size), free(host_late);
             free(hx), free(tmp), free(sum_lag), free(spread), free(aspread), free(cs), free(xs);
+            free(hk);
             errno = ENOMEM;
             return -1;
         }
@@ -394,12 +437,15 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         sum_lag[last->r] += lags[nl - 1].ms;
         /* Late host: the last m entries are exactly the m ranks of one known host, 2 <= m < run. */
         size_t h = host_of[last->r], m = host_size[h];
+        const pb_arrival *lk = &ranks[last->r].arrivals[last->j];
+        hk[nl - 1] = (sg_hkind){last->group, lk->op ? lk->op : "?", lk->bytes, SIZE_MAX, 0};
         if (m >= 2 && m < run && ranks[last->r].host && ranks[last->r].host[0]) {
             size_t s = 0;
             while (s < m && host_of[e[j - 1 - s].r] == h) s++;
             if (s == m) {
                 host_late[h]++, lags[nl - 1].host_late = 1;
                 lags[nl - 1].host_gap_ms = (double)(e[j - m].enter_ns - e[j - m - 1].enter_ns) / 1e6;
+                hk[nl - 1].host = h, hk[nl - 1].gap_ms = lags[nl - 1].host_gap_ms;
             }
         }
         i = j;
@@ -470,21 +516,58 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
             out->culprit = (int)cand_w;
             out->culprit_wait_step_ms = per_step;
         }
+        /* The kind rule: per kind of collective (group, op, bytes) recurring at least every
+         * other step, the host whose ranks are exactly the last ones in a clear majority of it,
+         * by a median gap of at least the floor. Its best kind (by share, then count) per host
+         * goes to kind_of[h]; the evidence is kept for the named host. */
+        sg_hkind best_k[1] = {{0, "?", 0, SIZE_MAX, 0}};
+        size_t best_h = SIZE_MAX, best_n = 0, best_c = 0;
+        double best_gap = 0;
+        qsort(hk, nl, sizeof *hk, hkind_cmp);
+        for (size_t i = 0; i < nl;) {
+            size_t j = i;
+            while (j < nl && same_kind(&hk[j], &hk[i])) j++;
+            size_t nk = j - i;
+            for (size_t a = i; a < j;) {
+                size_t b = a;
+                while (b < j && hk[b].host == hk[a].host) tmp[b - a] = hk[b].gap_ms, b++;
+                size_t c = b - a;
+                if (hk[a].host != SIZE_MAX && nk >= SG_KIND_MIN && (double)nk >= 0.5 * steps &&
+                    (double)c >= SG_MAJORITY * (double)nk) {
+                    qsort(tmp, c, sizeof *tmp, dbl_cmp);
+                    double gap = median_sorted(tmp, c);
+                    if (gap >= out->floor_ms &&
+                        (best_h == SIZE_MAX || c * best_n > best_c * nk ||
+                         (c * best_n == best_c * nk && c > best_c))) {
+                        best_h = hk[a].host, best_n = nk, best_c = c, best_gap = gap;
+                        best_k[0] = hk[a];
+                    }
+                }
+                a = b;
+            }
+            i = j;
+        }
         size_t late_id = n_hosts;
         for (size_t h = 0; h < n_hosts; h++) {
             /* The wait rule: its gaps are behind the bar by construction. */
             int by_wait = far && (double)host_far[h] >= SG_MAJORITY * (double)far &&
                           (double)host_far[h] >= 0.5 * steps;
-            if (host_late[h] < need && !by_wait) continue;
+            int by_kind = best_h == h;
+            if (host_late[h] < need && !by_wait && !by_kind) continue;
             /* The count rule names it only if the lag of its last rank clears the bar too. */
             for (size_t i = 0; i < n_ranks; i++)
                 if (host_of[i] == h && out->ranks[i].times_last &&
-                    (by_wait || out->ranks[i].median_lag_ms >= bar)) {
+                    (by_wait || by_kind || out->ranks[i].median_lag_ms >= bar)) {
                     out->late_host = ranks[i].host;
                     out->late_host_count = host_late[h];
                     late_id = h;
                     break;
                 }
+        }
+        if (late_id < n_hosts && best_h == late_id) {
+            out->late_kind_group = best_k[0].group, out->late_kind_op = best_k[0].op;
+            out->late_kind_bytes = best_k[0].bytes, out->late_kind_n = best_n;
+            out->late_kind_late = best_c, out->late_kind_gap_ms = best_gap;
         }
         /* A late host spreads "last" over its ranks: the one of them most often last stands
          * as the culprit (the node's evidence named it), so the phase below is still said. */
@@ -528,6 +611,7 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
     int rc = comm_analyze(cs, ncs, out);
     free(e), free(lags), free(groups), free(host_of), free(host_size), free(host_late);
     free(hx), free(tmp), free(sum_lag), free(spread), free(aspread), free(cs), free(xs);
+    free(hk);
     if (rc) pb_stragglers_free(out);
     return rc;
 }
@@ -593,6 +677,22 @@ static void bytes_text(uint64_t b, char *buf, size_t len) {
     else snprintf(buf, len, "%.1f MB", (double)b / (1024 * 1024));
 }
 
+int pb_stragglers_late_kind_text(const pb_sg_result *r, const char *const *group_names,
+                                 size_t n_groups, char *buf, size_t len) {
+    if (!len) return -1;
+    buf[0] = 0;
+    if (!r->late_kind_n) return -1;
+    char b[32], g[32];
+    bytes_text(r->late_kind_bytes, b, sizeof b);
+    const char *gn = group_names && r->late_kind_group < n_groups ? group_names[r->late_kind_group]
+                                                                 : NULL;
+    if (!gn) snprintf(g, sizeof g, "%u", r->late_kind_group), gn = g;
+    snprintf(buf, len, "; in %zu of %zu %s of %s on group %s its ranks are the last ones, %.1f ms "
+             "(median) behind the others' last", r->late_kind_late, r->late_kind_n,
+             r->late_kind_op ? r->late_kind_op : "?", b, gn, r->late_kind_gap_ms);
+    return 0;
+}
+
 int pb_stragglers_comm_text(const pb_sg_result *r, const char *const *group_names,
                             size_t n_groups, char *buf, size_t len) {
     if (!len) return -1;
@@ -632,6 +732,16 @@ json_t *pb_stragglers_json(const pb_sg_result *r, size_t max_ranks,
     json_t *ranks = json_object_get(out, "ranks");
     if (!pick || !ranks ||
         json_object_set_new(out, "late_host_count", json_integer((json_int_t)r->late_host_count)) ||
+        json_object_set_new(out, "late_host_kind",
+                            r->late_kind_n
+                                ? json_pack("{s:o,s:s,s:I,s:I,s:I,s:f}", "group",
+                                            group_json(r->late_kind_group, group_names, n_groups),
+                                            "op", r->late_kind_op, "bytes",
+                                            (json_int_t)r->late_kind_bytes, "n",
+                                            (json_int_t)r->late_kind_n, "late",
+                                            (json_int_t)r->late_kind_late, "gap_ms",
+                                            r->late_kind_gap_ms)
+                                : json_null()) ||
         json_object_set_new(out, "communication", comm_json(r, group_names, n_groups)))
         goto fail;
     for (size_t i = 0; i < r->n_ranks; i++) pick[i] = (sg_pick){r->ranks[i].times_last, i};

@@ -88,6 +88,15 @@ typedef struct pb_sg_result {
     double culprit_phase_excess_ms; /* its phase median minus the other ranks' median */
     const char *late_host;  /* a host all of whose ranks arrive late, NULL if none; borrowed */
     size_t late_host_count; /* collectives in which that host was late */
+    /* The kind of collective (group, op, bytes) in which late_host's ranks were exactly the
+     * last ones in a clear majority (the kind rule, stragglers.c), when that rule holds for
+     * it: late_kind_late of late_kind_n, by a median gap behind the others' last entry of
+     * late_kind_gap_ms. late_kind_n is 0 otherwise. */
+    uint32_t late_kind_group;
+    const char *late_kind_op; /* borrowed from the input */
+    uint64_t late_kind_bytes;
+    size_t late_kind_n, late_kind_late;
+    double late_kind_gap_ms;
     double span_ms;         /* from the first to the last median entry of the complete ones */
     /* What the culprit (with a late host: every rank of that host) costs the others: its lags
      * summed over the collectives it entered last, over span_ms; 0 without a culprit. */
@@ -143,6 +152,13 @@ int pb_stragglers_members(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_me
  * out of memory. [any thread] */
 json_t *pb_stragglers_json(const pb_sg_result *r, size_t max_ranks,
                            const char *const *group_names, size_t n_groups);
+
+/* The kind rule's evidence for a late node as a clause into buf (NUL-terminated, cut to size)
+ * when r->late_kind_n: "; in 200 of 200 all_reduce of 4 B on group WORLD its ranks are the last
+ * ones, 35.5 ms (median) behind the others' last"; returns 0, or -1 (buf empty) otherwise.
+ * Names as pb_stragglers_json. */
+int pb_stragglers_late_kind_text(const pb_sg_result *r, const char *const *group_names,
+                                 size_t n_groups, char *buf, size_t len);
 
 /* The communication verdict as one sentence into buf (NUL-terminated, cut to size) when
  * r->comm_slow, naming the kind that added the most ("all_reduce of 1.0 MB on group 0 takes

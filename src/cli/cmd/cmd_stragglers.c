@@ -69,10 +69,13 @@ int cmd_stragglers(const pb_cli_args *a)
         char host[256], late[256], comm[640];
         pb_buf_sanitize_into(host, sizeof host, c && c->host ? c->host : "?");
         pb_buf_sanitize_into(late, sizeof late, res.late_host ? res.late_host : "?");
+        char kind[320], kind_safe[320];
+        pb_stragglers_late_kind_text(&res, job.group_names, job.n_groups, kind, sizeof kind);
+        pb_buf_sanitize_into(kind_safe, sizeof kind_safe, kind);
         if (res.late_host && c)
-            printf("node %s is late: its ranks enter last in %zu of %zu collectives; rank %d's median "
-                   "lag %.1f ms (step %.1f ms)", late, res.late_host_count, res.collectives,
-                   c->rank, c->median_lag_ms, res.step_ms);
+            printf("node %s is late: its ranks enter last in %zu of %zu collectives%s; rank %d's "
+                   "median lag %.1f ms (step %.1f ms)", late, res.late_host_count,
+                   res.collectives, kind_safe, c->rank, c->median_lag_ms, res.step_ms);
         else if (c && res.culprit_wait_step_ms > 0)
             printf("rank %d (%s) makes the others wait: %.1f ms a step beyond the %.1f ms bar (the "
                    "job's own jitter %.1f ms), in the %zu of %zu collectives it enters last (step "
