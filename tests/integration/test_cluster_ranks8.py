@@ -23,7 +23,7 @@ that agent asks every rank of the job for its arrivals, aligns their clocks and 
 is asserted is what the agents recorded, not the test's own timings.
 
 The namespaces here are pb-r8-a and pb-r8-b; skipped, with the reason, where `ip netns`
-cannot be used. 8 ranks on this 2-core machine run at about 10 steps a second.
+cannot be used.
 """
 import contextlib
 import json
