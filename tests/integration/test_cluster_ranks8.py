@@ -17,7 +17,12 @@ small MLP, and on one rank of node-b a delay of 30 ms a step that lands where a 
     test_cluster_failslow.py's 4-rank check): node-b is named as the late node, one of its
     ranks standing as the culprit, by the kind rule (its ranks the last ones in most of the
     all-reduces after the compute; docs/cli.md, "A late node"), and the collectives are not
-    called slowed.
+    called slowed;
+  - node-b's side of the link limited to 40 Mbit/s (`tc qdisc ... tbf`, as
+    test_cluster_failslow.py's 4-rank check; this kernel has no netem for a delay or a loss)
+    on that same cluster_job.py: every rank still enters each 512 KB all-reduce with the
+    others, the all-reduce takes longer once all are in; a communication slowdown is said,
+    and no rank nor node is named.
 Each verdict is asked of a rank on the other node (node-a), so the answer crosses the link:
 that agent asks every rank of the job for its arrivals, aligns their clocks and reduces. What
 is asserted is what the agents recorded, not the test's own timings.
@@ -27,13 +32,14 @@ cannot be used.
 """
 import contextlib
 import json
+import subprocess
 import time
 
 import pytest
 
 from conftest import STEP_TIMEOUT_S, WORKLOADS
 from test_cluster import Job, _setup_netns, _teardown_netns, netns_unavailable
-from test_cluster_failslow import cpu_cgroup
+from test_cluster_failslow import cpu_cgroup, tbf_unavailable
 
 NODES = [  # (namespace, veth, address, host name)
     ("pb-r8-a", "pbr8-va", "10.231.69.1", "node-a"),
@@ -168,3 +174,34 @@ def test_throttled_node_b_is_named_as_the_late_node(cli, env, session_dir, netns
             assert first.startswith("node node-b is late: its ranks enter last in "), first
         finally:
             remove(node_b)
+
+
+def test_slow_link_to_node_b_is_named_as_communication(cli, env, session_dir, netns):
+    reason = tbf_unavailable()
+    if reason:
+        pytest.skip(f"slow-link test skipped: {reason}")
+    with job(cli, env, session_dir, "--grad-kb", "512", "--width", "512",
+             script="cluster_job.py") as j:
+        a = settled(j, 100, lambda a: a["culprit"] is None and a["late_host"] is None and
+                    not a["communication"]["slow"], "a healthy verdict before the link slows")
+        ns, veth = NODES[1][0], NODES[1][1]
+        limit = ["tc", "qdisc", "add", "dev", veth, "root", "tbf", "rate", "40mbit",
+                 "burst", "32kbit", "latency", "400ms"]
+        r = subprocess.run(["ip", "netns", "exec", ns, *limit], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        try:
+            # The newest third of the window must hold slowed all-reduces before the rule can
+            # say so: some tens of steps. A rank or node named on the way fails at once.
+            def slowed(a):
+                assert a["culprit"] is None and a["late_host"] is None, a
+                return a["communication"]["slow"]
+            a = settled(j, 100, slowed, "the collectives to be called slowed")
+            k = a["communication"]["kinds"][0]
+            assert (k["op"], k["bytes"]) == ("all_reduce", 512 * 1024), a["communication"]
+            assert k["recent_ms"] >= 2 * k["early_ms"], k
+            first = stragglers(j, 6, text=True).splitlines()[0]
+            assert first.startswith("no straggler, but the collectives slowed, not a rank: "
+                                    "all_reduce of 512.0 KB on group"), first
+        finally:
+            subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", veth,
+                            "root"], capture_output=True)
