@@ -134,6 +134,23 @@ static int i64_cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* The after time of one complete collective, its run entries c[0..run-1] sorted by entry: the
+ * median completion minus the last entry (ms, >= 0), or -1 when a member has not completed it.
+ * xs: room for run values. */
+static double after_time_ms(const pb_arrival_rank *ranks, const sg_entry *c, size_t run,
+                            int64_t *xs) {
+    size_t nx = 0;
+    for (size_t q = 0; q < run; q++) {
+        int64_t x = ranks[c[q].r].arrivals[c[q].j].exit_ns;
+        if (!x) return -1;
+        xs[nx++] = x;
+    }
+    qsort(xs, nx, sizeof *xs, i64_cmp);
+    int64_t mx = nx % 2 ? xs[nx / 2] : xs[nx / 2 - 1] / 2 + xs[nx / 2] / 2;
+    double after = (double)(mx - c[run - 1].enter_ns) / 1e6;
+    return after > 0 ? after : 0;
+}
+
 typedef struct sg_lag {
     size_t r;
     double ms;
@@ -421,18 +438,11 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         spread[nl - 1] = (double)(e[i + (run - 1) / 2].enter_ns - e[i].enter_ns) / 1e6;
         aspread[nl - 1] = (double)(last->enter_ns - e[i].enter_ns) / 1e6;
         /* Its after time, when every member completed it. */
-        size_t nx = 0;
-        for (size_t q = i; q < j; q++) {
-            int64_t x = ranks[e[q].r].arrivals[e[q].j].exit_ns;
-            if (x) xs[nx++] = x;
-        }
-        if (nx == run) {
-            qsort(xs, nx, sizeof *xs, i64_cmp);
-            int64_t mx = nx % 2 ? xs[nx / 2] : xs[nx / 2 - 1] / 2 + xs[nx / 2] / 2;
+        double after = after_time_ms(ranks, &e[i], run, xs);
+        if (after >= 0) {
             const pb_arrival *la = &ranks[last->r].arrivals[last->j];
-            double after = (double)(mx - last->enter_ns) / 1e6;
             cs[ncs++] = (sg_comm_sample){last->group, last->seq, la->op ? la->op : "?",
-                                         la->bytes, last->enter_ns, after > 0 ? after : 0};
+                                         la->bytes, last->enter_ns, after};
         }
         out->ranks[last->r].times_last++;
         sum_lag[last->r] += lags[nl - 1].ms;
@@ -796,9 +806,10 @@ int pb_stragglers_members(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_me
     sg_group *groups = malloc(total * sizeof *groups);
     sg_behind *b = malloc(total * sizeof *b);
     double *tmp = malloc(total * sizeof *tmp);
+    int64_t *xs = malloc(total * sizeof *xs);
     pb_sg_member *m = malloc(total * sizeof *m);
     pb_sg_last *l = malloc(total * sizeof *l);
-    if (!e || !pairs || !groups || !b || !tmp || !m || !l) goto oom;
+    if (!e || !pairs || !groups || !b || !tmp || !xs || !m || !l) goto oom;
     size_t k = 0;
     for (size_t i = 0; i < n_ranks; i++)
         for (size_t j = 0; j < ranks[i].n_arrivals; j++) {
@@ -823,7 +834,7 @@ int pb_stragglers_members(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_me
         if (j - i >= 2 && j - i == group_members(groups, ng, e[i].group)) {
             for (size_t q = i; q < j; q++)
                 b[nb++] = (sg_behind){e[q].group, e[q].r, (double)(e[q].enter_ns - e[i].enter_ns) / 1e6};
-            l[nl++] = (pb_sg_last){e[i].group, e[i].seq, e[j - 1].r};
+            l[nl++] = (pb_sg_last){e[i].group, e[i].seq, e[j - 1].r, after_time_ms(ranks, &e[i], j - i, xs)};
         }
         i = j;
     }
@@ -835,13 +846,13 @@ int pb_stragglers_members(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_me
         m[nm++] = (pb_sg_member){b[i].group, b[i].r, j - i, median_sorted(tmp, j - i)};
         i = j;
     }
-    free(e), free(pairs), free(groups), free(b), free(tmp);
+    free(e), free(pairs), free(groups), free(b), free(tmp), free(xs);
     if (!nm) free(m), m = NULL;
     if (!nl) free(l), l = NULL;
     *members = m, *n_members = nm, *lasts = l, *n_lasts = nl;
     return 0;
 oom:
-    free(e), free(pairs), free(groups), free(b), free(tmp), free(m), free(l);
+    free(e), free(pairs), free(groups), free(b), free(tmp), free(xs), free(m), free(l);
     errno = ENOMEM;
     return -1;
 }

@@ -132,6 +132,9 @@ typedef struct pb_sg_last {
     uint32_t group;
     uint64_t seq;
     size_t rank;             /* index into the input of the rank that entered last */
+    double after_ms;         /* the median completion minus the last entry (>= 0), as
+                              * pb_stragglers_analyze's after time; -1 when a member has not
+                              * completed it */
 } pb_sg_last;
 
 /* Fills *members (sorted by group, then rank) and *lasts (sorted by group, then seq), both

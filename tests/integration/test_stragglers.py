@@ -156,7 +156,7 @@ def lag_and_last(samples):
 def test_exporter_lag_and_arrived_last(cli, env, session_dir, slow_job):
     """The exporter's arrival series (docs/exporter.md): rank 2 enters ~30 ms after the first
     rank, the others about with it; its counter of collectives entered last leads and only
-    grows."""
+    grows; the after-time counter is the job's, the same in every rank's series."""
     ranks = slow_job
     stragglers_after(cli, ranks, 40)
     work = session_dir / f"stragglers-exporter-{time.monotonic_ns()}"
@@ -169,6 +169,12 @@ def test_exporter_lag_and_arrived_last(cli, env, session_dir, slow_job):
         others = [lag[r] for r in ("0", "1", "3")]
         assert lag["2"] >= 0.015 and lag["2"] > 2 * max(others), lag
         assert last["2"] >= 0.6 * sum(last.values()) > 0, last
+        # The collectives' own time after the last rank entered, counted over the same
+        # collectives for every rank: the same sum in each rank's series, and above 0.
+        after = {labels["rank"]: v for labels, v in
+                 series(parse(body), "probing_collective_after_seconds_total")}
+        assert sorted(after) == ["0", "1", "2", "3"] and len(set(after.values())) == 1, after
+        assert after["0"] > 0, after
         before, deadline = dict(last), time.monotonic() + STEP_TIMEOUT_S
         while last["2"] <= before["2"]:  # the job goes on: rank 2's counter must grow
             assert time.monotonic() < deadline, f"rank 2's counter stayed at {before['2']}"

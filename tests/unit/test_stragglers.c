@@ -365,6 +365,30 @@ static void communication(void) {
           "link slows: the JSON says so, with the group's name");
     json_decref(doc);
     pb_stragglers_free(&res);
+    /* The exporter's after times (probing_collective_after_seconds_total): per collective, as
+     * the analysis's: about 0.5 ms before the link slows (seq <= 170), about 40 after. */
+    pb_sg_member *m = NULL;
+    pb_sg_last *l = NULL;
+    size_t nm = 0, nl = 0, before = 0, after = 0;
+    CHECK(pb_stragglers_members(rk, N, &m, &nm, &l, &nl) == 0 && nl == C - 20,
+          "link slows: members, %d complete collectives (%zu)", C - 20, nl);
+    for (size_t k = 0; k < nl; k++) {
+        if (l[k].seq <= 170) before += l[k].after_ms >= 0 && l[k].after_ms < 1.5;
+        else after += l[k].after_ms > 35 && l[k].after_ms < 46;
+    }
+    CHECK(before == 150 && after == 150,
+          "link slows: after times ~0.5 ms in the 150 collectives before, ~40 ms in the 150 "
+          "after (%zu, %zu)", before, after);
+    free(m), free(l);
+    /* A member that has not completed a collective: no after time for it. */
+    int64_t exit_was = arr[3 * C + 200].exit_ns;
+    arr[3 * C + 200].exit_ns = 0;
+    CHECK(pb_stragglers_members(rk, N, &m, &nm, &l, &nl) == 0 && nl == C - 20 &&
+              l[200 - 20].seq == 201 && l[200 - 20].after_ms == -1 && l[201 - 20].after_ms > 35,
+          "a collective a member has not completed: after time -1 (%.2f)",
+          l ? l[200 - 20].after_ms : 0);
+    arr[3 * C + 200].exit_ns = exit_was;
+    free(m), free(l);
 
     /* A healthy job whose newest third ran on a busier machine: the after time doubles, by
      * about a millisecond: not a slowdown worth naming. */

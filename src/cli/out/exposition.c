@@ -42,6 +42,10 @@ static const family families[PB_METRIC_COUNT] = {
     [PB_METRIC_ARRIVED_LAST] = {"probing_collective_arrived_last_total", "counter",
         "complete collectives of the group this rank entered last (each counted once, as the "
         "arrival windows show them)"},
+    [PB_METRIC_COLLECTIVE_AFTER] = {"probing_collective_after_seconds_total", "counter",
+        "seconds the group's complete collectives took after their last rank entered (the "
+        "median completion minus the last entry), summed (each counted once): the collectives' "
+        "own time, which no rank's lateness explains; it rises on a slow link or network"},
     [PB_METRIC_MEMORY_BYTES] = {"probing_memory_bytes", "gauge",
         "memory by kind: allocated, max_allocated, reserved, rss at the last step end "
         "(python.memory); parameters, gradients, optimizer_state at the last breakdown "

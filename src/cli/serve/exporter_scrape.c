@@ -78,7 +78,8 @@ typedef struct collective_sum {
 typedef struct arrived_last {
     char group[256];
     uint64_t counted_seq;
-    double total;
+    double total;       /* collectives this rank entered last */
+    double after_s;     /* the after times of the complete collectives, summed */
 } arrived_last;
 
 /* What the exporter remembers of one agent between scrapes. [scrape lock] */
@@ -593,8 +594,9 @@ static arrived_last *arrived_slot(agent_state *s, const char *group)
     return a;
 }
 
-/* The series of one rank's membership m of a group: its lag gauge and its arrived-last counter,
- * the collectives after its mark in lasts[0..nl-1] counted first. */
+/* The series of one rank's membership m of a group: its lag gauge, its arrived-last counter and
+ * the group's after-time counter, the collectives after its mark in lasts[0..nl-1] counted
+ * first. */
 static void member_series(agent_job *j, const char *group, const pb_sg_member *m,
                           const pb_sg_last *lasts, size_t nl)
 {
@@ -605,6 +607,7 @@ static void member_series(agent_job *j, const char *group, const pb_sg_member *m
     for (size_t i = 0; i < nl; i++) {
         if (lasts[i].group != m->group || lasts[i].seq <= slot->counted_seq) continue;
         if (lasts[i].rank == m->rank) slot->total += 1;
+        if (lasts[i].after_ms >= 0) slot->after_s += lasts[i].after_ms / 1e3;
         if (lasts[i].seq > mark) mark = lasts[i].seq;
     }
     slot->counted_seq = mark;
@@ -612,6 +615,7 @@ static void member_series(agent_job *j, const char *group, const pb_sg_member *m
     pb_exposition_add(&j->out, PB_METRIC_ARRIVAL_LAG, NULL, j->labels, extra,
                       m->median_behind_ms / 1e3);
     pb_exposition_add(&j->out, PB_METRIC_ARRIVED_LAST, NULL, j->labels, extra, slot->total);
+    pb_exposition_add(&j->out, PB_METRIC_COLLECTIVE_AFTER, NULL, j->labels, extra, slot->after_s);
 }
 
 /* The arrival series (docs/exporter.md) of every job of two ranks or more among the agents that
