@@ -1,108 +1,76 @@
 /*
- * commands.c - the table of commands (see commands.h): names, entry points, options, needs and
- * the help text `probing --help` and `probing <command> --help` print.
+ * commands.c - the table of commands (see commands.h): names, entry points, option tables, needs
+ * and the help text `probing --help` and `probing <command> --help` print. The options
+ * themselves, with their help lines, are declared beside each command (cmd/cmd_<name>.c).
  */
 #include "commands.h"
 
 #include <string.h>
 
 const pb_command pb_commands_table[] = {
-    {"list", cmd_list, PB_OPT_FORMAT, 0, "probing list [-f table|json]",
+    {"list", cmd_list, pb_options_list, 0, "probing list [-f table|json]",
      "list the processes traced by probing on this machine",
      "Scans the socket directory ($PROBING_DIR or /tmp/probing-<uid>) and asks each live agent\n"
      "who it is (1 s timeout each). Sockets of exited processes are skipped, not removed.\n"},
-    {"query", cmd_query, PB_OPT_FORMAT | PB_OPT_RANKS | PB_OPT_DEADLINE,
-     PB_CMD_TARGET | PB_CMD_TEXT | PB_CMD_RECORDINGS,
+    {"query", cmd_query, pb_options_query, PB_CMD_TARGET | PB_CMD_TEXT | PB_CMD_RECORDINGS,
      "probing <target> query \"SQL\" [-f table|csv|json] [--ranks all|0,2-5 [--deadline S]]",
      "run a read-only SQL query in the target",
      "SQL may be split over several arguments (they are joined with spaces) or be '-' to read\n"
-     "it from stdin. 'probing <target> tables' shows what can be queried.\n"
-     "  -f table  aligned columns, NULL shown empty, \"(N rows)\" at the end (default)\n"
-     "  -f csv    RFC 4180 with a header row\n"
-     "  -f json   an array of objects, one per row\n"
-     "  --ranks R   run it on ranks R of the target's torch.distributed job ('all', or a list\n"
-     "              such as 0,2-5), in parallel; the rows get 'rank' and 'host' columns first\n"
-     "  --deadline S  with --ranks: wait at most S seconds (default 5); ranks that do not\n"
-     "              answer are named on stderr and the exit status is 3 (docs/cluster.md)\n"},
-    {"eval", cmd_eval, PB_OPT_TIMEOUT, PB_CMD_TARGET | PB_CMD_TEXT,
+     "it from stdin. 'probing <target> tables' shows what can be queried.\n"},
+    {"eval", cmd_eval, pb_options_eval, PB_CMD_TARGET | PB_CMD_TEXT,
      "probing <target> eval \"CODE\" [--timeout S]",
      "run Python code in the target's __main__",
      "The code's stdout and stderr are printed as they were captured. CODE may be '-' to read\n"
      "it from stdin.\n"
-     "  --timeout S  give up after S seconds (default 30); exit status 2 when it does\n"
      "Exit status 1 when the code raised (the traceback is printed on stderr).\n"},
-    {"tables", cmd_tables, PB_OPT_FORMAT, PB_CMD_TARGET | PB_CMD_RECORDINGS,
+    {"tables", cmd_tables, pb_options_tables, PB_CMD_TARGET | PB_CMD_RECORDINGS,
      "probing <target> tables [-f table|json]",
      "list the tables the target can query, with their columns", ""},
-    {"info", cmd_info, PB_OPT_FORMAT, PB_CMD_TARGET | PB_CMD_RECORDINGS,
+    {"info", cmd_info, pb_options_info, PB_CMD_TARGET | PB_CMD_RECORDINGS,
      "probing <target> info [-f table|json]",
      "show the target's pid, command, Python and torch versions, uptime", ""},
-    {"run", cmd_run, PB_OPT_OUTPUT | PB_OPT_FORCE, PB_CMD_EXEC,
+    {"run", cmd_run, pb_options_run, PB_CMD_EXEC,
      "probing run [-o FILE.db [--force]] -- COMMAND [ARGS...]",
      "start COMMAND with the probing agent loaded",
      "Sets PROBING=1, makes the probing package (and nothing else of its environment)\n"
      "importable, and executes COMMAND in place of probing (same pid, signals, exit status);\n"
      "the program keeps its own Python packages (its torch). Set PROBING_PYTHONPATH to the\n"
-     "directory that contains probing/ when it cannot be found next to this program.\n"
-     "  -o FILE.db  keep the whole record in the SQLite file FILE.db, flushed every second,\n"
-     "              at exit and on SIGTERM; read it later with 'probing FILE.db query ...'\n"
-     "              (docs/recordings.md). The ranks of a torchrun job record into\n"
-     "              FILE.rank<R>.db (the launcher records nothing); %r, %h, %p in FILE are\n"
-     "              replaced by the rank, host name and pid. FILE must not exist, or be a\n"
-     "              recording and --force given; anything else is refused\n"
-     "  --force     replace FILE.db when it is a recording (never another kind of file)\n"},
-    {"report", cmd_report, PB_OPT_JSON | PB_OPT_LAST,
-     PB_CMD_TARGET | PB_CMD_TEXT | PB_CMD_RECORDINGS,
+     "directory that contains probing/ when it cannot be found next to this program.\n"},
+    {"report", cmd_report, pb_options_report, PB_CMD_TARGET | PB_CMD_TEXT | PB_CMD_RECORDINGS,
      "probing <target> report [--json] [--last N] [RANK.db ...]",
      "diagnose the training: baseline, bottleneck, component, what to look at next",
      "Follows the four phases of the profiling method (baseline, bottleneck type, component,\n"
      "operation) and its checks (memory growth, collectives, load imbalance, AMP, host syncs,\n"
      "first-iteration overhead) over the recorded steps. Every finding shows its numbers and\n"
      "the SQL behind them; what the data cannot support is listed as missing.\n"
-     "  --json    the same content as JSON (schema in docs/report.md)\n"
-     "  --last N  only the last N complete steps (default: every step recorded)\n"
-     "  RANK.db   when the target is a recording: the recordings of the job's other ranks,\n"
-     "            read together for the load-imbalance check (probing r0.db report r1.db)\n"},
-    {"timeline", cmd_timeline, PB_OPT_OUTPUT | PB_OPT_RANKS | PB_OPT_DEADLINE,
-     PB_CMD_TARGET | PB_CMD_RECORDINGS,
+     "RANK.db: when the target is a recording, the recordings of the job's other ranks, read\n"
+     "together for the load-imbalance check (probing r0.db report r1.db).\n"},
+    {"timeline", cmd_timeline, pb_options_timeline, PB_CMD_TARGET | PB_CMD_RECORDINGS,
      "probing <target> timeline -o FILE.json [--ranks all|0,2-5 [--deadline S]]",
      "write the recorded steps, modules, data waits and collectives as a Chrome trace",
      "Writes Chrome-trace JSON (\"traceEvents\", complete events, microseconds) that\n"
      "https://ui.perfetto.dev and chrome://tracing open: one slice per step, module execution\n"
      "(forward, backward), optimizer step, data-loader wait and collective, pid = rank,\n"
-     "tid = thread. '-o -' writes to stdout. See docs/cli.md for how times are derived.\n"
-     "  --ranks R   one trace for ranks R of the target's job ('all' or 0,2-5): a process per\n"
-     "              rank, on this machine's clock, each rank's clock offset and its uncertainty\n"
-     "              in otherData (docs/cluster.md); exit status 3 when some ranks are missing\n"},
-    {"flamegraph", cmd_flamegraph, PB_OPT_OUTPUT | PB_OPT_STAGE | PB_OPT_FOLDED,
-     PB_CMD_TARGET | PB_CMD_RECORDINGS,
+     "tid = thread. See docs/cli.md for how times are derived.\n"},
+    {"flamegraph", cmd_flamegraph, pb_options_flamegraph, PB_CMD_TARGET | PB_CMD_RECORDINGS,
      "probing <target> flamegraph (-o FILE.svg | --folded [-o FILE]) [--stage S]",
      "draw module self time as a flame graph (SVG) or write folded stacks",
      "Stacks are root;layer1;layer1.0;layer1.0.conv1 (the root module, then the prefixes of\n"
-     "the qualified name), weighted by the recorded self time (python.torch_trace.duration).\n"
-     "  -o FILE       write the SVG (or, with --folded, the text) to FILE\n"
-     "  --folded      folded-stack text, \"stack microseconds\" per line (flamegraph.pl input)\n"
-     "  --stage S     forward (default), backward, step (optimizer) or all\n"},
-    {"detach", cmd_detach, 0, PB_CMD_TARGET, "probing <target> detach",
+     "the qualified name), weighted by the recorded self time (python.torch_trace.duration).\n"},
+    {"detach", cmd_detach, NULL, PB_CMD_TARGET, "probing <target> detach",
      "remove the agent from the target; the process runs on without probing",
      "The agent answers, then removes its torch hooks and wrappers, stops its threads, frees\n"
      "its tables and removes its socket; training goes on unchanged. Waits until the socket\n"
      "is gone. Afterwards the process is no longer traced ('probing <pid> query' says so).\n"},
-    {"backtrace", cmd_backtrace, PB_OPT_FORMAT | PB_OPT_NATIVE, PB_CMD_TARGET | PB_CMD_PID,
+    {"backtrace", cmd_backtrace, pb_options_backtrace, PB_CMD_TARGET | PB_CMD_PID,
      "probing <pid> backtrace [--native] [-f table|json]",
      "show the Python stack of every thread, read from outside the process",
      "Reads the interpreter's memory with process_vm_readv: needs no agent, and works on a\n"
      "deadlocked process or one whose main thread holds the GIL in a long C call. Frames are\n"
      "printed innermost first as 'function (file:line)'. CPython 3.9 to 3.13 on\n"
      "x86_64. Needs the permission to ptrace the process (same user and\n"
-     "kernel.yama.ptrace_scope 0, or root / CAP_SYS_PTRACE).\n"
-     "  --native  also the native (C) stack of each thread: each thread is stopped for the\n"
-     "            moment of its walk (ptrace) and unwound with libunwind\n"
-     "  -f table  text, one block per thread (default)\n"
-     "  -f json   {pid, cmdline, python, library, threads: [{native_id, thread_id, name,\n"
-     "            holds_gil, truncated, frames: [{function, file, line}], with --native\n"
-     "            native: [{ip, symbol, offset, object}]}]}\n"},
-    {"inject", cmd_inject, PB_OPT_TIMEOUT, PB_CMD_TARGET | PB_CMD_PID,
+     "kernel.yama.ptrace_scope 0, or root / CAP_SYS_PTRACE).\n"},
+    {"inject", cmd_inject, pb_options_inject, PB_CMD_TARGET | PB_CMD_PID,
      "probing <pid> inject [--timeout S]",
      "load the agent into a running Python process, without restarting it",
      "The process needs no preparation: it never imported probing. On CPython 3.14+ this uses\n"
@@ -112,13 +80,8 @@ const pb_command pb_commands_table[] = {
      "bytecodes). Modules, optimizers and data loaders that already exist are recorded from\n"
      "their next call. Needs the permission to ptrace the process (same user and\n"
      "kernel.yama.ptrace_scope 0, or root / CAP_SYS_PTRACE) and a probing package built for\n"
-     "the process's Python version. A process already traced is left as it is.\n"
-     "  --timeout S  wait at most S seconds for the agent to start (default 30); exit status 2\n"
-     "               when it has not (it is still queued and starts when the main thread runs\n"
-     "               Python code again)\n"},
-    {"capture", cmd_capture,
-     PB_OPT_CAPTURE | PB_OPT_OUTPUT | PB_OPT_TIMEOUT | PB_OPT_RANKS | PB_OPT_DEADLINE,
-     PB_CMD_TARGET,
+     "the process's Python version. A process already traced is left as it is.\n"},
+    {"capture", cmd_capture, pb_options_capture, PB_CMD_TARGET,
      "probing <target> capture [--steps N] [--memory] [--shapes] [--stack] [-o FILE.json] "
      "[--timeout S] [--ranks all|0,2-5 [-o DIR] [--deadline S]]",
      "profile the next N training steps with torch.profiler (ops, modules, kernels)",
@@ -126,19 +89,8 @@ const pb_command pb_commands_table[] = {
      "the program uses CUDA), runs it for N steps, stops it and goes on. The op-level results\n"
      "go to python.torch_ops: per step, op, module it ran under and stage, with self and\n"
      "total CPU and device times. Prints the top ops and the query for more. One capture at\n"
-     "a time; the program's numbers are not changed.\n"
-     "  --steps N    steps to capture, 1 to 20 (default 3)\n"
-     "  --memory     also record memory allocated and freed per op (profile_memory)\n"
-     "  --shapes     also record input shapes (record_shapes): one row per op and shapes\n"
-     "  --stack      also record the Python frames that called each op (with_stack)\n"
-     "  -o FILE      also write the profiler's Chrome trace (Perfetto, chrome://tracing);\n"
-     "               '-o -' writes it to stdout and the summary to stderr\n"
-     "  --timeout S  give up after S seconds (default 120) and cancel the capture; exit 2\n"
-     "  --ranks R    the same capture on ranks R of the target's job at once ('all' or 0,2-5);\n"
-     "               -o DIR then writes DIR/rank<R>.json per rank (an HTA trace directory);\n"
-     "               ranks without a capture are named with why (then exit status 3)\n"
-     "  --deadline S  with --ranks: wait at most S seconds for each round of answers (default 5)\n"},
-    {"record", cmd_record, PB_OPT_OUTPUT | PB_OPT_RECORD, PB_CMD_TARGET,
+     "a time; the program's numbers are not changed.\n"},
+    {"record", cmd_record, pb_options_record, PB_CMD_TARGET,
      "probing <target> record [-o FILE.db [--force] | --stop]",
      "keep the record of a running process in a SQLite file, as 'run -o' does",
      "The agent in the process records into FILE.db as under 'probing run -o': first the rows\n"
@@ -147,23 +99,14 @@ const pb_command pb_commands_table[] = {
      "crash. The command returns at once; the recording goes on until --stop or the end of the\n"
      "process. Read the file with 'probing FILE.db query|report|timeline' (docs/recordings.md).\n"
      "Without options: whether the process records, where to, and the rows written so far.\n"
-     "  -o FILE.db  start recording into FILE.db (relative to this directory); it must not exist\n"
-     "  --force     replace FILE.db when it exists\n"
-     "  --stop      make the last flush, close the file and print the rows written per table\n"
      "Not over TCP (host:port targets): the agent would write a file a network client names.\n"},
-    {"exporter", cmd_exporter, PB_OPT_EXPORTER | PB_OPT_TIMEOUT, 0,
+    {"exporter", cmd_exporter, pb_options_exporter, 0,
      "probing exporter [--listen ADDR:PORT] [--sd FILE] [--timeout S]",
      "serve Prometheus metrics for every probing agent of this user on this node",
      "Serves GET /metrics (Prometheus text format) and GET /-/healthy. Each scrape asks every\n"
      "agent in the socket directory (as 'probing list' finds them) over its Unix socket; no\n"
-     "request takes the GIL. Metrics, labels and PromQL: docs/exporter.md.\n"
-     "  --listen ADDR:PORT  where to listen (default :10089, every interface; :0 picks a port)\n"
-     "  --sd FILE           write a Prometheus file_sd target for this exporter to FILE\n"
-     "                      (removed when the exporter stops)\n"
-     "  --timeout S         deadline of a scrape in seconds (default 5, less when Prometheus\n"
-     "                      announces a shorter scrape timeout); an agent that has not\n"
-     "                      answered by then is reported as probing_up 0\n"},
-    {"export", cmd_export, PB_OPT_PARQUET | PB_OPT_FORCE,
+     "request takes the GIL. Metrics, labels and PromQL: docs/exporter.md.\n"},
+    {"export", cmd_export, pb_options_export,
      PB_CMD_TARGET | PB_CMD_RECORDINGS | PB_CMD_TARGETS,
      "probing <target-or-recording...> export --parquet DIR [--force]",
      "write every table of live processes or recordings as Parquet files",
@@ -172,30 +115,23 @@ const pb_command pb_commands_table[] = {
      "UTC timestamps. Several targets may be given before the command (probing a.db b.db\n"
      "export ...). Needs pyarrow in the Python that runs it ($PROBING_PYTHON, else python3):\n"
      "pip install pyarrow. DuckDB reads them with read_parquet('DIR/*/steps.parquet')\n"
-     "(docs/exporter.md).\n"
-     "  --parquet DIR  the directory to write (created when missing); nothing is written\n"
-     "                 outside it, and a table whose name is not a table name is skipped\n"
-     "  --force        replace Parquet files that exist (without it, export refuses and\n"
-     "                 writes nothing)\n"},
-    {"ui", cmd_ui, PB_OPT_UI, PB_CMD_TARGET | PB_CMD_RECORDINGS,
+     "(docs/exporter.md).\n"},
+    {"ui", cmd_ui, pb_options_ui, PB_CMD_TARGET | PB_CMD_RECORDINGS,
      "probing <target> ui [--listen ADDR:PORT] [--open]",
      "open a web view of the target: step time, modules, memory, ranks, SQL",
      "Starts a web server in this command and prints its URL with a one-time token; requests\n"
      "without the token get 403. The page reads the target only through this command (a\n"
      "recording works offline) and updates every second for a live target. Ctrl-C stops it.\n"
-     "For one rank of a job, every rank of that job on this machine is shown. See docs/ui.md.\n"
-     "  --listen ADDR:PORT  listen there (default 127.0.0.1 and a free port)\n"
-     "  --open             open the URL in a browser ($BROWSER, else xdg-open)\n"},
-    {"ranks", cmd_ranks, PB_OPT_FORMAT | PB_OPT_DEADLINE, PB_CMD_TARGET,
+     "For one rank of a job, every rank of that job on this machine is shown. See docs/ui.md.\n"},
+    {"ranks", cmd_ranks, pb_options_ranks, PB_CMD_TARGET,
      "probing <target> ranks [-f table|csv|json] [--deadline S]",
      "list every rank of the target's torch.distributed job, on every node",
      "The roster comes from the job's own c10d store, where each rank's agent registers\n"
      "(docs/cluster.md). Each rank is asked for its step and state (training, in a collective,\n"
      "not answering, gone) at once; ranks on other hosts are reached over TCP with the job's\n"
      "token (PROBING_TOKEN, PROBING_TOKEN_FILE or --token).\n"
-     "  --deadline S  wait at most S seconds for the ranks (default 5)\n"
      "Exit status 3 when some ranks did not answer (their reason is in the state column).\n"},
-    {"stragglers", cmd_stragglers, PB_OPT_DEADLINE | PB_OPT_JSON, PB_CMD_TARGET,
+    {"stragglers", cmd_stragglers, pb_options_stragglers, PB_CMD_TARGET,
      "probing <target> stragglers [--json] [--deadline S]",
      "say which rank makes the others wait in collectives, by how much, and in which phase",
      "Every rank's agent keeps, per process group, when it entered and completed its last 512\n"
@@ -205,18 +141,15 @@ const pb_command pb_commands_table[] = {
      "of them with a median lag >= max(2 ms, 5 % of the median step); its phase is the one of\n"
      "its own python.steps longer than the other ranks' by at least half that lag. A node whose\n"
      "ranks are all last is named as the node (docs/cli.md).\n"
-     "  --json        the analysis as one JSON object\n"
-     "  --deadline S  wait at most S seconds for the ranks (default 5)\n"
      "Exit status 3 when some ranks did not answer (they are named on stderr).\n"},
-    {"hang", cmd_hang, PB_OPT_DEADLINE, PB_CMD_TARGET, "probing <target> hang [--deadline S]",
+    {"hang", cmd_hang, pb_options_hang, PB_CMD_TARGET, "probing <target> hang [--deadline S]",
      "say which rank a stalled job waits for, and where that rank is",
      "Compares every rank's last collective per process group (sequence number, entered or\n"
      "completed) and prints the collective the others wait in, the ranks that have not entered\n"
      "it with their Python stacks (read from outside the process), the waiting ranks' stacks\n"
      "grouped, and mismatched collectives (docs/cluster.md).\n"
-     "  --deadline S  wait at most S seconds for the ranks (default 5)\n"
      "Exit status 3 when some ranks did not answer (they are named).\n"},
-    {"doctor", cmd_doctor, PB_OPT_FORMAT, 0, "probing doctor [-f table|json]",
+    {"doctor", cmd_doctor, pb_options_doctor, 0, "probing doctor [-f table|json]",
      "say which measurement paths this machine, Python and torch give, and what enables the rest",
      "No target: runs the Python that would run the training ($PROBING_PYTHON, else the python3\n"
      "beside this program, else python3 on PATH) and says, for module backward timing (the C++\n"

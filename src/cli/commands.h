@@ -1,11 +1,16 @@
 /*
- * commands.h - the table of the `probing` command's subcommands: for each, its entry point, the
- * options it accepts, what it needs (a target, a pid, text...), and its help text.
+ * commands.h - the table of the `probing` command's subcommands: for each, its entry point, its
+ * table of options, what it needs (a target, a pid, text...), and its help text.
  *
- * main.c dispatches through it, options.c parses a command's arguments by its bits, help.c and
- * suggest.c print from it. A command's needs are flags here, read by those files, never a test
- * of which function a command runs (git's RUN_SETUP in git.c's table). To add a command: write
- * cmd/cmd_<name>.c, declare cmd_<name> in cmd/command.h, add a row to commands.c.
+ * main.c dispatches through it, options.c parses a command's arguments by the row's option
+ * table, help.c and suggest.c print from it. A command's needs are flags here, read by those
+ * files, never a test of which function a command runs (git's RUN_SETUP in git.c's table).
+ *
+ * To add a command: write cmd/cmd_<name>.c with cmd_<name>() and, beside it, its options as
+ * `const pb_option pb_options_<name>[]` (option.h: each row drives both the parser and the
+ * option's help line; shared options such as -f or --deadline by their PB_OPTION_* macro);
+ * declare both in cmd/command.h; add a row to commands.c naming them, with the usage line, the
+ * summary and the details (prose only: the option lines come from the table).
  */
 #ifndef PB_CLI_COMMANDS_H
 #define PB_CLI_COMMANDS_H
@@ -13,14 +18,6 @@
 #include "cmd/command.h"
 
 #include <stddef.h>
-
-/* The options a command accepts (pb_command.options); options.c parses each. */
-enum {
-    PB_OPT_FORMAT = 1, PB_OPT_TIMEOUT = 2, PB_OPT_OUTPUT = 4, PB_OPT_JSON = 8, PB_OPT_LAST = 16,
-    PB_OPT_STAGE = 32, PB_OPT_FOLDED = 64, PB_OPT_NATIVE = 128, PB_OPT_CAPTURE = 256,
-    PB_OPT_RECORD = 512, PB_OPT_FORCE = 1024, PB_OPT_EXPORTER = 2048, PB_OPT_PARQUET = 4096,
-    PB_OPT_UI = 8192, PB_OPT_RANKS = 16384, PB_OPT_DEADLINE = 32768
-};
 
 /* What a command needs (pb_command.needs). */
 enum {
@@ -37,7 +34,8 @@ enum {
 typedef struct pb_command {
     const char *name;
     int (*run)(const pb_cli_args *a); /* NULL: planned, not in this version */
-    unsigned options;                 /* PB_OPT_* it accepts */
+    const pb_option *options;         /* its options (option.h), declared beside the command
+                                       * in cmd/cmd_<name>.c; NULL: none */
     unsigned needs;                   /* PB_CMD_* */
     const char *usage;
     const char *summary;

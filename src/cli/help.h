@@ -12,8 +12,9 @@
  * target is, the options and exit statuses. [main thread] */
 void pb_help_print(FILE *out);
 
-/* Prints `probing <command> --help` to stdout: c's usage, summary and details, then which
- * target it takes (any, a live process, or a pid) when it needs one. [main thread] */
+/* Prints `probing <command> --help` to stdout: c's usage, summary and details, a line for each
+ * option of its table that has a help line, then which target it takes (any, a live process, or
+ * a pid) when it needs one. [main thread] */
 void pb_help_command(const pb_command *c);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * options.c - the options of the `probing` command line, before the command (-t, --token,
- * --help, --version) and after it (each command's own, by the PB_OPT_* bits of its row in
- * commands.c).
+ * --help, --version) and after it: -t, --token, --help, and each command's own, by one loop over
+ * the command's option table (option.h, declared beside the command in cmd/cmd_<name>.c). What
+ * an option is, and what its value must be, is in its table row; this file only applies it.
  *
  * An argument is an option only when it starts with '-' and holds no whitespace, so SQL such as
  * "-- comment\nSELECT 1" passes as an argument; "--" ends the options. A valued option takes its
@@ -69,6 +70,70 @@ static int unknown_option(const char *arg, const char *command_name)
     return pb_cli_usage_error("unknown option '%s'; see 'probing --help'", arg);
 }
 
+/* Stores value, the value of option o typed as arg, into a by o's kind, after checking it.
+ * Returns 0, or PB_EXIT_USAGE after printing what is wanted. */
+static int store_value(const pb_command *c, const pb_option *o, const char *arg, const char *value,
+                       pb_cli_args *a)
+{
+    char *field = (char *)a + o->offset;
+    char *end;
+    errno = 0;
+    switch (o->kind) {
+    case PB_OPTION_FILE:
+        if (value[0] == '-' && value[1] == '-') {
+            char spelled[3] = {'-', o->short_name, '\0'};
+            return pb_cli_usage_error("%s needs a file name before '%s': probing %s %s%s FILE ...",
+                                      arg, value, c->name, o->short_name ? spelled : "--",
+                                      o->short_name ? "" : o->long_name);
+        }
+        /* fall through */
+    case PB_OPTION_STRING:
+        *(const char **)field = value;
+        return 0;
+    case PB_OPTION_INT: {
+        long n = strtol(value, &end, 10);
+        if (errno || end == value || *end || n < o->min || n > o->max)
+            return pb_cli_usage_error("--%s wants %s, not '%s'", o->long_name, o->wants, value);
+        *(int *)field = (int)n;
+        return 0;
+    }
+    case PB_OPTION_SECONDS: {
+        double t = strtod(value, &end);
+        if (errno || end == value || *end || !isfinite(t) || t <= o->min || t > o->max)
+            return pb_cli_usage_error("--%s wants %s, not '%s'", o->long_name, o->wants, value);
+        *(double *)field = t;
+        return 0;
+    }
+    case PB_OPTION_FLAG:
+    case PB_OPTION_END:
+        break;
+    }
+    return pb_cli_error("option %s has no kind of value (a defect of its table)", arg);
+}
+
+/* Matches argv[*i] against the options of c's table (option.h) and stores what it sets in a.
+ * Returns 1 (matched and stored; *i advanced past a separate value), 0 (not one of c's
+ * options) or -1 (matched, but its value is missing or wrong; message printed). */
+static int match_table(const pb_command *c, int argc, char **argv, int *i, pb_cli_args *a)
+{
+    const char *arg = argv[*i];
+    for (const pb_option *o = c->options; o && o->kind != PB_OPTION_END; o++) {
+        if (o->kind == PB_OPTION_FLAG) {
+            if (arg[0] == '-' && arg[1] == '-' && strcmp(arg + 2, o->long_name) == 0) {
+                *(int *)((char *)a + o->offset) = 1;
+                return 1;
+            }
+            continue;
+        }
+        const char *value;
+        int m = match_valued(argc, argv, i, o->short_name, o->long_name, &value);
+        if (m == 0) continue;
+        if (m < 0 || store_value(c, o, arg, value, a)) return -1;
+        return 1;
+    }
+    return 0;
+}
+
 int pb_options_parse(const pb_command *c, int argc, char **argv, int i, pb_cli_args *a)
 {
     int help = 0, positional_only = 0;
@@ -99,95 +164,8 @@ int pb_options_parse(const pb_command *c, int argc, char **argv, int i, pb_cli_a
                    (m = match_valued(argc, argv, &i, 0, "token", &value)) != 0) {
             if (m < 0) return PB_EXIT_USAGE;
             pb_target_set_token(value);
-        } else if ((c->options & PB_OPT_FORMAT) &&
-                   (m = match_valued(argc, argv, &i, 'f', "format", &value)) != 0) {
+        } else if ((m = match_table(c, argc, argv, &i, a)) != 0) {
             if (m < 0) return PB_EXIT_USAGE;
-            a->format = value;
-        } else if ((c->options & PB_OPT_TIMEOUT) &&
-                   (m = match_valued(argc, argv, &i, 0, "timeout", &value)) != 0) {
-            if (m < 0) return PB_EXIT_USAGE;
-            char *end;
-            errno = 0;
-            double t = strtod(value, &end);
-            if (errno || end == value || *end || !isfinite(t) || t <= 0 || t > 7 * 86400)
-                return pb_cli_usage_error("--timeout wants a number of seconds above 0 (up to "
-                                          "604800), not '%s'", value);
-            a->timeout_s = t;
-        } else if ((c->options & PB_OPT_RANKS) &&
-                   (m = match_valued(argc, argv, &i, 0, "ranks", &value)) != 0) {
-            if (m < 0) return PB_EXIT_USAGE;
-            a->ranks = value;
-        } else if ((c->options & PB_OPT_DEADLINE) &&
-                   (m = match_valued(argc, argv, &i, 0, "deadline", &value)) != 0) {
-            if (m < 0) return PB_EXIT_USAGE;
-            char *end;
-            errno = 0;
-            double t = strtod(value, &end);
-            if (errno || end == value || *end || !isfinite(t) || t <= 0 || t > 3600)
-                return pb_cli_usage_error("--deadline wants a number of seconds above 0 (up to "
-                                          "3600), not '%s'", value);
-            a->deadline_s = t;
-        } else if ((c->options & PB_OPT_NATIVE) && strcmp(arg, "--native") == 0) {
-            a->native = 1;
-        } else if ((c->options & PB_OPT_JSON) && strcmp(arg, "--json") == 0) {
-            a->json = 1;
-        } else if ((c->options & PB_OPT_LAST) &&
-                   (m = match_valued(argc, argv, &i, 0, "last", &value)) != 0) {
-            if (m < 0) return PB_EXIT_USAGE;
-            char *end;
-            errno = 0;
-            long n = strtol(value, &end, 10);
-            if (errno || end == value || *end || n < 1 || n > 100000000)
-                return pb_cli_usage_error("--last wants a number of steps of 1 or more, not '%s'",
-                                          value);
-            a->last_steps = (int)n;
-        } else if ((c->options & PB_OPT_OUTPUT) &&
-                   (m = match_valued(argc, argv, &i, 'o', "output", &value)) != 0) {
-            if (m < 0) return PB_EXIT_USAGE;
-            if (strcmp(value, "--") == 0 || (value[0] == '-' && value[1] == '-'))
-                return pb_cli_usage_error("%s needs a file name before '%s': probing %s -o FILE "
-                                          "...", arg, value, c->name);
-            a->output = value;
-        } else if ((c->options & PB_OPT_STAGE) &&
-                   (m = match_valued(argc, argv, &i, 0, "stage", &value)) != 0) {
-            if (m < 0) return PB_EXIT_USAGE;
-            a->stage = value;
-        } else if ((c->options & PB_OPT_FOLDED) && strcmp(arg, "--folded") == 0) {
-            a->folded = 1;
-        } else if ((c->options & PB_OPT_CAPTURE) &&
-                   (m = match_valued(argc, argv, &i, 0, "steps", &value)) != 0) {
-            if (m < 0) return PB_EXIT_USAGE;
-            char *end;
-            errno = 0;
-            long n = strtol(value, &end, 10);
-            if (errno || end == value || *end || n < 1 || n > PB_CLI_CAPTURE_MAX_STEPS)
-                return pb_cli_usage_error("--steps wants a number of steps from 1 to %d, not '%s'",
-                                          PB_CLI_CAPTURE_MAX_STEPS, value);
-            a->steps = (int)n;
-        } else if ((c->options & PB_OPT_CAPTURE) && strcmp(arg, "--memory") == 0) {
-            a->memory = 1;
-        } else if ((c->options & PB_OPT_CAPTURE) && strcmp(arg, "--shapes") == 0) {
-            a->shapes = 1;
-        } else if ((c->options & PB_OPT_CAPTURE) && strcmp(arg, "--stack") == 0) {
-            a->stack = 1;
-        } else if ((c->options & PB_OPT_RECORD) && strcmp(arg, "--stop") == 0) {
-            a->stop = 1;
-        } else if ((c->options & (PB_OPT_RECORD | PB_OPT_FORCE)) && strcmp(arg, "--force") == 0) {
-            a->force = 1;
-        } else if ((c->options & (PB_OPT_EXPORTER | PB_OPT_UI)) &&
-                   (m = match_valued(argc, argv, &i, 0, "listen", &value)) != 0) {
-            if (m < 0) return PB_EXIT_USAGE;
-            a->listen = value;
-        } else if ((c->options & PB_OPT_EXPORTER) &&
-                   (m = match_valued(argc, argv, &i, 0, "sd", &value)) != 0) {
-            if (m < 0) return PB_EXIT_USAGE;
-            a->sd_file = value;
-        } else if ((c->options & PB_OPT_PARQUET) &&
-                   (m = match_valued(argc, argv, &i, 0, "parquet", &value)) != 0) {
-            if (m < 0) return PB_EXIT_USAGE;
-            a->parquet_dir = value;
-        } else if ((c->options & PB_OPT_UI) && strcmp(arg, "--open") == 0) {
-            a->open_browser = 1;
         } else {
             return unknown_option(arg, c->name);
         }

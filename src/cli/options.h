@@ -1,6 +1,6 @@
 /*
  * options.h - parsing the `probing` command line into a pb_cli_args (options.c): the options
- * before the command and those after it, by the command's row in the table.
+ * before the command and those after it, by the option table of the command's row.
  *
  * Both parsers print what is wrong ("probing: unknown option '--x' for query; see ...") and
  * return PB_EXIT_USAGE on a bad command line; what main.c does next they say with the
@@ -23,9 +23,9 @@ enum {
  * PB_OPTIONS_HELP, PB_OPTIONS_VERSION, or PB_EXIT_USAGE after printing why. [main thread] */
 int pb_options_parse_global(int argc, char **argv, int *i, pb_cli_args *a);
 
-/* Parses what follows command c's name (argv[i] on) into a: the options c accepts (its
- * PB_OPT_* bits), -t/--target anywhere, positional arguments (a->positional, malloc'ed: the
- * caller frees it, also on error), and for a PB_CMD_EXEC command the command line to run.
+/* Parses what follows command c's name (argv[i] on) into a: the options of c's option table
+ * (option.h), -t/--target anywhere, positional arguments (a->positional, malloc'ed: the caller
+ * frees it, also on error), and for a PB_CMD_EXEC command the command line to run.
  * Checks what c needs: a target or none, positional text or none. Returns PB_OPTIONS_GO_ON,
  * PB_OPTIONS_HELP (after the whole line parsed without error), or an exit status after
  * printing why. [main thread] */

@@ -3,6 +3,8 @@ help.c, suggest.c): where the target goes, what each command needs by its row in
 table (a target or none, a pid worked on from outside, text or none, one target or several, a
 command line to run), and the exact message and exit status of every mistake. No process is
 traced here: each case is answered before a request would be sent."""
+import re
+
 import pytest
 
 NO_PID = "999999999"  # above any pid_max: no such process
@@ -76,3 +78,29 @@ def test_help_and_version(cli):
     r = run(cli, "detach", "--help", "--bogus")
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr.startswith("probing: unknown option '--bogus' for detach")
+
+
+def test_help_lists_each_option_the_parser_takes(cli):
+    """A command's option lines come from its option table (cmd/cmd_<name>.c), the table the
+    parser reads: every option a command's --help lists is accepted by that command, with its
+    value when the line names one, and every --option of the usage line is one the command
+    takes; a made-up option next to it is refused."""
+    usage = run(cli, "--help").stdout.split("\nCommands:")[0]
+    commands = re.findall(r"^  probing (?:<[^>]+> )?(\w+)", usage, re.M)
+    assert {"query", "capture", "exporter", "run", "report"} <= set(commands), commands
+    listed = 0
+    for command in commands:
+        text = run(cli, command, "--help").stdout
+        section = text.split("\nOptions:\n")[1].split("\n\n")[0] if "\nOptions:\n" in text else ""
+        for line in re.findall(r"^  (-.*)$", section, re.M):
+            spelling = re.match(r"(?:-\w, )?(--[\w-]+)( [^ ]+)?", line)
+            option = [spelling.group(1)] + (["1"] if spelling.group(2) else [])
+            r = run(cli, command, *option, "--help")
+            assert (r.returncode, r.stderr) == (0, ""), (command, line, r.stderr)
+            listed += 1
+        for long_name in re.findall(r"\[(--[\w-]+)", text.split("\n")[0]):
+            assert f"  {long_name}" in section or f", {long_name}" in section, (command, long_name)
+        r = run(cli, command, "--no-such-option", "--help")
+        assert r.returncode == 2 and r.stderr.startswith(
+            f"probing: unknown option '--no-such-option' for {command}"), (command, r.stderr)
+    assert listed >= 25, listed

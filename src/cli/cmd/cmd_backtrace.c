@@ -183,6 +183,19 @@ fail:
     return rc;
 }
 
+/* The options of backtrace (option.h): the parser and 'backtrace --help' read them. */
+const pb_option pb_options_backtrace[] = {
+    PB_OPTION_FLAG_("native", native,
+                    "also the native (C) stack of each thread: each thread is stopped for the "
+                    "moment of its walk (ptrace) and unwound with libunwind"),
+    PB_OPTION_FORMAT("table|json",
+                     "table: text, one block per thread (default)\n"
+                     "json: {pid, cmdline, python, library, threads: [{native_id, thread_id, "
+                     "name, holds_gil, truncated, frames: [{function, file, line}], with --native "
+                     "native: [{ip, symbol, offset, object}]}]}"),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_backtrace(const pb_cli_args *a)
 {
     pb_format fmt;

@@ -204,6 +204,31 @@ done:
     return rc;
 }
 
+#define STRINGIFY_(x) #x
+#define STRINGIFY(x) STRINGIFY_(x)
+
+/* The options of capture (option.h): the parser and 'capture --help' read them. */
+const pb_option pb_options_capture[] = {
+    PB_OPTION_INT_("steps", "N", steps, 1, PB_CLI_CAPTURE_MAX_STEPS,
+                   "a number of steps from 1 to " STRINGIFY(PB_CLI_CAPTURE_MAX_STEPS),
+                   "steps to capture, 1 to " STRINGIFY(PB_CLI_CAPTURE_MAX_STEPS) " (default 3)"),
+    PB_OPTION_FLAG_("memory", memory,
+                    "also record memory allocated and freed per op (profile_memory)"),
+    PB_OPTION_FLAG_("shapes", shapes,
+                    "also record input shapes (record_shapes): one row per op and shapes"),
+    PB_OPTION_FLAG_("stack", stack,
+                    "also record the Python frames that called each op (with_stack)"),
+    PB_OPTION_OUTPUT("FILE", "also write the profiler's Chrome trace (Perfetto, chrome://tracing); "
+                             "'-o -' writes it to stdout and the summary to stderr"),
+    PB_OPTION_TIMEOUT("give up after S seconds (default 120) and cancel the capture; exit 2"),
+    PB_OPTION_RANKS("the same capture on ranks R of the target's job at once ('all' or 0,2-5); "
+                    "-o DIR then writes DIR/rank<R>.json per rank (an HTA trace directory); ranks "
+                    "without a capture are named with why (then exit status 3)"),
+    PB_OPTION_DEADLINE("with --ranks: wait at most S seconds for each round of answers "
+                       "(default 5)"),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_capture(const pb_cli_args *a)
 {
     int steps = a->steps ? a->steps : PB_CAPTURE_DEFAULT_STEPS;

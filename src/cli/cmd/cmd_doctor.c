@@ -21,6 +21,12 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The options of doctor (option.h): the parser and 'doctor --help' read them. */
+const pb_option pb_options_doctor[] = {
+    PB_OPTION_FORMAT("table|json", NULL),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_doctor(const pb_cli_args *a)
 {
     char package[PATH_MAX], python[PATH_MAX], path[2 * PATH_MAX + 2];

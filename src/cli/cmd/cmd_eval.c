@@ -27,6 +27,12 @@ static void write_field(json_t *root, const char *key, FILE *to)
     fflush(to);
 }
 
+/* The options of eval (option.h): the parser and 'eval --help' read them. */
+const pb_option pb_options_eval[] = {
+    PB_OPTION_TIMEOUT("give up after S seconds (default 30); exit status 2 when it does"),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_eval(const pb_cli_args *a)
 {
     double timeout_s = a->timeout_s > 0 ? a->timeout_s : EVAL_DEFAULT_TIMEOUT_S;

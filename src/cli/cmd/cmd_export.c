@@ -187,6 +187,16 @@ static void remove_staging(const char *dir)
     rmdir(dir);
 }
 
+/* The options of export (option.h): the parser and 'export --help' read them. */
+const pb_option pb_options_export[] = {
+    PB_OPTION_STRING_(0, "parquet", "DIR", parquet_dir,
+                      "the directory to write (created when missing); nothing is written outside "
+                      "it, and a table whose name is not a table name is skipped"),
+    PB_OPTION_FORCE("replace Parquet files that exist (without it, export refuses and writes "
+                    "nothing)"),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_export(const pb_cli_args *a)
 {
     char package[PATH_MAX], script[PATH_MAX + 32], python[PATH_MAX], staging[PATH_MAX];

@@ -177,6 +177,16 @@ static int write_svg(FILE *f, const stack_time *st, size_t count, const char *st
     return 0;
 }
 
+/* The options of flamegraph (option.h): the parser and 'flamegraph --help' read them. */
+const pb_option pb_options_flamegraph[] = {
+    PB_OPTION_OUTPUT("FILE", "write the SVG (or, with --folded, the text) to FILE"),
+    PB_OPTION_FLAG_("folded", folded,
+                    "folded-stack text, \"stack microseconds\" per line (flamegraph.pl input)"),
+    PB_OPTION_STRING_(0, "stage", "S", stage,
+                      "forward (default), backward, step (optimizer) or all"),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_flamegraph(const pb_cli_args *a)
 {
     const char *stage = a->stage ? a->stage : "forward";

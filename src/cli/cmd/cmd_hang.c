@@ -14,6 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* The options of hang (option.h): the parser and 'hang --help' read them. */
+const pb_option pb_options_hang[] = {
+    PB_OPTION_DEADLINE("wait at most S seconds for the ranks (default 5)"),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_hang(const pb_cli_args *a)
 {
     long deadline = pb_fanout_deadline_ms(a->deadline_s);

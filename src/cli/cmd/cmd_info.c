@@ -193,6 +193,12 @@ static void print_recording(const pb_target *t)
     json_decref(st);
 }
 
+/* The options of info (option.h): the parser and 'info --help' read them. */
+const pb_option pb_options_info[] = {
+    PB_OPTION_FORMAT("table|json", NULL),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_info(const pb_cli_args *a)
 {
     pb_format fmt;

@@ -192,6 +192,14 @@ static int remote_exec(pid_t pid, const char *script_path)
     return pb_child_wait(child) == 0 ? 0 : -1;
 }
 
+/* The options of inject (option.h): the parser and 'inject --help' read them. */
+const pb_option pb_options_inject[] = {
+    PB_OPTION_TIMEOUT("wait at most S seconds for the agent to start (default 30); exit status "
+                      "2 when it has not (it is still queued and starts when the main thread "
+                      "runs Python code again)"),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_inject(const pb_cli_args *a)
 {
     if (!pb_target_is_pid(a->target))

@@ -100,6 +100,12 @@ static json_t *table_row(pid_t pid, const char *socket_path, json_t *info, const
     return row;
 }
 
+/* The options of list (option.h): the parser and 'list --help' read them. */
+const pb_option pb_options_list[] = {
+    PB_OPTION_FORMAT("table|json", NULL),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_list(const pb_cli_args *a)
 {
     pb_format fmt;

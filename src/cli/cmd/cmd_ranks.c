@@ -38,6 +38,13 @@ static int in_collective(json_t *answer, char *out, size_t outlen)
     return 0;
 }
 
+/* The options of ranks (option.h): the parser and 'ranks --help' read them. */
+const pb_option pb_options_ranks[] = {
+    PB_OPTION_FORMAT("table|csv|json", NULL),
+    PB_OPTION_DEADLINE("wait at most S seconds for the ranks (default 5)"),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_ranks(const pb_cli_args *a)
 {
     pb_format fmt;

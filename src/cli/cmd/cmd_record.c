@@ -188,6 +188,16 @@ static int status(const pb_cli_args *a)
     return rc;
 }
 
+/* The options of record (option.h): the parser and 'record --help' read them. */
+const pb_option pb_options_record[] = {
+    PB_OPTION_OUTPUT("FILE.db", "start recording into FILE.db (relative to this directory); it "
+                                "must not exist"),
+    PB_OPTION_FORCE("replace FILE.db when it exists"),
+    PB_OPTION_FLAG_("stop", stop,
+                    "make the last flush, close the file and print the rows written per table"),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_record(const pb_cli_args *a)
 {
     if (a->resolved.kind == PB_TARGET_FILE)

@@ -320,6 +320,14 @@ static void job_arrivals(const peers *p, pb_job_arrivals *out)
     free(sel);
 }
 
+/* The options of report (option.h): the parser and 'report --help' read them. */
+const pb_option pb_options_report[] = {
+    PB_OPTION_JSON("the same content as JSON (schema in docs/report.md)"),
+    PB_OPTION_INT_("last", "N", last_steps, 1, 100000000, "a number of steps of 1 or more",
+                   "only the last N complete steps (default: every step recorded)"),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_report(const pb_cli_args *a)
 {
     json_t *info = NULL, *cond = NULL, *doc = NULL;

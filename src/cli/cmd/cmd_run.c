@@ -29,6 +29,19 @@
 #include <string.h>
 #include <unistd.h>
 
+/* The options of run (option.h): the parser and 'run --help' read them. */
+const pb_option pb_options_run[] = {
+    PB_OPTION_OUTPUT("FILE.db",
+                     "keep the whole record in the SQLite file FILE.db, flushed every second, at "
+                     "exit and on SIGTERM; read it later with 'probing FILE.db query ...' "
+                     "(docs/recordings.md). The ranks of a torchrun job record into "
+                     "FILE.rank<R>.db (the launcher records nothing); %r, %h, %p in FILE are "
+                     "replaced by the rank, host name and pid. FILE must not exist, or be a "
+                     "recording and --force given; anything else is refused"),
+    PB_OPTION_FORCE("replace FILE.db when it is a recording (never another kind of file)"),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_run(const pb_cli_args *a)
 {
     if (a->exec_argc == 0)

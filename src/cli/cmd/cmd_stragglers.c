@@ -35,6 +35,13 @@ static void print_kinds(const pb_sg_result *res, const pb_job_arrivals *job)
     }
 }
 
+/* The options of stragglers (option.h): the parser and 'stragglers --help' read them. */
+const pb_option pb_options_stragglers[] = {
+    PB_OPTION_JSON("the analysis as one JSON object"),
+    PB_OPTION_DEADLINE("wait at most S seconds for the ranks (default 5)"),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_stragglers(const pb_cli_args *a)
 {
     if (a->resolved.kind == PB_TARGET_FILE)

@@ -81,6 +81,12 @@ static void print_table(json_t *table)
     pb_buf_free(&cell);
 }
 
+/* The options of tables (option.h): the parser and 'tables --help' read them. */
+const pb_option pb_options_tables[] = {
+    PB_OPTION_FORMAT("table|json", NULL),
+    PB_OPTION_TABLE_END,
+};
+
 int cmd_tables(const pb_cli_args *a)
 {
     pb_format fmt;

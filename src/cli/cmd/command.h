@@ -1,12 +1,14 @@
 /*
  * command.h - what a command receives and the commands themselves: options.c fills a
- * pb_cli_args, commands.c's table names the cmd_<name>() to call, and each returns the process
- * exit code (cli.h). Header only: it sits below the table and the commands alike.
+ * pb_cli_args by the command's pb_options_<name> table (option.h), commands.c's table names the
+ * cmd_<name>() to call, and each returns the process exit code (cli.h). Header only: it sits
+ * below the table and the commands alike.
  */
 #ifndef PB_CLI_COMMAND_H
 #define PB_CLI_COMMAND_H
 
 #include "client/target.h"
+#include "cmd/option.h"
 #include "out/cli.h"
 
 typedef struct pb_cli_args {
@@ -59,5 +61,13 @@ int cmd_ranks(const pb_cli_args *a);
 int cmd_hang(const pb_cli_args *a);
 int cmd_stragglers(const pb_cli_args *a);
 int cmd_doctor(const pb_cli_args *a);
+
+/* Each command's options (option.h), defined beside it in cmd/cmd_<name>.c; detach has none. */
+extern const pb_option pb_options_list[], pb_options_query[], pb_options_eval[],
+    pb_options_tables[], pb_options_info[], pb_options_run[], pb_options_report[],
+    pb_options_timeline[], pb_options_flamegraph[], pb_options_backtrace[], pb_options_inject[],
+    pb_options_capture[], pb_options_record[], pb_options_exporter[], pb_options_export[],
+    pb_options_ui[], pb_options_ranks[], pb_options_hang[], pb_options_stragglers[],
+    pb_options_doctor[];
 
 #endif
