@@ -171,38 +171,15 @@ fail:
 static int listen_tcp(pb_server *s, const char *spec)
 {
     pb_netaddr addr;
-    int rc = pb_netaddr_parse(spec, &addr);
-    if (rc) return -EINVAL;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-    struct addrinfo *res = NULL;
-    int gai = getaddrinfo(addr.host[0] ? addr.host : NULL, addr.port, &hints, &res);
-    if (gai != 0) return gai == EAI_MEMORY ? -ENOMEM : -EINVAL;
-    rc = -EADDRNOTAVAIL;
-    for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
-        int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-        if (fd < 0) {
-            rc = -errno;
-            continue;
-        }
-        int one = 1;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 128) != 0) {
-            rc = -errno;
-            close(fd);
-            continue;
-        }
-        struct sockaddr_storage bound;
-        socklen_t len = sizeof bound;
-        if (getsockname(fd, (struct sockaddr *)&bound, &len) == 0)
-            s->tcp_port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
-                                                            : ((struct sockaddr_in *)&bound)->sin_port);
-        s->tcp_l.fd = fd;
-        rc = 0;
-        break;
-    }
-    freeaddrinfo(res);
-    return rc;
+    struct sockaddr_storage bound;
+    int gai = 0;
+    if (pb_netaddr_parse(spec, &addr)) return -EINVAL;
+    int fd = pb_netaddr_listen(&addr, 128, 0, &bound, &gai);
+    if (fd < 0) return gai == EAI_MEMORY ? -ENOMEM : fd;
+    s->tcp_port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                    : ((struct sockaddr_in *)&bound)->sin_port);
+    s->tcp_l.fd = fd;
+    return 0;
 }
 
 /* ---- requests ---- */

@@ -1,13 +1,70 @@
 /*
  * test_netaddr.c - src/common/netaddr.c: the listening-address grammar (every form it takes and
- * the near misses it refuses) and this machine's name.
+ * the near misses it refuses), this machine's name, and the listening socket (a free port, the
+ * same port taken twice, a host that does not resolve, the wildcard on IPv6 and IPv4 at once).
  */
 #include "check.h"
 #include "netaddr.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+static int port_of(const struct sockaddr_storage *ss)
+{
+    return ntohs(ss->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)ss)->sin6_port
+                                           : ((const struct sockaddr_in *)ss)->sin_port);
+}
+
+/* A connection to 127.0.0.1:port is accepted on fd. */
+static int reaches(int fd, int port)
+{
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = c >= 0 && connect(c, (struct sockaddr *)&to, sizeof to) == 0;
+    int a = ok ? accept(fd, NULL, NULL) : -1;
+    if (a >= 0) close(a);
+    if (c >= 0) close(c);
+    return a >= 0;
+}
+
+static void listening(void)
+{
+    pb_netaddr a;
+    struct sockaddr_storage ss;
+    int gai = -1;
+    pb_netaddr_parse("127.0.0.1:0", &a);
+    int fd = pb_netaddr_listen(&a, 8, 0, &ss, &gai);
+    int port = fd >= 0 ? port_of(&ss) : 0;
+    CHECK(fd >= 0 && gai == 0 && ss.ss_family == AF_INET && port > 0,
+          "127.0.0.1:0: a socket on a free port (%d, port %d)", fd, port);
+    CHECK(fd >= 0 && reaches(fd, port), "it accepts a connection on that port");
+    char spec[32];
+    snprintf(spec, sizeof spec, "127.0.0.1:%d", port);
+    pb_netaddr_parse(spec, &a);
+    int again = pb_netaddr_listen(&a, 8, 0, NULL, &gai);
+    CHECK(again == -EADDRINUSE && gai == 0, "the same port again: -EADDRINUSE (%d)", again);
+    if (again >= 0) close(again);
+    if (fd >= 0) close(fd);
+
+    pb_netaddr_parse("no-such-host.invalid:0", &a);
+    int bad = pb_netaddr_listen(&a, 8, 0, NULL, &gai);
+    CHECK(bad == -EINVAL && gai != 0, "a host that does not resolve: -EINVAL, the lookup's "
+          "error (%s)", gai ? gai_strerror(gai) : "none");
+
+    pb_netaddr_parse(":0", &a);
+    fd = pb_netaddr_listen(&a, 8, 1, &ss, &gai);
+    port = fd >= 0 ? port_of(&ss) : 0;
+    CHECK(fd >= 0 && port > 0, "the wildcard, dual stack: a socket (family %d, port %d)",
+          fd >= 0 ? ss.ss_family : -1, port);
+    CHECK(fd >= 0 && reaches(fd, port), "an IPv4 connection reaches it");
+    if (fd >= 0) close(fd);
+}
 
 static void accepts(const char *spec, const char *host, const char *port, int number)
 {
@@ -70,5 +127,6 @@ int main(void)
     CHECK_STR(name, system_name, "no override: gethostname()");
     pb_netaddr_host_name("a-long-name", small, sizeof small);
     CHECK_STR(small, "a-l", "cut to the buffer, NUL-terminated");
+    listening();
     return check_summary();
 }

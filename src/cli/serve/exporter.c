@@ -125,55 +125,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 static int open_listener(const char *spec, char *bound, size_t boundlen)
 {
     pb_netaddr addr;
-    struct addrinfo hints, *res = NULL;
     if (pb_netaddr_parse(spec, &addr)) {
         pb_cli_error("--listen wants ADDR:PORT, [ADDR]:PORT or :PORT (port 0 to 65535), not "
                      "'%s'", spec);
         return -2;
     }
-    memset(&hints, 0, sizeof hints);
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    hints.ai_family = addr.host[0] ? AF_UNSPEC : AF_INET6;
-    int gai = getaddrinfo(addr.host[0] ? addr.host : NULL, addr.port, &hints, &res);
-    if (gai && !addr.host[0]) { /* no IPv6 on this machine */
-        hints.ai_family = AF_INET;
-        gai = getaddrinfo(NULL, addr.port, &hints, &res);
-    }
+    struct sockaddr_storage ss;
+    int gai = 0, fd = pb_netaddr_listen(&addr, 64, 1, &ss, &gai);
     if (gai) {
         pb_cli_error("cannot listen on '%s': %s", spec, gai_strerror(gai));
         return -1;
     }
-    int fd = -1, err = 0;
-    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
-        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0);
-        if (fd < 0) {
-            err = errno;
-            continue;
-        }
-        int one = 1, zero = 0;
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (ai->ai_family == AF_INET6 && !addr.host[0])
-            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
-        if (bind(fd, ai->ai_addr, ai->ai_addrlen) || listen(fd, 64)) {
-            err = errno;
-            close(fd);
-            fd = -1;
-        }
-    }
-    freeaddrinfo(res);
     if (fd < 0) {
-        pb_cli_error("cannot listen on '%s': %s%s", spec, strerror(err),
-                     err == EADDRINUSE ? "; another exporter may run there: choose another port "
+        pb_cli_error("cannot listen on '%s': %s%s", spec, strerror(-fd),
+                     fd == -EADDRINUSE ? "; another exporter may run there: choose another port "
                                          "with --listen :PORT" : "");
         return -1;
     }
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
     char numhost[256] = "", numport[16] = "";
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
-        getnameinfo((struct sockaddr *)&ss, sl, numhost, sizeof numhost, numport, sizeof numport,
-                    NI_NUMERICHOST | NI_NUMERICSERV);
+    socklen_t sl = ss.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    getnameinfo((struct sockaddr *)&ss, sl, numhost, sizeof numhost, numport, sizeof numport,
+                NI_NUMERICHOST | NI_NUMERICSERV);
     int v6 = strchr(addr.host, ':') != NULL;
     if (addr.host[0]) snprintf(bound, boundlen, "%s%s%s:%s", v6 ? "[" : "", addr.host,
                                v6 ? "]" : "", numport);

@@ -78,30 +78,21 @@ int pb_listen_open(const char *spec, char *shown, size_t shownlen, int *port_out
                      spec);
         return -1;
     }
-    struct addrinfo hints = {0}, *res = NULL;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    int gai = getaddrinfo(listen_addr.host, listen_addr.port, &hints, &res);
+    struct sockaddr_storage ss;
+    int gai = 0, fd = pb_netaddr_listen(&listen_addr, 64, 0, &ss, &gai);
     if (gai) {
         pb_cli_error("--listen: cannot use the address '%s': %s", listen_addr.host,
                      gai_strerror(gai));
         return -1;
     }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-    if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 64)) {
+    if (fd < 0) {
         pb_cli_error("cannot listen on %s: %s; choose another address or port with --listen "
                      "ADDR:PORT, or leave --listen out for a free port on 127.0.0.1",
-                     spec, strerror(errno));
-        if (fd >= 0) close(fd);
-        freeaddrinfo(res);
+                     spec, strerror(-fd));
         return -1;
     }
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
     char addr[INET6_ADDRSTRLEN] = "?";
     int bound_port = 0;
-    getsockname(fd, (struct sockaddr *)&ss, &sl);
     if (ss.ss_family == AF_INET) {
         struct sockaddr_in *in = (struct sockaddr_in *)&ss;
         inet_ntop(AF_INET, &in->sin_addr, addr, sizeof addr);
@@ -121,7 +112,6 @@ int pb_listen_open(const char *spec, char *shown, size_t shownlen, int *port_out
             fprintf(stderr, "probing: warning: %s is reachable from other machines; anyone "
                             "with the URL's token can read this job\n", addr);
     }
-    freeaddrinfo(res);
     *port_out = bound_port;
     return fd;
 }
