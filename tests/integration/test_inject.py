@@ -20,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import PYTHON, START_TIMEOUT_S, WORKLOADS
+from conftest import PYTHON, START_TIMEOUT_S, WORKLOADS, api_get
 
 SCRIPT = "detach_train.py"
 
@@ -112,6 +112,48 @@ def test_inject_into_training_then_detach(cli, launcher, bare_env):
     assert state_lines(injected) == state_lines(plain.stdout())
     assert t.final_loss() == plain.final_loss()
     assert t.stderr() == "", t.stderr()
+
+
+ALL_REDUCE_LOOP = """
+import time
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+t = torch.ones(4)
+print("ready", flush=True)
+while True:
+    dist.all_reduce(t)
+    time.sleep(0.02)
+"""
+
+
+def arrivals(t):
+    status, doc = api_get(t.socket_path, "/api/arrivals")
+    assert status == 200, doc
+    return [a for g in doc["groups"] for a in g["arrivals"]]
+
+
+def test_inject_again_after_detach_starts_afresh(cli, launcher, bare_env):
+    """A second agent injected after a detach keeps nothing of the first one's collective state:
+    each group's calls are numbered from 1 again and no arrival from before it started is
+    served (GET /api/arrivals, what `stragglers` reads). The first agent's slots used to stay."""
+    t = start_inline(launcher, ALL_REDUCE_LOOP, bare_env, name="all_reduce")
+    wait_for(lambda: "ready" in t.stdout(), "the process group")
+    cli(t.pid, "inject")
+    wait_for(lambda: len(arrivals(t)) >= 5, "five recorded all_reduce calls")
+    cli(t.target(), "detach")
+    wait_for(lambda: not t.socket_path.exists(), "the detach")
+    time.sleep(0.5)  # the loop goes on, unrecorded
+    injected_unix = time.time()
+    r = cli(t.pid, "inject")
+    assert r.stdout.startswith(f"probing agent loaded into process {t.pid} "), r.stdout
+    wait_for(lambda: len(arrivals(t)) >= 3, "three all_reduce calls recorded again")
+    seen = arrivals(t)
+    assert [a[0] for a in seen] == list(range(1, len(seen) + 1)), seen
+    assert all(a[3] >= injected_unix - 0.05 for a in seen), (injected_unix, seen)
+    cli(t.target(), "detach")
+    assert t.alive()
+    assert "probing:" not in t.stderr(), t.stderr()
 
 
 def test_inject_python_without_torch(cli, launcher, bare_env):

@@ -170,6 +170,40 @@ def test_detach_flushes_and_sigterm_then_works_as_without_probing(cli, launcher,
     assert t.proc.wait(timeout=60) == -signal.SIGTERM
 
 
+FORK_ON_FILE = """
+import os, sys, time
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+child = os.fork()
+if child == 0:
+    time.sleep(600)
+    os._exit(0)
+print("forked", child, flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_a_child_forked_while_recording_does_not_hold_the_file(cli, launcher, tmp_path):
+    """A child forked during a recording (a DataLoader worker) keeps no hold on the recording:
+    once stopped, the same path can be recorded into again while the child lives. The child's
+    copy of the recording's descriptor used to keep its lock: 'process N is recording into it'."""
+    go, path = tmp_path / "fork-now", tmp_path / "forked.db"
+    t = launcher.command([cli.binary, "run", "--", PYTHON, "-u", "-c", FORK_ON_FILE, str(go)],
+                         name="fork")
+    record(cli, t, path)
+    go.touch()
+    t._poll("the fork", lambda: "forked" in t.stdout(), 60)
+    child = int(t.stdout().split("forked", 1)[1].split()[0])
+    try:
+        cli(t.target(), "record", "--stop")
+        r = record(cli, t, path, "--force")
+        assert r.stdout == started_line(t.target(), path)
+        cli(t.target(), "record", "--stop")
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
 def test_a_program_with_its_own_sigterm_handler_keeps_it(cli, launcher, tmp_path):
     """record installs no handler over the program's; the start line does not promise a
     SIGTERM flush."""

@@ -18,10 +18,10 @@
  * not load its store with probing's reads unless a user runs `probing ranks`.
  *
  * This file: the endpoint, the collective slots' writers, the job thread ("probing-job", all the
- * store traffic, with the GIL), registration, stop and the reset after fork. The routes that read
- * all this (GET /api/job, /api/rank, /api/stack, /api/arrivals) are job_routes.c; the state of
- * both is one struct, pb_job (job_state.h, which says which thread writes what); PyTorch's flight
- * recorder is read by flight_recorder.c.
+ * store traffic, with the GIL), registration, stop and the one reset of the state (pb_job_reset:
+ * agent start, fork). The routes that read all this (GET /api/job, /api/rank, /api/stack,
+ * /api/arrivals) are job_routes.c; the state of both is one struct, pb_job (job_state.h, which
+ * says which thread writes what); PyTorch's flight recorder is read by flight_recorder.c.
  */
 #include "job.h"
 #include "job_state.h"
@@ -492,14 +492,74 @@ void pb_job_stop(void)
     if (joined) Py_CLEAR(pb_job.store); /* else the thread may still use it */
 }
 
-void pb_job_forget_after_fork(void)
+void pb_job_reset(int forked)
 {
-    pb_job.agent_unix_set = 0; /* the child is no agent: it advertises nothing */
+    /* The endpoint: a forked child is no agent and advertises nothing; a new agent sets its own. */
+    pb_job.agent_unix[0] = '\0';
+    pb_job.agent_unix_set = 0;
     pb_job.agent_tcp_port = 0;
+
+    /* Collective state: the next agent numbers each group's calls from 1 again and keeps no
+     * arrival from before it started. */
+    int n = atomic_load(&pb_job.nslots);
+    for (int i = 0; i < PB_JOB_MAX_GROUPS; i++) {
+        struct arrival_ring *r = &pb_job.rings[i];
+        if (forked) pthread_mutex_init(&r->mu, NULL); /* a thread may have held one at fork */
+        if (i >= n) continue; /* never used: still zero */
+        coll_slot *s = &pb_job.slots[i];
+        if (!forked) Py_XDECREF(s->group); /* a child forgets the parent's reference */
+        s->group = NULL;
+        atomic_store(&s->name_id, 0);
+        atomic_store(&s->seq, 0);
+        atomic_store(&s->op_id, 0);
+        atomic_store(&s->state, COLL_NONE);
+        atomic_store(&s->bytes, 0);
+        atomic_store(&s->enter_wall_ns, 0);
+        atomic_store(&s->enter_mono_ns, 0);
+        atomic_store(&s->exit_mono_ns, 0);
+        atomic_store(&s->version, 0);
+        if (!forked) pthread_mutex_lock(&r->mu); /* a Work's callback may complete a call */
+        memset(r->e, 0, sizeof r->e);
+        if (!forked) pthread_mutex_unlock(&r->mu);
+    }
+    atomic_store(&pb_job.nslots, 0);
+    if (!forked) Py_XDECREF(pb_job.default_group);
+    pb_job.default_group = NULL;
+
+    /* Registry state. A job thread that the last stop could not join (its store did not
+     * answer) still uses the store, the keys and the fields under mu until its call returns:
+     * they stay as they are then. */
+    int thread_left = 0;
+    if (forked) {
+        pthread_mutex_init(&pb_job.mu, NULL);
+        pthread_cond_init(&pb_job.cv, NULL);
+    } else {
+        pthread_mutex_lock(&pb_job.mu);
+        thread_left = pb_job.thread_running;
+        pthread_mutex_unlock(&pb_job.mu);
+    }
     pb_job.registered = 0;
     atomic_store(&pb_job.rank_registered, -1);
-    pb_job.thread_running = 0;
-    pthread_mutex_init(&pb_job.mu, NULL);
-    pthread_cond_init(&pb_job.cv, NULL);
-    for (int i = 0; i < PB_JOB_MAX_GROUPS; i++) pthread_mutex_init(&pb_job.rings[i].mu, NULL); /* a thread may have held one at fork */
+    pb_job.host[0] = '\0'; /* PROBING_HOST is read again */
+    if (thread_left) return;
+    if (!forked) {
+        pb_buf_free(&pb_job.roster);
+        pb_buf_free(&pb_job.missing);
+        pb_buf_free(&pb_job.fr_groups);
+        Py_CLEAR(pb_job.store);
+    }
+    /* A forked child forgets the parent's buffers and store without touching them. */
+    pb_job.roster = (pb_buf)PB_BUF_INIT;
+    pb_job.missing = (pb_buf)PB_BUF_INIT;
+    pb_job.fr_groups = (pb_buf)PB_BUF_INIT;
+    pb_job.store = NULL;
+    pb_job.thread_running = pb_job.stop_requested = 0;
+    pb_job.roster_wanted = pb_job.fr_wanted = 0;
+    pb_job.roster_gen = pb_job.fr_gen = 0;
+    pb_job.roster_read_ns = pb_job.fr_read_ns = 0;
+    pb_job.job_id[0] = pb_job.key_prefix[0] = pb_job.self_key[0] = '\0';
+    pb_job.world = pb_job.my_rank = pb_job.local_rank = pb_job.node_rank = 0;
+    pb_job.registered_pid = 0;
+    pb_job.started_unix = 0;
+    pb_job.tcp_addr[0] = '\0';
 }

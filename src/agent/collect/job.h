@@ -51,8 +51,15 @@ int pb_job_registered_rank(void *ctx);
  * [GIL held; lets go of it while waiting] */
 void pb_job_stop(void);
 
-/* The child after fork(): forgets the registry without touching the thread (the parent's). */
-void pb_job_forget_after_fork(void);
+/* The one reset of the job unit's state (pb_job, job_state.h): what the last agent in this
+ * process left (after a detach: its registry entry's fields, the last roster, the collective
+ * slots and arrivals, its references to the store and the process groups) or what a forked
+ * child must not inherit. forked=0: agent start, before anything registers [GIL held; the
+ * collective hooks removed]; the fields a job thread that pb_job_stop could not join still uses
+ * are left to it. forked=1: the child after fork(), from the atfork handler: only flags and
+ * making the locks anew (the child has one thread and any lock may have been held), the
+ * parent's references and buffers forgotten without touching them. */
+void pb_job_reset(int forked);
 
 /* Per-group collective state. group: the call's group argument (borrowed; NULL or None = the
  * default group). Returns a slot handle for pb_job_coll_exit_at, or -1 when untracked.

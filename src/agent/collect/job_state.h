@@ -14,7 +14,7 @@
  *     asks it for a roster or a flight recorder reading and waits on cv;
  *   - rank_registered: atomic, read by any thread;
  *   - host: filled on first use by pb_job_host (job.c), from whichever thread asks first.
- * pb_job_forget_after_fork (job.c) resets what a forked child must not inherit.
+ * pb_job_reset (job.c) is the one reset, at agent start (after a detach) and in a forked child.
  *
  * Include job.h first (PB_JOB_ARRIVALS): this header does not, so that the job unit (job.c,
  * job.h) depends on it and not the other way round (scripts/depcheck.py).

@@ -339,7 +339,8 @@ static void atfork_child(void)
     pb_device_forget_after_fork();
     pb_eval_forget_after_fork();
     pb_capture_forget_after_fork();
-    pb_job_forget_after_fork();
+    pb_job_reset(1);
+    pb_record_reset(1);
     pb_gil_forget_after_fork();
     started = 0;
 }
@@ -378,6 +379,9 @@ int pb_agent_start(void)
     int rc;
     if (started) return 0;
     if (forked_child) return PB_EDISABLED;
+    /* A new agent: nothing of the last one in this process (a detach) is kept. */
+    pb_job_reset(0);
+    pb_record_reset(0);
     pb_config_load();
     started_wall_ns = pb_wall_ns();
     started_mono_ns = pb_now_ns();

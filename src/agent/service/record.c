@@ -30,10 +30,12 @@
  * WAL was not chosen: a reader of a WAL file needs write access to its -shm file, and a copy
  * of the .db alone would miss what is still in the -wal.
  *
- * Locking: control_lock orders start, stop and status (server threads, agent start and stop,
- * atexit); flush_lock orders flushes (the recorder thread, the last flush). The recorder thread
- * never takes control_lock, so a stop joins it while holding control_lock. The counters a status
- * reports are atomics, so a status never waits for a flush. Nothing here takes the GIL.
+ * State and locking: all of the recorder's state is one struct, R, with one reset for a new
+ * agent and a forked child (pb_record_reset). control_lock orders start, stop and status (server
+ * threads, agent start and stop, atexit); flush_lock orders flushes (the recorder thread, the
+ * last flush). The recorder thread never takes control_lock, so a stop joins it while holding
+ * control_lock. The counters a status reports are atomics, so a status never waits for a flush.
+ * Nothing here takes the GIL.
  *
  * Errors (disk full, unwritable path): one warning on stderr, the recorder stops writing (the
  * status says why); training goes on untouched.
@@ -67,50 +69,65 @@
 #define TICK_MS 50
 #define BUSY_TIMEOUT_MS 10000 /* a CLI reading the file holds a shared lock for a query */
 
-static pthread_mutex_t control_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t flush_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t error_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The recorder's whole state: one struct, so that a new agent in this process (after a detach)
+ * and a forked child start from one reset, pb_record_reset(). Grouped by what guards each
+ * field; the last group belongs to the process, not to one agent, and the reset keeps it. */
+static struct recorder {
+    pthread_mutex_t control_lock, flush_lock, error_lock;
 
-/* control_lock; the recorder thread reads path and flush_every_ns, set before it starts */
-static int running;           /* a recorder thread exists (it may have failed since) */
-static int closed;            /* the agent is stopping: no new recording */
-static int starting;          /* between pb_record_expect and pb_record_start: requests wait */
-static pthread_cond_t started_cond; /* broadcast when starting drops to 0 (CLOCK_MONOTONIC) */
-static pthread_once_t started_cond_once = PTHREAD_ONCE_INIT;
-static pid_t agent_pid;       /* the process the agent started in (not a fork()ed child) */
-static pthread_t thread;
-static char path[4096];       /* of the current or last recording; "" when none */
-static double started_unix;
-static int64_t flush_every_ns;
-static int on_sigterm_installed;
-static int atexit_registered;
-static int lock_fd = -1;      /* holds a flock on the recording while it is written */
-static int exiting;           /* the interpreter (or the C exit) stops the agent */
-static int closed_at_exit;    /* the last recording ran until the exit path closed it */
-static int have_exit_status, exit_status; /* from on_exit() */
-static char *exception_type, *exception_message, *exception_stack; /* pb_record_note_exception */
+    /* control_lock; the recorder thread reads path and flush_every_ns, set before it starts */
+    int running;           /* a recorder thread exists (it may have failed since) */
+    int closed;            /* the agent is stopping: no new recording */
+    int starting;          /* between pb_record_expect and pb_record_start: requests wait */
+    pthread_t thread;
+    char path[4096];       /* of the current or last recording; "" when none */
+    double started_unix;
+    int64_t flush_every_ns;
+    int on_sigterm_installed;
+    int lock_fd;           /* holds a flock on the recording while it is written; -1: none */
+    int closed_at_exit;    /* the last recording ran until the exit path closed it */
 
-/* flush_lock (and control_lock while no recorder thread runs) */
-static sqlite3 *conn;
-static sqlite3_stmt *insert[PB_REGISTRY_MAX];
-static uint64_t flushed_to[PB_REGISTRY_MAX]; /* next ring index to copy, per table */
+    /* flush_lock (and control_lock while no recorder thread runs) */
+    sqlite3 *conn;
+    sqlite3_stmt *insert[PB_REGISTRY_MAX];
+    uint64_t flushed_to[PB_REGISTRY_MAX]; /* next ring index to copy, per table */
 
-/* what a status reports, read without a lock */
-static _Atomic uint64_t written[PB_REGISTRY_MAX];
-static _Atomic uint64_t lost[PB_REGISTRY_MAX]; /* rows overwritten before a flush */
-static _Atomic uint64_t flushes;
-static atomic_int failed;
-static char error_text[512]; /* error_lock */
+    /* what a status reports, read without a lock */
+    _Atomic uint64_t written[PB_REGISTRY_MAX];
+    _Atomic uint64_t lost[PB_REGISTRY_MAX]; /* rows overwritten before a flush */
+    _Atomic uint64_t flushes;
+    atomic_int failed;
+    char error_text[512]; /* error_lock */
 
-static atomic_int stop_requested;
-static atomic_int sigterm_seen;
-static pb_record_info_fn _Atomic info_fn; /* pb_record_refresh_info */
-static void (*_Atomic sigterm_via_agent)(int); /* the agent's handler that hands SIGTERM to us */
+    atomic_int stop_requested;
+    atomic_int sigterm_seen;
+
+    /* Kept by the reset: the process's, set once or by the agent's lifecycle. */
+    pthread_cond_t started_cond;      /* control_lock; broadcast when starting drops to 0
+                                       * (CLOCK_MONOTONIC) */
+    pthread_once_t started_cond_once;
+    pid_t agent_pid;                  /* control_lock: the process the agent started in (not a
+                                       * fork()ed child) */
+    int atexit_registered;            /* control_lock: on_exit() cannot be undone */
+    int exiting;                      /* control_lock: the interpreter (or the C exit) stops
+                                       * the agent */
+    int have_exit_status, exit_status; /* control_lock: from on_exit() */
+    char *exception_type, *exception_message, *exception_stack; /* control_lock:
+                                                                 * pb_record_note_exception */
+    pb_record_info_fn _Atomic info_fn;   /* pb_record_refresh_info */
+    void (*_Atomic sigterm_via_agent)(int); /* the agent's handler that hands SIGTERM to us */
+} R = {
+    .control_lock = PTHREAD_MUTEX_INITIALIZER,
+    .flush_lock = PTHREAD_MUTEX_INITIALIZER,
+    .error_lock = PTHREAD_MUTEX_INITIALIZER,
+    .lock_fd = -1,
+    .started_cond_once = PTHREAD_ONCE_INIT,
+};
 
 /* Whether the agent's handler is still SIGTERM's (the program may have set its own since). */
 static int agent_sigterm_in_place(void)
 {
-    void (*h)(int) = atomic_load(&sigterm_via_agent);
+    void (*h)(int) = atomic_load(&R.sigterm_via_agent);
     struct sigaction now;
     return h && sigaction(SIGTERM, NULL, &now) == 0 && !(now.sa_flags & SA_SIGINFO) &&
            now.sa_handler == h;
@@ -118,17 +135,17 @@ static int agent_sigterm_in_place(void)
 
 static void fail_once(const char *what)
 {
-    if (atomic_exchange(&failed, 1)) return;
-    pthread_mutex_lock(&error_lock);
-    snprintf(error_text, sizeof error_text, "%s: %s", what,
-             conn ? sqlite3_errmsg(conn) : "cannot open");
-    pthread_mutex_unlock(&error_lock);
-    pb_log_warn("recording to %s stopped: %s; training goes on", path, error_text);
+    if (atomic_exchange(&R.failed, 1)) return;
+    pthread_mutex_lock(&R.error_lock);
+    snprintf(R.error_text, sizeof R.error_text, "%s: %s", what,
+             R.conn ? sqlite3_errmsg(R.conn) : "cannot open");
+    pthread_mutex_unlock(&R.error_lock);
+    pb_log_warn("recording to %s stopped: %s; training goes on", R.path, R.error_text);
 }
 
 static int exec(const char *sql)
 {
-    return sqlite3_exec(conn, sql, NULL, NULL, NULL);
+    return sqlite3_exec(R.conn, sql, NULL, NULL, NULL);
 }
 
 /* The step of the newest python.steps row, or -1 when there is none. [any thread] */
@@ -159,10 +176,10 @@ static int write_end(sqlite3 *c, const char *state, const char *note)
                                 "note=coalesce(?, note)", -1, &st, NULL);
     if (rc != SQLITE_OK) return rc;
     sqlite3_bind_text(st, 1, state, -1, SQLITE_STATIC);
-    if (have_exit_status) sqlite3_bind_int(st, 2, exit_status);
-    sqlite3_bind_text(st, 3, exception_type, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, exception_message, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, exception_stack, -1, SQLITE_STATIC);
+    if (R.have_exit_status) sqlite3_bind_int(st, 2, R.exit_status);
+    sqlite3_bind_text(st, 3, R.exception_type, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, R.exception_message, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, R.exception_stack, -1, SQLITE_STATIC);
     if (step >= 0) sqlite3_bind_int64(st, 6, step);
     sqlite3_bind_double(st, 7, (double)pb_wall_ns() / 1e9);
     sqlite3_bind_text(st, 8, note, -1, SQLITE_STATIC);
@@ -174,8 +191,8 @@ static int write_end(sqlite3 *c, const char *state, const char *note)
 /* The state a recording closed now ends in. */
 static const char *end_state(void)
 {
-    if (!exiting) return "recording stopped";
-    return exception_type ? "exception" : "exited";
+    if (!R.exiting) return "recording stopped";
+    return R.exception_type ? "exception" : "exited";
 }
 
 /* A write failed on a full disk: the recording stops with a marker a reader finds offline.
@@ -187,12 +204,12 @@ static void mark_disk_full(void)
     int64_t step = last_step();
     if (step >= 0) snprintf(note, sizeof note, "stopped: disk full at step %lld", (long long)step);
     else snprintf(note, sizeof note, "stopped: disk full before the first step");
-    pthread_mutex_lock(&error_lock);
-    snprintf(error_text, sizeof error_text, "%s", note + strlen("stopped: "));
-    pthread_mutex_unlock(&error_lock);
+    pthread_mutex_lock(&R.error_lock);
+    snprintf(R.error_text, sizeof R.error_text, "%s", note + strlen("stopped: "));
+    pthread_mutex_unlock(&R.error_lock);
     exec("PRAGMA journal_mode=OFF");
-    if (write_end(conn, "recording failed", note) != SQLITE_OK)
-        pb_log_warn("recording to %s: cannot write the disk-full marker either", path);
+    if (write_end(R.conn, "recording failed", note) != SQLITE_OK)
+        pb_log_warn("recording to %s: cannot write the disk-full marker either", R.path);
     exec("PRAGMA journal_mode=DELETE");
 }
 
@@ -201,15 +218,15 @@ static void mark_disk_full(void)
  * transaction] */
 static int write_info(void)
 {
-    pb_record_info_fn fn = atomic_load(&info_fn);
+    pb_record_info_fn fn = atomic_load(&R.info_fn);
     pb_buf body = PB_BUF_INIT;
     sqlite3_stmt *st = NULL;
     int rc = SQLITE_OK;
     if (!fn || fn(NULL, &body) != 0 || !body.data) goto done;
-    rc = sqlite3_prepare_v2(conn, "UPDATE info SET json = ?", -1, &st, NULL);
+    rc = sqlite3_prepare_v2(R.conn, "UPDATE info SET json = ?", -1, &st, NULL);
     if (rc != SQLITE_OK) goto done;
     sqlite3_bind_text(st, 1, body.data, (int)body.len, SQLITE_STATIC);
-    rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(conn);
+    rc = sqlite3_step(st) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(R.conn);
 done:
     sqlite3_finalize(st);
     pb_buf_free(&body);
@@ -223,64 +240,64 @@ static int flush(void)
     unsigned char rowbuf[1024];
     uint64_t rows[PB_REGISTRY_MAX], dropped[PB_REGISTRY_MAX];
     int rc = SQLITE_OK;
-    pthread_mutex_lock(&flush_lock);
-    if (atomic_load(&failed) || !conn) goto done;
+    pthread_mutex_lock(&R.flush_lock);
+    if (atomic_load(&R.failed) || !R.conn) goto done;
     /* Heads are read newest table first: collectors register per-step summaries (python.steps)
      * after the tables their rows sum up, so a step row in this flush finds all its module rows
      * in it too. */
     uint64_t heads[PB_REGISTRY_MAX];
     for (int t = pb_registry_count() - 1; t >= 0; t--) heads[t] = pb_ring_head(pb_registry_get(t)->ring);
     for (int t = 0; t < pb_registry_count(); t++) {
-        rows[t] = atomic_load(&written[t]);
-        dropped[t] = atomic_load(&lost[t]);
+        rows[t] = atomic_load(&R.written[t]);
+        dropped[t] = atomic_load(&R.lost[t]);
     }
     rc = exec("BEGIN");
     for (int t = 0; rc == SQLITE_OK && t < pb_registry_count(); t++) {
         const pb_table *tab = pb_registry_get(t);
         uint64_t head = heads[t], first = pb_ring_first(tab->ring);
         if (tab->row_size > sizeof rowbuf) continue;
-        if (flushed_to[t] < first) {
-            dropped[t] += first - flushed_to[t];
-            flushed_to[t] = first;
+        if (R.flushed_to[t] < first) {
+            dropped[t] += first - R.flushed_to[t];
+            R.flushed_to[t] = first;
         }
-        for (uint64_t i = flushed_to[t]; rc == SQLITE_OK && i < head; i++) {
+        for (uint64_t i = R.flushed_to[t]; rc == SQLITE_OK && i < head; i++) {
             if (!pb_ring_read(tab->ring, i, rowbuf)) {
                 /* not yet published: stop here and take it next time, unless it is gone */
                 if (i < pb_ring_first(tab->ring)) {
                     dropped[t]++;
-                    flushed_to[t] = i + 1;
+                    R.flushed_to[t] = i + 1;
                     continue;
                 }
                 break;
             }
-            rc = pb_record_file_bind(insert[t], tab, rowbuf);
-            if (rc == SQLITE_OK) rc = sqlite3_step(insert[t]);
+            rc = pb_record_file_bind(R.insert[t], tab, rowbuf);
+            if (rc == SQLITE_OK) rc = sqlite3_step(R.insert[t]);
             rc = rc == SQLITE_DONE ? SQLITE_OK : rc;
-            sqlite3_reset(insert[t]);
+            sqlite3_reset(R.insert[t]);
             if (rc == SQLITE_OK) {
-                flushed_to[t] = i + 1;
+                R.flushed_to[t] = i + 1;
                 rows[t]++;
             }
         }
     }
-    if (rc == SQLITE_OK) rc = pb_record_file_catalogue(conn, rows, dropped);
+    if (rc == SQLITE_OK) rc = pb_record_file_catalogue(R.conn, rows, dropped);
     if (rc == SQLITE_OK) rc = write_info();
     if (rc == SQLITE_OK) rc = exec("COMMIT");
     if (rc != SQLITE_OK) {
-        int full = (rc & 0xff) == SQLITE_FULL || sqlite3_errcode(conn) == SQLITE_FULL;
-        int first_failure = !atomic_load(&failed);
+        int full = (rc & 0xff) == SQLITE_FULL || sqlite3_errcode(R.conn) == SQLITE_FULL;
+        int first_failure = !atomic_load(&R.failed);
         fail_once(full ? "disk full" : "cannot write");
         exec("ROLLBACK");
         if (full && first_failure) mark_disk_full();
         goto done;
     }
     for (int t = 0; t < pb_registry_count(); t++) {
-        atomic_store(&written[t], rows[t]);
-        atomic_store(&lost[t], dropped[t]);
+        atomic_store(&R.written[t], rows[t]);
+        atomic_store(&R.lost[t], dropped[t]);
     }
-    atomic_fetch_add(&flushes, 1);
+    atomic_fetch_add(&R.flushes, 1);
 done:
-    pthread_mutex_unlock(&flush_lock);
+    pthread_mutex_unlock(&R.flush_lock);
     return rc;
 }
 
@@ -288,21 +305,21 @@ void pb_record_refresh_info(pb_record_info_fn fn)
 {
     if (!fn) {
         /* The last body, written now while what it reads (the hooks' detail policy) is there. */
-        pthread_mutex_lock(&control_lock);
-        pthread_mutex_lock(&flush_lock);
-        if (conn && !atomic_load(&failed) && exec("BEGIN") == SQLITE_OK)
+        pthread_mutex_lock(&R.control_lock);
+        pthread_mutex_lock(&R.flush_lock);
+        if (R.conn && !atomic_load(&R.failed) && exec("BEGIN") == SQLITE_OK)
             exec(write_info() == SQLITE_OK ? "COMMIT" : "ROLLBACK");
-        pthread_mutex_unlock(&flush_lock);
-        pthread_mutex_unlock(&control_lock);
+        pthread_mutex_unlock(&R.flush_lock);
+        pthread_mutex_unlock(&R.control_lock);
     }
-    atomic_store(&info_fn, fn);
+    atomic_store(&R.info_fn, fn);
 }
 
 static int rows_pending_high(void)
 {
     for (int t = 0; t < pb_registry_count(); t++) {
         const pb_table *tab = pb_registry_get(t);
-        if (pb_ring_head(tab->ring) - flushed_to[t] > pb_ring_capacity(tab->ring) / 4) return 1;
+        if (pb_ring_head(tab->ring) - R.flushed_to[t] > pb_ring_capacity(tab->ring) / 4) return 1;
     }
     return 0;
 }
@@ -313,20 +330,20 @@ static void *recorder_main(void *arg)
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL); /* signals go to the program's threads */
-    int64_t last = pb_now_ns() - flush_every_ns; /* the first tick flushes what the rings hold */
-    while (!atomic_load(&stop_requested)) {
+    int64_t last = pb_now_ns() - R.flush_every_ns; /* the first tick flushes what the rings hold */
+    while (!atomic_load(&R.stop_requested)) {
         struct timespec tick = {0, TICK_MS * 1000000L};
         nanosleep(&tick, NULL);
-        if (atomic_load(&sigterm_seen)) {
+        if (atomic_load(&R.sigterm_seen)) {
             flush();
-            pthread_mutex_lock(&flush_lock);
-            if (conn && !atomic_load(&failed)) write_end(conn, "terminated", "SIGTERM");
-            pthread_mutex_unlock(&flush_lock);
+            pthread_mutex_lock(&R.flush_lock);
+            if (R.conn && !atomic_load(&R.failed)) write_end(R.conn, "terminated", "SIGTERM");
+            pthread_mutex_unlock(&R.flush_lock);
             signal(SIGTERM, SIG_DFL);
             kill(getpid(), SIGTERM);
             break;
         }
-        if (pb_now_ns() - last >= flush_every_ns || rows_pending_high()) {
+        if (pb_now_ns() - last >= R.flush_every_ns || rows_pending_high()) {
             flush();
             last = pb_now_ns();
         }
@@ -339,7 +356,7 @@ static void *recorder_main(void *arg)
 static void on_sigterm(int sig)
 {
     (void)sig;
-    atomic_store(&sigterm_seen, 1);
+    atomic_store(&R.sigterm_seen, 1);
 }
 
 /* Installs on_sigterm when SIGTERM has the default action; a program's own handler is left
@@ -355,7 +372,7 @@ static void install_on_sigterm(void)
     sa.sa_handler = on_sigterm;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    on_sigterm_installed = sigaction(SIGTERM, &sa, NULL) == 0;
+    R.on_sigterm_installed = sigaction(SIGTERM, &sa, NULL) == 0;
 }
 
 /* Puts the default action back if on_sigterm is still the handler: with no recorder thread to
@@ -363,18 +380,18 @@ static void install_on_sigterm(void)
 static void remove_on_sigterm(void)
 {
     struct sigaction now;
-    if (on_sigterm_installed && sigaction(SIGTERM, NULL, &now) == 0 &&
+    if (R.on_sigterm_installed && sigaction(SIGTERM, NULL, &now) == 0 &&
         now.sa_handler == on_sigterm && !(now.sa_flags & SA_SIGINFO))
         signal(SIGTERM, SIG_DFL);
-    on_sigterm_installed = 0;
+    R.on_sigterm_installed = 0;
 }
 
 /* Creates the file's tables and rows, with the catalogue and the info row as of now, in one
  * transaction. [control_lock held, no recorder thread running] */
 static int create_schema(const pb_buf *info, const uint64_t *rows, const uint64_t *dropped)
 {
-    int rc = pb_record_file_create(conn, info);
-    if (rc == SQLITE_OK) rc = pb_record_file_catalogue(conn, rows, dropped);
+    int rc = pb_record_file_create(R.conn, info);
+    if (rc == SQLITE_OK) rc = pb_record_file_catalogue(R.conn, rows, dropped);
     if (rc == SQLITE_OK) rc = write_info();
     if (rc == SQLITE_OK) rc = exec("COMMIT");
     return rc;
@@ -383,11 +400,47 @@ static int create_schema(const pb_buf *info, const uint64_t *rows, const uint64_
 static void close_file(void)
 {
     for (int t = 0; t < PB_REGISTRY_MAX; t++) {
-        sqlite3_finalize(insert[t]);
-        insert[t] = NULL;
+        sqlite3_finalize(R.insert[t]);
+        R.insert[t] = NULL;
     }
-    sqlite3_close(conn);
-    conn = NULL;
+    sqlite3_close(R.conn);
+    R.conn = NULL;
+}
+
+void pb_record_reset(int forked)
+{
+    if (forked) {
+        /* The child has one thread, and one of the parent's may have held any of these. */
+        pthread_mutex_init(&R.control_lock, NULL);
+        pthread_mutex_init(&R.flush_lock, NULL);
+        pthread_mutex_init(&R.error_lock, NULL);
+    } else {
+        close_file(); /* nothing is open after a stop; a forked child's handles are the parent's */
+    }
+    /* The child's copy of the descriptor would keep the recording's flock held after the
+     * parent let go of it (flock locks belong to the open file, which fork() shares). */
+    if (R.lock_fd >= 0) close(R.lock_fd);
+    remove_on_sigterm(); /* with no recorder thread to act on it, it would swallow SIGTERM */
+    R.running = 0;
+    R.closed = forked; /* a forked child records nothing */
+    R.starting = 0;
+    R.path[0] = '\0';
+    R.started_unix = 0;
+    R.flush_every_ns = 0;
+    R.lock_fd = -1;
+    R.closed_at_exit = 0;
+    R.conn = NULL;
+    for (int t = 0; t < PB_REGISTRY_MAX; t++) {
+        R.insert[t] = NULL; /* finalized by close_file, or the parent's */
+        R.flushed_to[t] = 0;
+        atomic_store(&R.written[t], 0);
+        atomic_store(&R.lost[t], 0);
+    }
+    atomic_store(&R.flushes, 0);
+    atomic_store(&R.failed, 0);
+    R.error_text[0] = '\0';
+    atomic_store(&R.stop_requested, 0);
+    atomic_store(&R.sigterm_seen, 0);
 }
 
 static void stop_locked(void);
@@ -399,35 +452,35 @@ static void stop_locked(void);
 static void on_process_exit(int status, void *unused)
 {
     (void)unused;
-    if (getpid() != agent_pid) return; /* a fork()ed child */
+    if (getpid() != R.agent_pid) return; /* a fork()ed child */
     struct timespec deadline = pb_deadline_ns(CLOCK_REALTIME, 1000000000);
-    if (pthread_mutex_timedlock(&control_lock, &deadline) != 0) return;
-    have_exit_status = 1;
-    exit_status = status;
-    exiting = 1;
-    if (running) {
-        closed = 1;
+    if (pthread_mutex_timedlock(&R.control_lock, &deadline) != 0) return;
+    R.have_exit_status = 1;
+    R.exit_status = status;
+    R.exiting = 1;
+    if (R.running) {
+        R.closed = 1;
         stop_locked();
-    } else if (closed_at_exit && path[0]) {
+    } else if (R.closed_at_exit && R.path[0]) {
         sqlite3 *c = NULL;
-        if (sqlite3_open_v2(path, &c, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) ==
+        if (sqlite3_open_v2(R.path, &c, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) ==
                 SQLITE_OK) {
             sqlite3_busy_timeout(c, 1000);
             /* after a full disk: no journal, the row's page is rewritten in place */
-            sqlite3_exec(c, atomic_load(&failed) ? "PRAGMA journal_mode=OFF" :
+            sqlite3_exec(c, atomic_load(&R.failed) ? "PRAGMA journal_mode=OFF" :
                          "PRAGMA synchronous=OFF", NULL, NULL, NULL);
-            write_end(c, atomic_load(&failed) ? "recording failed" : end_state(), NULL);
+            write_end(c, atomic_load(&R.failed) ? "recording failed" : end_state(), NULL);
         }
         sqlite3_close(c);
     }
-    pthread_mutex_unlock(&control_lock);
+    pthread_mutex_unlock(&R.control_lock);
 }
 
 void pb_record_exiting(void)
 {
-    pthread_mutex_lock(&control_lock);
-    exiting = 1;
-    pthread_mutex_unlock(&control_lock);
+    pthread_mutex_lock(&R.control_lock);
+    R.exiting = 1;
+    pthread_mutex_unlock(&R.control_lock);
 }
 
 /* Copies text into *slot (NULL: cleared). */
@@ -439,11 +492,11 @@ static void keep_text(char **slot, const char *text)
 
 void pb_record_note_exception(const char *type, const char *message, const char *stack)
 {
-    pthread_mutex_lock(&control_lock);
-    keep_text(&exception_type, type);
-    keep_text(&exception_message, message);
-    keep_text(&exception_stack, stack);
-    pthread_mutex_unlock(&control_lock);
+    pthread_mutex_lock(&R.control_lock);
+    keep_text(&R.exception_type, type);
+    keep_text(&R.exception_message, message);
+    keep_text(&R.exception_stack, stack);
+    pthread_mutex_unlock(&R.control_lock);
 }
 
 /* Creates file under the rules of recpath.h (replace: an existing recording may be replaced):
@@ -457,9 +510,9 @@ static int start_locked(const char *file, int replace, const pb_buf *info, char 
                         size_t whylen)
 {
     uint64_t zeros[PB_REGISTRY_MAX] = {0}, firsts[PB_REGISTRY_MAX];
-    char journal[sizeof path + 16], temp[sizeof path + 64];
+    char journal[sizeof R.path + 16], temp[sizeof R.path + 64];
     int rc, renamed = 0, old_fd = -1;
-    if (strlen(file) >= sizeof path) {
+    if (strlen(file) >= sizeof R.path) {
         snprintf(why, whylen, "%s", strerror(ENAMETOOLONG));
         return -ENAMETOOLONG;
     }
@@ -469,20 +522,20 @@ static int start_locked(const char *file, int replace, const pb_buf *info, char 
     snprintf(temp, sizeof temp, "%.*s.%s.%ld.tmp", slash ? (int)(slash - file + 1) : 0, file,
              slash ? slash + 1 : file, (long)getpid());
     snprintf(journal, sizeof journal, "%s-journal", file);
-    lock_fd = open(temp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (lock_fd < 0) {
+    R.lock_fd = open(temp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (R.lock_fd < 0) {
         rc = -errno;
         snprintf(why, whylen, "%s", strerror(-rc));
         return rc;
     }
-    flock(lock_fd, LOCK_EX | LOCK_NB); /* a new inode: nobody else can hold it */
+    flock(R.lock_fd, LOCK_EX | LOCK_NB); /* a new inode: nobody else can hold it */
     for (int t = 0; t < pb_registry_count(); t++)
         firsts[t] = pb_ring_first(pb_registry_get(t)->ring);
-    if (sqlite3_open_v2(temp, &conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+    if (sqlite3_open_v2(temp, &R.conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
             SQLITE_OK ||
-        sqlite3_busy_timeout(conn, BUSY_TIMEOUT_MS) != SQLITE_OK ||
+        sqlite3_busy_timeout(R.conn, BUSY_TIMEOUT_MS) != SQLITE_OK ||
         create_schema(info, zeros, firsts) != SQLITE_OK) {
-        snprintf(why, whylen, "%s", conn ? sqlite3_errmsg(conn) : "cannot open");
+        snprintf(why, whylen, "%s", R.conn ? sqlite3_errmsg(R.conn) : "cannot open");
         rc = PB_ESQL;
         goto fail;
     }
@@ -508,39 +561,39 @@ static int start_locked(const char *file, int replace, const pb_buf *info, char 
     renamed = 1;
     if (old_fd >= 0) close(old_fd);
     old_fd = -1;
-    if (sqlite3_open_v2(file, &conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+    if (sqlite3_open_v2(file, &R.conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
             SQLITE_OK ||
-        sqlite3_busy_timeout(conn, BUSY_TIMEOUT_MS) != SQLITE_OK ||
-        pb_record_file_prepare_inserts(conn, insert) != SQLITE_OK) {
-        snprintf(why, whylen, "%s", conn ? sqlite3_errmsg(conn) : "cannot open");
+        sqlite3_busy_timeout(R.conn, BUSY_TIMEOUT_MS) != SQLITE_OK ||
+        pb_record_file_prepare_inserts(R.conn, R.insert) != SQLITE_OK) {
+        snprintf(why, whylen, "%s", R.conn ? sqlite3_errmsg(R.conn) : "cannot open");
         rc = PB_ESQL;
         goto fail;
     }
-    snprintf(path, sizeof path, "%s", file);
+    snprintf(R.path, sizeof R.path, "%s", file);
     int64_t ms = pb_config_int("PROBING_RECORD_FLUSH_MS", 1000);
-    flush_every_ns = (ms < 10 ? 10 : ms) * 1000000LL;
+    R.flush_every_ns = (ms < 10 ? 10 : ms) * 1000000LL;
     for (int t = 0; t < PB_REGISTRY_MAX; t++) {
-        flushed_to[t] = t < pb_registry_count() ? firsts[t] : 0;
-        atomic_store(&written[t], 0);
-        atomic_store(&lost[t], flushed_to[t]);
+        R.flushed_to[t] = t < pb_registry_count() ? firsts[t] : 0;
+        atomic_store(&R.written[t], 0);
+        atomic_store(&R.lost[t], R.flushed_to[t]);
     }
-    atomic_store(&flushes, 0);
-    atomic_store(&failed, 0);
-    pthread_mutex_lock(&error_lock);
-    error_text[0] = '\0';
-    pthread_mutex_unlock(&error_lock);
-    atomic_store(&stop_requested, 0);
-    atomic_store(&sigterm_seen, 0);
-    if (pthread_create(&thread, NULL, recorder_main, NULL) != 0) {
+    atomic_store(&R.flushes, 0);
+    atomic_store(&R.failed, 0);
+    pthread_mutex_lock(&R.error_lock);
+    R.error_text[0] = '\0';
+    pthread_mutex_unlock(&R.error_lock);
+    atomic_store(&R.stop_requested, 0);
+    atomic_store(&R.sigterm_seen, 0);
+    if (pthread_create(&R.thread, NULL, recorder_main, NULL) != 0) {
         snprintf(why, whylen, "cannot start its thread");
-        path[0] = '\0';
+        R.path[0] = '\0';
         rc = PB_EINTERNAL;
         goto fail;
     }
-    running = 1;
-    started_unix = (double)pb_wall_ns() / 1e9;
-    if (!atexit_registered) /* the exit status, and the C fallback of the Python atexit */
-        atexit_registered = on_exit(on_process_exit, NULL) == 0;
+    R.running = 1;
+    R.started_unix = (double)pb_wall_ns() / 1e9;
+    if (!R.atexit_registered) /* the exit status, and the C fallback of the Python atexit */
+        R.atexit_registered = on_exit(on_process_exit, NULL) == 0;
     install_on_sigterm();
     return 0;
 fail:
@@ -548,8 +601,8 @@ fail:
     if (old_fd >= 0) close(old_fd);
     unlink(renamed ? file : temp);
     if (renamed) unlink(journal);
-    close(lock_fd);
-    lock_fd = -1;
+    close(R.lock_fd);
+    R.lock_fd = -1;
     return rc;
 }
 
@@ -557,25 +610,25 @@ fail:
  * meanwhile, which on_sigterm held back for the flush, is sent again. [control_lock held] */
 static void stop_locked(void)
 {
-    if (!running) return;
-    running = 0;
-    atomic_store(&stop_requested, 1);
-    if (!pthread_equal(pthread_self(), thread)) pthread_join(thread, NULL);
+    if (!R.running) return;
+    R.running = 0;
+    atomic_store(&R.stop_requested, 1);
+    if (!pthread_equal(pthread_self(), R.thread)) pthread_join(R.thread, NULL);
     flush();
     remove_on_sigterm();
-    pthread_mutex_lock(&flush_lock);
-    if (conn && !atomic_load(&failed)) {
-        const char *state = atomic_load(&sigterm_seen) ? "terminated" : end_state();
-        if (write_end(conn, state, NULL) != SQLITE_OK)
-            pb_log_warn("recording to %s: cannot write how it ended: %s", path,
-                        sqlite3_errmsg(conn));
+    pthread_mutex_lock(&R.flush_lock);
+    if (R.conn && !atomic_load(&R.failed)) {
+        const char *state = atomic_load(&R.sigterm_seen) ? "terminated" : end_state();
+        if (write_end(R.conn, state, NULL) != SQLITE_OK)
+            pb_log_warn("recording to %s: cannot write how it ended: %s", R.path,
+                        sqlite3_errmsg(R.conn));
     }
-    closed_at_exit = exiting;
+    R.closed_at_exit = R.exiting;
     close_file();
-    pthread_mutex_unlock(&flush_lock);
-    if (lock_fd >= 0) close(lock_fd); /* another recorder may take the path now */
-    lock_fd = -1;
-    if (atomic_load(&sigterm_seen)) {
+    pthread_mutex_unlock(&R.flush_lock);
+    if (R.lock_fd >= 0) close(R.lock_fd); /* another recorder may take the path now */
+    R.lock_fd = -1;
+    if (atomic_load(&R.sigterm_seen)) {
         signal(SIGTERM, SIG_DFL);
         kill(getpid(), SIGTERM);
     }
@@ -586,26 +639,26 @@ static void started_cond_init(void)
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&started_cond, &attr);
+    pthread_cond_init(&R.started_cond, &attr);
     pthread_condattr_destroy(&attr);
 }
 
 /* Ends the start-up wait of record requests. [control_lock held] */
 static void started_locked(void)
 {
-    starting = 0;
-    pthread_once(&started_cond_once, started_cond_init);
-    pthread_cond_broadcast(&started_cond);
+    R.starting = 0;
+    pthread_once(&R.started_cond_once, started_cond_init);
+    pthread_cond_broadcast(&R.started_cond);
 }
 
 void pb_record_expect(void)
 {
-    pthread_once(&started_cond_once, started_cond_init);
-    pthread_mutex_lock(&control_lock);
-    agent_pid = getpid();
-    closed = 0;
-    starting = 1;
-    pthread_mutex_unlock(&control_lock);
+    pthread_once(&R.started_cond_once, started_cond_init);
+    pthread_mutex_lock(&R.control_lock);
+    R.agent_pid = getpid();
+    R.closed = 0;
+    R.starting = 1;
+    pthread_mutex_unlock(&R.control_lock);
 }
 
 /* Waits until the agent's start has opened the recorder, at most PB_RECORD_START_WAIT_MS.
@@ -613,9 +666,9 @@ void pb_record_expect(void)
 static int wait_started_locked(void)
 {
     struct timespec until = pb_deadline_ns(CLOCK_MONOTONIC, (int64_t)PB_RECORD_START_WAIT_MS * 1000000);
-    while (starting)
-        if (pthread_cond_timedwait(&started_cond, &control_lock, &until) == ETIMEDOUT) break;
-    return starting ? -ETIMEDOUT : 0;
+    while (R.starting)
+        if (pthread_cond_timedwait(&R.started_cond, &R.control_lock, &until) == ETIMEDOUT) break;
+    return R.starting ? -ETIMEDOUT : 0;
 }
 
 /* The file this process records into for PROBING_RECORD=template (docs/recordings.md, "One
@@ -652,31 +705,30 @@ static int recording_file(const char *template_path, char *out, size_t outlen, c
 
 void pb_record_start(const pb_buf *info)
 {
-    pthread_mutex_lock(&control_lock);
-    agent_pid = getpid();
-    closed = 0;
+    pthread_mutex_lock(&R.control_lock);
+    R.agent_pid = getpid();
+    R.closed = 0;
     started_locked();
-    if (!running) path[0] = '\0'; /* the last recording's counts were of the previous tables */
     const char *p = pb_config_str("PROBING_RECORD");
-    if (p && *p && !running) {
-        char file[sizeof path + 32], why[512];
+    if (p && *p && !R.running) {
+        char file[sizeof R.path + 32], why[512];
         if (recording_file(p, file, sizeof file, why, sizeof why) != 0)
             pb_log_warn("recording is off: %s; training goes on", why);
         else if (start_locked(file, pb_config_int("PROBING_RECORD_FORCE", 0) != 0, info, why,
                               sizeof why))
             pb_log_warn("recording to %s is off: %s; training goes on", file, why);
     }
-    pthread_mutex_unlock(&control_lock);
+    pthread_mutex_unlock(&R.control_lock);
 }
 
 void pb_record_stop(void)
 {
-    if (getpid() != agent_pid) return; /* a fork()ed child (DataLoader worker) */
-    pthread_mutex_lock(&control_lock);
-    closed = 1;
+    if (getpid() != R.agent_pid) return; /* a fork()ed child (DataLoader worker) */
+    pthread_mutex_lock(&R.control_lock);
+    R.closed = 1;
     started_locked(); /* a request still waiting for the start is refused as leaving */
     stop_locked();
-    pthread_mutex_unlock(&control_lock);
+    pthread_mutex_unlock(&R.control_lock);
 }
 
 /* ---- the /api/record routes ---- */
@@ -685,42 +737,42 @@ void pb_record_stop(void)
 static int write_status(pb_buf *out)
 {
     pb_jsonw w;
-    int recording = running && !atomic_load(&failed);
+    int recording = R.running && !atomic_load(&R.failed);
     pb_buf_reset(out);
     pb_jsonw_init(&w, out);
     pb_jsonw_obj_begin(&w);
     pb_jsonw_key(&w, "recording");
     pb_jsonw_bool(&w, recording);
     pb_jsonw_key(&w, "path");
-    if (path[0]) pb_jsonw_str(&w, path);
+    if (R.path[0]) pb_jsonw_str(&w, R.path);
     else pb_jsonw_null(&w);
     pb_jsonw_key(&w, "started_unix");
-    if (path[0]) pb_jsonw_double(&w, started_unix);
+    if (R.path[0]) pb_jsonw_double(&w, R.started_unix);
     else pb_jsonw_null(&w);
     pb_jsonw_key(&w, "flush_every_ms");
-    if (path[0]) pb_jsonw_int(&w, flush_every_ns / 1000000);
+    if (R.path[0]) pb_jsonw_int(&w, R.flush_every_ns / 1000000);
     else pb_jsonw_null(&w);
     pb_jsonw_key(&w, "on_sigterm");
-    pb_jsonw_bool(&w, recording && (on_sigterm_installed || agent_sigterm_in_place()));
+    pb_jsonw_bool(&w, recording && (R.on_sigterm_installed || agent_sigterm_in_place()));
     pb_jsonw_key(&w, "flushes");
-    pb_jsonw_int(&w, path[0] ? (int64_t)atomic_load(&flushes) : 0);
+    pb_jsonw_int(&w, R.path[0] ? (int64_t)atomic_load(&R.flushes) : 0);
     for (int which = 0; which < 2; which++) {
         pb_jsonw_key(&w, which ? "rows_dropped" : "rows");
         pb_jsonw_obj_begin(&w);
-        for (int t = 0; path[0] && t < pb_registry_count(); t++) {
+        for (int t = 0; R.path[0] && t < pb_registry_count(); t++) {
             const pb_table *tab = pb_registry_get(t);
             char name[256];
             snprintf(name, sizeof name, "%s.%s", tab->schema, tab->name);
             pb_jsonw_key(&w, name);
-            pb_jsonw_int(&w, (int64_t)atomic_load(which ? &lost[t] : &written[t]));
+            pb_jsonw_int(&w, (int64_t)atomic_load(which ? &R.lost[t] : &R.written[t]));
         }
         pb_jsonw_obj_end(&w);
     }
     pb_jsonw_key(&w, "error");
-    pthread_mutex_lock(&error_lock);
-    if (path[0] && error_text[0]) pb_jsonw_str(&w, error_text);
+    pthread_mutex_lock(&R.error_lock);
+    if (R.path[0] && R.error_text[0]) pb_jsonw_str(&w, R.error_text);
     else pb_jsonw_null(&w);
-    pthread_mutex_unlock(&error_lock);
+    pthread_mutex_unlock(&R.error_lock);
     return pb_jsonw_obj_end(&w);
 }
 
@@ -735,19 +787,19 @@ int pb_record_request_start(const char *file, int force, int leaving, const pb_b
 {
     char why[512];
     int status;
-    pthread_mutex_lock(&control_lock);
-    if (starting && !leaving && wait_started_locked()) {
+    pthread_mutex_lock(&R.control_lock);
+    if (R.starting && !leaving && wait_started_locked()) {
         status = pb_api_error(out, 503, "the agent is still starting: its recorder was not "
                               "ready after %d s; try again: probing %ld record -o %s",
                               PB_RECORD_START_WAIT_MS / 1000, (long)getpid(), file);
-    } else if (leaving || closed || getpid() != agent_pid) {
+    } else if (leaving || R.closed || getpid() != R.agent_pid) {
         status = pb_api_error(out, 503, "the agent is leaving this process (detach or exit); "
                               "nothing can be recorded now");
     } else if (pb_registry_count() == 0) {
         status = pb_api_error(out, 503, "nothing to record: the agent has no tables");
-    } else if (running && !atomic_load(&failed)) {
+    } else if (R.running && !atomic_load(&R.failed)) {
         status = pb_api_error(out, 409, "already recording to %s; stop it first: probing %ld "
-                              "record --stop", path, (long)getpid());
+                              "record --stop", R.path, (long)getpid());
     } else {
         stop_locked(); /* a recorder that failed to write: its file is closed first */
         int rc = start_locked(file, force, info, why, sizeof why);
@@ -771,39 +823,42 @@ int pb_record_request_start(const char *file, int force, int leaving, const pb_b
         else
             status = pb_api_error(out, 500, "cannot record to %s: %s", file, why);
     }
-    pthread_mutex_unlock(&control_lock);
+    pthread_mutex_unlock(&R.control_lock);
     return status;
 }
 
 int pb_record_request_stop(pb_buf *out)
 {
     int status;
-    pthread_mutex_lock(&control_lock);
-    if (!running) {
+    pthread_mutex_lock(&R.control_lock);
+    if (!R.running) {
         status = pb_api_error(out, 409, "not recording%s%s; start a recording with: probing "
-                              "%ld record -o FILE.db", path[0] ? ": the last recording "
-                              "went to " : "", path, (long)getpid());
+                              "%ld record -o FILE.db", R.path[0] ? ": the last recording "
+                              "went to " : "", R.path, (long)getpid());
     } else {
         stop_locked();
         status = status_answer(out);
     }
-    pthread_mutex_unlock(&control_lock);
+    pthread_mutex_unlock(&R.control_lock);
     return status;
 }
 
 int pb_record_status(pb_buf *out)
 {
-    pthread_mutex_lock(&control_lock);
+    pthread_mutex_lock(&R.control_lock);
     int status = status_answer(out);
-    pthread_mutex_unlock(&control_lock);
+    pthread_mutex_unlock(&R.control_lock);
     return status;
 }
 
-void pb_record_sigterm_via_agent(void (*handler)(int)) { atomic_store(&sigterm_via_agent, handler); }
+void pb_record_sigterm_via_agent(void (*handler)(int))
+{
+    atomic_store(&R.sigterm_via_agent, handler);
+}
 
 int pb_record_take_sigterm(void)
 {
-    if (!running) return 0;
-    atomic_store(&sigterm_seen, 1); /* as on_sigterm: the recorder thread flushes, re-sends */
+    if (!R.running) return 0;
+    atomic_store(&R.sigterm_seen, 1); /* as on_sigterm: the recorder thread flushes, re-sends */
     return 1;
 }

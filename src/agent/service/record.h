@@ -9,6 +9,16 @@
 
 #include "buf.h"
 
+/* The one reset of the recorder's state (one struct in record.c): what the last agent in this
+ * process left (its last recording's path and counts, after a detach) or what a forked child
+ * must not inherit (the parent's recording: its thread, connection and file lock; SIGTERM's
+ * handler, which only the parent's recorder thread acts on). Kept: what belongs to the process
+ * (how it exits, an uncaught exception, the on_exit() registration). forked=0: agent start,
+ * before pb_record_expect [GIL held, no server or recorder thread]; forked=1: the child after
+ * fork(), from the atfork handler (only flags, close() and making the locks anew: the child has
+ * one thread and any lock may have been held). */
+void pb_record_reset(int forked);
+
 /* Agent start, before the server listens: from now on until pb_record_start() (or
  * pb_record_stop()), a record request waits for the recorder (at most PB_RECORD_START_WAIT_MS)
  * instead of being refused, so `probing <pid> record` works as soon as the socket is there.
