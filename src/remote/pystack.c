@@ -14,6 +14,7 @@
  */
 #include "pystack.h"
 
+#include "pylayout.h"
 #include "remote.h"
 
 #include <errno.h>
@@ -28,174 +29,8 @@
 #define MAX_FRAMES 4096
 #define MAX_STRING_CHARS 4096
 #define MAX_LINETABLE_BYTES ((size_t)1 << 20)
-#define OWNER_NONE 255
 
-enum gil_kind { GIL_IN_RUNTIME, GIL_POINTER_IN_INTERP, GIL_IN_INTERP };
-
-/* Byte offsets of the fields the walk reads, for one CPython minor version. */
-typedef struct layout {
-    uint64_t runtime_interpreters_head;
-    uint64_t interp_next, interp_threads_head;
-    enum gil_kind gil_kind;
-    uint64_t gil_base;                /* runtime/interp offset of the gil (or of its pointer) */
-    uint64_t gil_locked, gil_holder;  /* offsets inside the gil state */
-    uint64_t tstate_next, tstate_thread_id, tstate_native_id;
-    int has_cframe;                   /* 3.11/3.12: the current frame hangs off tstate.cframe */
-    uint64_t tstate_frame;            /* tstate.cframe (3.11/3.12) or tstate.current_frame */
-    uint64_t cframe_current_frame;
-    uint64_t frame_code, frame_previous, frame_instr, frame_owner;
-    unsigned owner_cstack;            /* OWNER_NONE where no such frames exist */
-    uint64_t code_filename, code_qualname, code_firstlineno, code_linetable, code_adaptive;
-    enum { LINES_LOCATIONS, LINES_LNOTAB, LINES_310 } lines; /* co_linetable (3.11+) / co_lnotab /
-                                                               co_linetable of 3.10 */
-    int legacy;          /* 3.9/3.10: PyFrameObject chain, f_lasti (int) instead of a pointer */
-    int lasti_units;     /* 3.10: f_lasti counts 2-byte code units; 3.9: bytes */
-    uint64_t unicode_state, unicode_length, ascii_size, compact_size;
-    uint64_t bytes_size, bytes_sval;
-    /* Python thread names (3.11+): the Thread object is local 0 (`self`) of the thread's
-     * outermost frame, Thread._bootstrap; its `_name` sits in its managed instance dict. */
-    enum { NAMES_NONE, NAMES_311, NAMES_312, NAMES_313 } names;
-    uint64_t frame_localsplus, type_flags, heaptype_cached_keys;
-} layout;
-
-/* From Include/internal/pycore_*.h, frameobject.h and code.h of CPython 3.9.18 and 3.10.13
- * (offsetof, x86_64; a program compiled against each version's headers printed them). Frames
- * are PyFrameObjects (f_back, f_code, f_lasti); code objects have co_name, not co_qualname;
- * thread states have no native thread id (it is read from glibc's struct pthread). */
-static const layout layout_39 = {
-    .runtime_interpreters_head = 32,
-    .interp_next = 0, .interp_threads_head = 8,
-    .gil_kind = GIL_IN_RUNTIME, .gil_base = 352, .gil_locked = 16, .gil_holder = 8,
-    .tstate_next = 8, .tstate_thread_id = 176, .tstate_native_id = 0,
-    .has_cframe = 0, .tstate_frame = 24,
-    .frame_code = 32, .frame_previous = 24, .frame_instr = 104,
-    .owner_cstack = OWNER_NONE,
-    .code_filename = 104, .code_qualname = 112, .code_firstlineno = 40, .code_linetable = 120,
-    .code_adaptive = 128, /* bytes of the code object read */
-    .lines = LINES_LNOTAB, .legacy = 1, .lasti_units = 0,
-    .unicode_state = 32, .unicode_length = 16, .ascii_size = 48, .compact_size = 72,
-    .bytes_size = 16, .bytes_sval = 32,
-};
-
-static const layout layout_310 = {
-    .runtime_interpreters_head = 32,
-    .interp_next = 0, .interp_threads_head = 8,
-    .gil_kind = GIL_IN_RUNTIME, .gil_base = 352, .gil_locked = 16, .gil_holder = 8,
-    .tstate_next = 8, .tstate_thread_id = 176, .tstate_native_id = 0,
-    .has_cframe = 0, .tstate_frame = 24,
-    .frame_code = 32, .frame_previous = 24, .frame_instr = 96,
-    .owner_cstack = OWNER_NONE,
-    .code_filename = 104, .code_qualname = 112, .code_firstlineno = 40, .code_linetable = 120,
-    .code_adaptive = 128,
-    .lines = LINES_310, .legacy = 1, .lasti_units = 1,
-    .unicode_state = 32, .unicode_length = 16, .ascii_size = 48, .compact_size = 72,
-    .bytes_size = 16, .bytes_sval = 32,
-};
-
-/* glibc's struct pthread keeps the kernel thread id 720 bytes in on x86_64 (after tcbhead_t and
- * the list link; the same from glibc 2.17 to 2.40). Checked against /proc before it is used. */
-#define GLIBC_PTHREAD_TID_OFFSET 720
-
-/* From Include/internal/pycore_*.h of CPython 3.11.7 (offsetof, x86_64). */
-static const layout layout_311 = {
-    .runtime_interpreters_head = 40,
-    .interp_next = 0, .interp_threads_head = 16,
-    .gil_kind = GIL_IN_RUNTIME, .gil_base = 0, .gil_locked = 376, .gil_holder = 368,
-    .tstate_next = 8, .tstate_thread_id = 152, .tstate_native_id = 160,
-    .has_cframe = 1, .tstate_frame = 56, .cframe_current_frame = 8,
-    .frame_code = 32, .frame_previous = 48, .frame_instr = 56, .frame_owner = 69,
-    .owner_cstack = OWNER_NONE,
-    .code_filename = 112, .code_qualname = 128, .code_firstlineno = 72, .code_linetable = 136,
-    .code_adaptive = 184,
-    .unicode_state = 32, .unicode_length = 16, .ascii_size = 48, .compact_size = 72,
-    .bytes_size = 16, .bytes_sval = 32,
-    .names = NAMES_311, .frame_localsplus = 72, .type_flags = 168, .heaptype_cached_keys = 872,
-};
-
-/* From Include/internal/pycore_*.h of CPython 3.12.1 (offsetof, x86_64). */
-static const layout layout_312 = {
-    .runtime_interpreters_head = 40,
-    .interp_next = 0, .interp_threads_head = 72,
-    .gil_kind = GIL_POINTER_IN_INTERP, .gil_base = 384, .gil_locked = 16, .gil_holder = 8,
-    .tstate_next = 8, .tstate_thread_id = 136, .tstate_native_id = 144,
-    .has_cframe = 1, .tstate_frame = 56, .cframe_current_frame = 0,
-    .frame_code = 0, .frame_previous = 8, .frame_instr = 56, .frame_owner = 70,
-    .owner_cstack = 3,
-    .code_filename = 112, .code_qualname = 128, .code_firstlineno = 68, .code_linetable = 136,
-    .code_adaptive = 192,
-    .unicode_state = 32, .unicode_length = 16, .ascii_size = 40, .compact_size = 56,
-    .bytes_size = 16, .bytes_sval = 32,
-    .names = NAMES_312, .frame_localsplus = 72, .type_flags = 168, .heaptype_cached_keys = 880,
-};
-
-/* _Py_DebugOffsets of CPython 3.13 (Include/internal/pycore_runtime.h): every field is a
- * uint64_t, so the struct is read as it is laid out there. */
-typedef struct debug_offsets_313 {
-    char cookie[8];
-    uint64_t version, free_threaded;
-    struct { uint64_t size, finalizing, interpreters_head; } runtime_state;
-    struct {
-        uint64_t size, id, next, threads_head, gc, imports_modules, sysdict, builtins,
-            ceval_gil, gil_runtime_state, gil_runtime_state_enabled, gil_runtime_state_locked,
-            gil_runtime_state_holder;
-    } interpreter_state;
-    struct {
-        uint64_t size, prev, next, interp, current_frame, thread_id, native_thread_id,
-            datastack_chunk, status;
-    } thread_state;
-    struct { uint64_t size, previous, executable, instr_ptr, localsplus, owner; } frame;
-    struct {
-        uint64_t size, filename, name, qualname, linetable, firstlineno, argcount,
-            localsplusnames, localspluskinds, co_code_adaptive;
-    } code_object;
-    struct { uint64_t size, ob_type; } pyobject;
-    struct { uint64_t size, tp_name, tp_repr, tp_flags; } type_object;
-    struct { uint64_t size, ob_item, ob_size; } tuple_object, list_object;
-    struct { uint64_t size, ma_keys, ma_values; } dict_object;
-    struct { uint64_t size, ob_fval; } float_object;
-    struct { uint64_t size, lv_tag, ob_digit; } long_object;
-    struct { uint64_t size, ob_size, ob_sval; } bytes_object;
-    struct { uint64_t size, state, length, asciiobject_size; } unicode_object;
-    struct { uint64_t size, collecting; } gc;
-} debug_offsets_313;
-
-_Static_assert(sizeof(debug_offsets_313) == 73 * 8, "_Py_DebugOffsets of 3.13 is 73 words");
-
-static void layout_from_debug_offsets(const debug_offsets_313 *d, layout *l)
-{
-    memset(l, 0, sizeof *l);
-    l->runtime_interpreters_head = d->runtime_state.interpreters_head;
-    l->interp_next = d->interpreter_state.next;
-    l->interp_threads_head = d->interpreter_state.threads_head;
-    l->gil_kind = GIL_IN_INTERP;
-    l->gil_locked = d->interpreter_state.gil_runtime_state_locked;
-    l->gil_holder = d->interpreter_state.gil_runtime_state_holder;
-    l->tstate_next = d->thread_state.next;
-    l->tstate_thread_id = d->thread_state.thread_id;
-    l->tstate_native_id = d->thread_state.native_thread_id;
-    l->has_cframe = 0;
-    l->tstate_frame = d->thread_state.current_frame;
-    l->frame_code = d->frame.executable;
-    l->frame_previous = d->frame.previous;
-    l->frame_instr = d->frame.instr_ptr;
-    l->frame_owner = d->frame.owner;
-    l->owner_cstack = 3; /* FRAME_OWNED_BY_CSTACK, Include/internal/pycore_frame.h */
-    l->code_filename = d->code_object.filename;
-    l->code_qualname = d->code_object.qualname;
-    l->code_firstlineno = d->code_object.firstlineno;
-    l->code_linetable = d->code_object.linetable;
-    l->code_adaptive = d->code_object.co_code_adaptive;
-    l->unicode_state = d->unicode_object.state;
-    l->unicode_length = d->unicode_object.length;
-    l->ascii_size = d->unicode_object.asciiobject_size;
-    l->compact_size = d->unicode_object.asciiobject_size + 16; /* utf8_length, utf8 */
-    l->bytes_size = d->bytes_object.ob_size;
-    l->bytes_sval = d->bytes_object.ob_sval;
-    l->names = NAMES_313;
-    l->frame_localsplus = d->frame.localsplus;
-    l->type_flags = d->type_object.tp_flags;
-    l->heaptype_cached_keys = 880; /* not in the debug offsets: 3.13.0 headers */
-}
+typedef pb_pylayout layout; /* the offsets of one CPython version (pylayout.h) */
 
 /* ------------------------------------------------------------------------- line numbers */
 
@@ -364,10 +199,10 @@ static int read_frame(const reader *r, uint64_t code, uint64_t instr, pb_pyframe
         if (table && pb_remote_read(r->pid, linetable + l->bytes_sval, table,
                                     (size_t)table_len) == 0) {
             int line;
-            if (l->lines == LINES_LNOTAB) {
+            if (l->lines == PB_LINES_LNOTAB) {
                 line = pb_pystack_line_lnotab(table, (size_t)table_len, first_line,
                                               (int32_t)instr);
-            } else if (l->lines == LINES_310) {
+            } else if (l->lines == PB_LINES_310) {
                 line = pb_pystack_line_310(table, (size_t)table_len, first_line,
                                            (int64_t)(int32_t)instr * 2);
             } else {
@@ -512,19 +347,19 @@ static uint64_t object_attribute(const reader *r, uint64_t obj, const char *attr
         !(flags & TPFLAGS_MANAGED_DICT))
         return 0;
     switch (l->names) {
-    case NAMES_311: /* values pointer at obj - 4 words, dict pointer at obj - 3 words */
+    case PB_NAMES_311: /* values pointer at obj - 4 words, dict pointer at obj - 3 words */
         if (pb_remote_read_u64(r->pid, obj - 32, &values) ||
             pb_remote_read_u64(r->pid, obj - 24, &dict))
             return 0;
         break;
-    case NAMES_312: { /* one word at obj - 3 words: a dict, or values - 1 (odd: tagged) */
+    case PB_NAMES_312: { /* one word at obj - 3 words: a dict, or values - 1 (odd: tagged) */
         uint64_t word = 0;
         if (pb_remote_read_u64(r->pid, obj - 24, &word)) return 0;
         if (word & 1) values = word + 1;
         else dict = word;
         break;
     }
-    case NAMES_313: { /* dict at obj - 3 words, else values inline after the object head */
+    case PB_NAMES_313: { /* dict at obj - 3 words, else values inline after the object head */
         uint8_t valid = 0;
         if (pb_remote_read_u64(r->pid, obj - 24, &dict)) return 0;
         if (!dict && (flags & TPFLAGS_INLINE_VALUES) &&
@@ -549,7 +384,7 @@ static uint64_t object_attribute(const reader *r, uint64_t obj, const char *attr
 static void read_python_name(const reader *r, uint64_t frame, pb_pythread *t)
 {
     uint64_t self = 0, name = 0, str_type = 0, value_type = 0;
-    if (r->l->names == NAMES_NONE ||
+    if (r->l->names == PB_NAMES_NONE ||
         pb_remote_read_u64(r->pid, frame + r->l->frame_localsplus, &self) || !self)
         return;
     name = object_attribute(r, self, "_name", &str_type);
@@ -562,13 +397,16 @@ static void read_python_name(const reader *r, uint64_t frame, pb_pythread *t)
 }
 
 /* The kernel thread id behind a pthread_t (3.9/3.10 keep only that), or 0 when it cannot be
- * told: read from glibc's struct pthread and kept only if it is a thread of pid. */
+ * told: read from glibc's struct pthread and kept only if it is a thread of pid. Not read at
+ * all where the offset is not known (pb_pylayout_pthread_tid_offset: x86_64 only). */
 static uint64_t native_id_from_pthread(pid_t pid, uint64_t pthread)
 {
     int32_t tid = 0;
     char path[96];
     struct stat st;
-    if (!pthread || pb_remote_read(pid, pthread + GLIBC_PTHREAD_TID_OFFSET, &tid, 4) || tid <= 0)
+    int64_t offset = pb_pylayout_pthread_tid_offset();
+    if (!pthread || offset < 0 ||
+        pb_remote_read(pid, pthread + (uint64_t)offset, &tid, 4) || tid <= 0)
         return 0;
     snprintf(path, sizeof path, "/proc/%d/task/%d", (int)pid, (int)tid);
     return stat(path, &st) == 0 ? (uint64_t)tid : 0;
@@ -581,9 +419,9 @@ static uint64_t gil_holder(const reader *r, uint64_t runtime, uint64_t interp)
     uint64_t gil = 0, holder = 0;
     int32_t locked = 0;
     switch (l->gil_kind) {
-    case GIL_IN_RUNTIME: gil = runtime + l->gil_base; break;
-    case GIL_IN_INTERP: gil = interp; break;
-    case GIL_POINTER_IN_INTERP:
+    case PB_GIL_IN_RUNTIME: gil = runtime + l->gil_base; break;
+    case PB_GIL_IN_INTERP: gil = interp; break;
+    case PB_GIL_POINTER_IN_INTERP:
         if (pb_remote_read_u64(r->pid, interp + l->gil_base, &gil)) return 0;
         break;
     }
@@ -634,7 +472,7 @@ int pb_pystack_read(pid_t pid, pb_pystack **out, char *why, size_t why_len)
 {
     pb_pystack *s = calloc(1, sizeof *s);
     uint64_t runtime = 0, py_version = 0, interp = 0;
-    layout l313;
+    pb_pylayout l313;
     reader r = {pid, NULL};
     int rc;
     why[0] = '\0';
@@ -648,7 +486,7 @@ int pb_pystack_read(pid_t pid, pb_pystack **out, char *why, size_t why_len)
         pb_remote_version_from_path(s->library, v, sizeof v);
         if (strcmp(v, "3.9") == 0 || strcmp(v, "3.10") == 0) {
             snprintf(s->python_version, sizeof s->python_version, "%s", v);
-            r.l = strcmp(v, "3.9") == 0 ? &layout_39 : &layout_310;
+            r.l = pb_pylayout_get(3, strcmp(v, "3.9") == 0 ? 9 : 10);
         } else {
             snprintf(why, why_len, "Python %s is not supported by backtrace (supported: %s)",
                      *v ? v : "older than 3.9", PB_PYSTACK_SUPPORTED);
@@ -661,12 +499,8 @@ int pb_pystack_read(pid_t pid, pb_pystack **out, char *why, size_t why_len)
     }
     if (r.l) {
         /* 3.9 / 3.10, chosen above */
-    } else if (major == 3 && minor == 11) {
-        r.l = &layout_311;
-    } else if (major == 3 && minor == 12) {
-        r.l = &layout_312;
     } else if (major == 3 && minor == 13) {
-        debug_offsets_313 d;
+        pb_pylayout_debug_offsets_313 d;
         if ((rc = pb_remote_read(pid, runtime, &d, sizeof d))) goto fail;
         if (memcmp(d.cookie, "xdebugpy", 8) != 0 || ((d.version >> 16) & 0xffff) != 0x030d) {
             snprintf(why, why_len, "the _Py_DebugOffsets of Python %s are not where 3.13 keeps "
@@ -674,14 +508,19 @@ int pb_pystack_read(pid_t pid, pb_pystack **out, char *why, size_t why_len)
             rc = PB_PYSTACK_EVERSION;
             goto fail;
         }
-        layout_from_debug_offsets(&d, &l313);
+        pb_pylayout_from_debug_offsets(&d, &l313);
         r.l = &l313;
-    } else {
+    } else if (!(r.l = pb_pylayout_get(major, minor))) {
         snprintf(why, why_len, "Python %s is not supported by backtrace (supported: %s)",
                  s->python_version, PB_PYSTACK_SUPPORTED);
         rc = PB_PYSTACK_EVERSION;
         goto fail;
     }
+    if (!r.l->tstate_native_id && pb_pylayout_pthread_tid_offset() < 0)
+        snprintf(s->note, sizeof s->note, "the kernel thread ids of Python %s threads are not "
+                 "shown: they are read from glibc's struct pthread, whose layout is known here "
+                 "for x86_64 only, not %s (not supported on this architecture)",
+                 s->python_version, pb_pylayout_arch());
     if ((rc = pb_remote_read_u64(pid, runtime + r.l->runtime_interpreters_head, &interp)))
         goto fail;
     if (!interp) {

@@ -6,9 +6,10 @@
  * interpreters -> thread states -> interpreter frames (PyFrameObjects on 3.9/3.10) -> code
  * objects with process_vm_readv.
  * CPython 3.13 describes its own layout in _Py_DebugOffsets at the start of _PyRuntime (cookie
- * "xdebugpy"); 3.11 and 3.12 use offsets taken from their internal headers for x86_64 and
- * aarch64 (LP64; the layouts do not differ). Line numbers come from the code object's location
- * table (co_linetable, Objects/locations.md) and the frame's current instruction.
+ * "xdebugpy"); 3.9 to 3.12 use offsets taken with offsetof() from copies of their own structs
+ * (pylayout.h, cpython_layouts.h), for LP64 targets (x86_64, aarch64). Line numbers come
+ * from the code object's location table (co_linetable, Objects/locations.md) and the frame's
+ * current instruction.
  * The target is not stopped: a thread that runs while it is read may show a torn stack; one
  * that waits (a lock, I/O) or holds the GIL in C code shows exactly where it is.
  */
@@ -50,6 +51,8 @@ typedef struct pb_pystack {
     pid_t pid;
     char python_version[32]; /* "3.11.7" */
     char library[4096];      /* the file that holds _PyRuntime */
+    char note[256];          /* a sentence about what was not read though the stacks were
+                              * (native thread ids of 3.9/3.10 off x86_64); "" normally */
     pb_pythread *threads;
     int thread_count;
 } pb_pystack;

@@ -240,6 +240,7 @@ int cmd_backtrace(const pb_cli_args *a)
                          strerror(-rc));
         return PB_EXIT_ERROR;
     }
+    if (s->note[0]) fprintf(stderr, "probing: %s\n", s->note); /* stacks follow */
     native_stacks ns = {NULL, NULL};
     if (a->native && s->thread_count > 0) {
         ns.frames = calloc((size_t)s->thread_count * NATIVE_MAX, sizeof *ns.frames);
