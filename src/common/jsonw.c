@@ -138,6 +138,21 @@ int pb_jsonw_null(pb_jsonw *w)
     return value_done(w, rc);
 }
 
+int pb_jsonw_str_or_null(pb_jsonw *w, const char *s)
+{
+    return s && s[0] ? pb_jsonw_str(w, s) : pb_jsonw_null(w);
+}
+
+int pb_jsonw_int_or_null(pb_jsonw *w, int present, int64_t v)
+{
+    return present ? pb_jsonw_int(w, v) : pb_jsonw_null(w);
+}
+
+int pb_jsonw_double_or_null(pb_jsonw *w, int present, double v)
+{
+    return present ? pb_jsonw_double(w, v) : pb_jsonw_null(w);
+}
+
 /* Length of the valid UTF-8 sequence at s (1..4), or 0 if invalid. */
 static size_t utf8_len(const unsigned char *s, size_t avail)
 {

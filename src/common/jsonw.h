@@ -46,6 +46,10 @@ int pb_jsonw_int(pb_jsonw *w, int64_t v);
 int pb_jsonw_double(pb_jsonw *w, double v);
 int pb_jsonw_bool(pb_jsonw *w, int v);
 int pb_jsonw_null(pb_jsonw *w);
+/* A value that may be missing: s, or null when s is NULL or ""; v, or null when !present. */
+int pb_jsonw_str_or_null(pb_jsonw *w, const char *s);
+int pb_jsonw_int_or_null(pb_jsonw *w, int present, int64_t v);
+int pb_jsonw_double_or_null(pb_jsonw *w, int present, double v);
 /* The first error of any call since init (or the last restore), 0 when none. */
 int pb_jsonw_error(const pb_jsonw *w);
 pb_jsonw_mark pb_jsonw_save(const pb_jsonw *w);

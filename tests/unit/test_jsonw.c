@@ -66,9 +66,31 @@ static void sticky_errors(void)
     pb_buf_free(&b);
 }
 
+/* The values that may be missing: null exactly when missing. */
+static void or_null(void)
+{
+    pb_buf b = PB_BUF_INIT;
+    pb_jsonw w;
+    pb_jsonw_init(&w, &b);
+    pb_jsonw_arr_begin(&w);
+    pb_jsonw_str_or_null(&w, "a");
+    pb_jsonw_str_or_null(&w, "");
+    pb_jsonw_str_or_null(&w, NULL);
+    pb_jsonw_int_or_null(&w, 1, -7);
+    pb_jsonw_int_or_null(&w, 0, 7);
+    pb_jsonw_double_or_null(&w, 1, 0.5);
+    pb_jsonw_double_or_null(&w, 0, 0.5);
+    pb_jsonw_arr_end(&w);
+    CHECK(pb_jsonw_error(&w) == 0 && pb_buf_puts(&b, "") == 0 &&
+              strcmp(b.data, "[\"a\",null,null,-7,null,0.5,null]") == 0,
+          "or_null: each value, or null when missing (%s)", b.data ? b.data : "");
+    pb_buf_free(&b);
+}
+
 int main(void)
 {
     sticky_errors();
+    or_null();
     static const struct {
         const char *s;
         size_t len;

@@ -117,11 +117,9 @@ static int write_status(pb_buf *out)
         pb_jsonw_key(&w, "requested_at_step");
         pb_jsonw_int(&w, st.requested_step);
         pb_jsonw_key(&w, "first_step");
-        if (st.started) pb_jsonw_int(&w, st.first_step);
-        else pb_jsonw_null(&w);
+        pb_jsonw_int_or_null(&w, st.started, st.first_step);
         pb_jsonw_key(&w, "last_step");
-        if (st.stopped) pb_jsonw_int(&w, st.end_step - 1);
-        else pb_jsonw_null(&w);
+        pb_jsonw_int_or_null(&w, st.stopped, st.end_step - 1);
         pb_jsonw_key(&w, "options");
         pb_jsonw_obj_begin(&w);
         pb_jsonw_key(&w, "memory");
@@ -143,29 +141,24 @@ static int write_status(pb_buf *out)
             pb_jsonw_null(&w);
         }
         pb_jsonw_key(&w, "rows");
-        if (st.finished) pb_jsonw_int(&w, (int64_t)st.rows);
-        else pb_jsonw_null(&w);
+        pb_jsonw_int_or_null(&w, st.finished, (int64_t)st.rows);
         pb_jsonw_key(&w, "events");
-        if (st.finished) pb_jsonw_int(&w, (int64_t)st.events);
-        else pb_jsonw_null(&w);
+        pb_jsonw_int_or_null(&w, st.finished, (int64_t)st.events);
         pb_jsonw_key(&w, "processing_s");
-        if (st.finished) pb_jsonw_double(&w, st.processing_s);
-        else pb_jsonw_null(&w);
+        pb_jsonw_double_or_null(&w, st.finished, st.processing_s);
         pb_jsonw_key(&w, "trace");
         struct stat sb;
         if (st.trace_path[0] && stat(st.trace_path, &sb) == 0) pb_jsonw_str(&w, "ready");
         else if (st.trace_sent) pb_jsonw_str(&w, "sent");
         else pb_jsonw_null(&w);
         pb_jsonw_key(&w, "trace_error");
-        if (st.trace_error[0]) pb_jsonw_str(&w, st.trace_error);
-        else pb_jsonw_null(&w);
+        pb_jsonw_str_or_null(&w, st.trace_error);
         pb_jsonw_key(&w, "cancel_requested");
         pb_jsonw_bool(&w, st.cancel_requested);
         pb_jsonw_key(&w, "age_s");
         pb_jsonw_double(&w, (double)(pb_now_ns() - st.requested_ns) / 1e9);
         pb_jsonw_key(&w, "error");
-        if (st.error[0]) pb_jsonw_str(&w, st.error);
-        else pb_jsonw_null(&w);
+        pb_jsonw_str_or_null(&w, st.error);
     }
     return pb_jsonw_obj_end(&w);
 }

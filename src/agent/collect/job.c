@@ -212,11 +212,9 @@ static void entry_text(char *out, size_t outlen)
     pb_jsonw_int(&w, pb_job.registered_pid);
     pb_jsonw_key(&w, "unix");
     const char *ep = agent_endpoint();
-    if (ep) pb_jsonw_str(&w, ep);
-    else pb_jsonw_null(&w);
+    pb_jsonw_str_or_null(&w, ep);
     pb_jsonw_key(&w, "tcp");
-    if (pb_job.tcp_addr[0]) pb_jsonw_str(&w, pb_job.tcp_addr);
-    else pb_jsonw_null(&w);
+    pb_jsonw_str_or_null(&w, pb_job.tcp_addr);
     pb_jsonw_key(&w, "started");
     pb_jsonw_double(&w, pb_job.started_unix);
     pb_jsonw_key(&w, "hb");

@@ -79,8 +79,7 @@ int pb_job_json(void *ctx, pb_buf *out)
     pb_jsonw_key(&w, "fresh");
     pb_jsonw_bool(&w, fresh);
     pb_jsonw_key(&w, "roster_age_s");
-    if (pb_job.roster_read_ns) pb_jsonw_double(&w, (double)(pb_now_ns() - pb_job.roster_read_ns) / 1e9);
-    else pb_jsonw_null(&w);
+    pb_jsonw_double_or_null(&w, pb_job.roster_read_ns != 0, (double)(pb_now_ns() - pb_job.roster_read_ns) / 1e9);
     pb_buf_printf(out, ",\"ranks\":[%s],\"missing\":[%s]", pb_job.roster.data ? pb_job.roster.data : "",
                   pb_job.missing.data ? pb_job.missing.data : "");
     pthread_mutex_unlock(&pb_job.mu);
@@ -165,17 +164,14 @@ int pb_job_rank_json(void *ctx, pb_buf *out)
     pb_jsonw_int(&w, pb_step_current());
     int64_t start = pb_step_start();
     pb_jsonw_key(&w, "step_started");
-    if (start > 0) pb_jsonw_double(&w, (double)(wall - (now - start)) / 1e9);
-    else pb_jsonw_null(&w);
+    pb_jsonw_double_or_null(&w, start > 0, (double)(wall - (now - start)) / 1e9);
     /* How long the current step has run, on this host's monotonic clock (no clock offset
      * between hosts matters), and the median of the recent steps: hang.c's stall check. */
     pb_jsonw_key(&w, "step_for_s");
-    if (start > 0) pb_jsonw_double(&w, (double)(now - start) / 1e9);
-    else pb_jsonw_null(&w);
+    pb_jsonw_double_or_null(&w, start > 0, (double)(now - start) / 1e9);
     double median = step_median_s();
     pb_jsonw_key(&w, "step_median_s");
-    if (median >= 0) pb_jsonw_double(&w, median);
-    else pb_jsonw_null(&w);
+    pb_jsonw_double_or_null(&w, median >= 0, median);
     pb_jsonw_key(&w, "collectives");
     pb_jsonw_arr_begin(&w);
     int n = atomic_load(&pb_job.nslots);
@@ -290,8 +286,7 @@ int pb_job_arrivals_json(void *ctx, pb_buf *out)
     pb_jsonw_str(&w, pb_job_host());
     double median = step_median_s();
     pb_jsonw_key(&w, "step_median_s");
-    if (median >= 0) pb_jsonw_double(&w, median);
-    else pb_jsonw_null(&w);
+    pb_jsonw_double_or_null(&w, median >= 0, median);
     pb_jsonw_key(&w, "groups");
     pb_jsonw_arr_begin(&w);
     int n = atomic_load(&pb_job.nslots);

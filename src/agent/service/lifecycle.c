@@ -101,8 +101,7 @@ static int info_json(void *ctx, pb_buf *out)
     pb_jsonw_str(&w, socket_path);
     pb_jsonw_key(&w, "tcp");
     const char *tcp = pb_config_str("PROBING_LISTEN");
-    if (tcp && *tcp) pb_jsonw_str(&w, tcp);
-    else pb_jsonw_null(&w);
+    pb_jsonw_str_or_null(&w, tcp);
     pb_jsonw_key(&w, "host");
     pb_jsonw_str(&w, pb_job_host());
     pb_jsonw_key(&w, "rank");

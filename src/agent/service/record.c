@@ -744,14 +744,11 @@ static int write_status(pb_buf *out)
     pb_jsonw_key(&w, "recording");
     pb_jsonw_bool(&w, recording);
     pb_jsonw_key(&w, "path");
-    if (R.path[0]) pb_jsonw_str(&w, R.path);
-    else pb_jsonw_null(&w);
+    pb_jsonw_str_or_null(&w, R.path);
     pb_jsonw_key(&w, "started_unix");
-    if (R.path[0]) pb_jsonw_double(&w, R.started_unix);
-    else pb_jsonw_null(&w);
+    pb_jsonw_double_or_null(&w, R.path[0], R.started_unix);
     pb_jsonw_key(&w, "flush_every_ms");
-    if (R.path[0]) pb_jsonw_int(&w, R.flush_every_ns / 1000000);
-    else pb_jsonw_null(&w);
+    pb_jsonw_int_or_null(&w, R.path[0], R.flush_every_ns / 1000000);
     pb_jsonw_key(&w, "on_sigterm");
     pb_jsonw_bool(&w, recording && (R.on_sigterm_installed || agent_sigterm_in_place()));
     pb_jsonw_key(&w, "flushes");
