@@ -1,16 +1,18 @@
 /*
  * hang.c - the hang analysis: which rank a job is waiting for, and where it is (hang.h).
  *
- * Pure analysis and its text: it reads the ranks' answers it is given and writes to a FILE, and
- * never opens a socket nor reads a process. The CLI (src/cli/client/hang_fetch.c) asks the ranks,
- * reads the stacks this analysis wants between its two halves (pb_hang_study, pb_hang_finish),
- * and is what `probing <target> hang` (cmd_hang.c) and the "Hang" section of `probing <target>
- * report` (cmd_report.c) call; neither calls the other.
+ * Pure analysis: it reads the ranks' answers it is given and builds one document (hang.h) of
+ * everything the screen shows plus the summary `report` keeps, and never opens a socket nor
+ * reads a process nor writes text (hang_render.c does, from the document alone). The CLI
+ * (src/cli/client/hang_fetch.c) asks the ranks, reads the stacks this analysis wants between its
+ * two halves (pb_hang_study, pb_hang_finish), and is what `probing <target> hang` (cmd_hang.c)
+ * and the "Hang" section of `probing <target> report` (cmd_report.c) call; neither calls the
+ * other.
  *
  * Every agent keeps, per process group, the sequence number of the last collective it entered
  * and whether it completed (src/agent/collect/job.h). The analysis asks every rank for that (GET
  * /api/rank) at once, and for each group compares: the ranks inside collective #N (entered, not
- * completed) wait for the ranks that have not entered #N yet. It writes one screen:
+ * completed) wait for the ranks that have not entered #N yet. Its document renders as one screen:
  *   all ranks but 3 are in all_reduce #482 on group WORLD, waiting 94 s; rank 3 has not entered it
  *   rank 3 (node-b, pid 4242) is in train.py:88 load_batch
  *       train.py:88 load_batch
@@ -94,21 +96,31 @@ static json_t *group_of(json_t *answer, const char *group)
     return NULL;
 }
 
-/* The main thread's stack as text lines ("file:line function"), innermost first, into a
- * malloc'ed string. top is where the rank is: the innermost frame outside Python's standard
- * library (a rank waiting in threading.py's wait() or caught inside os.path.exists is where its
- * own code called them; the whole stack still follows), the innermost frame when every frame is
- * the standard library's. key is the same stack from that frame down: what ranks are grouped by,
- * so two ranks in the same line of user code are one entry whichever stdlib call a snapshot
- * caught them in. NULL text when unknown (why in err). */
+/* The main thread's stack: its frames as text lines ("file:line function"), innermost first, in
+ * a malloc'ed string, and the same frames as {"file", "line", "function"} objects for the
+ * document. top is where the rank is: the innermost frame outside Python's standard library (a
+ * rank waiting in threading.py's wait() or caught inside os.path.exists is where its own code
+ * called them; the whole stack still follows), the innermost frame when every frame is the
+ * standard library's. key is the same stack from that frame down: what ranks are grouped by, so
+ * two ranks in the same line of user code are one entry whichever stdlib call a snapshot caught
+ * them in. NULL text when unknown (why in err). */
 typedef struct stack_text {
     char top[512];
     char *text;
-    size_t key; /* offset in text of the frame named by top */
-    int found;  /* top names a frame outside the standard library */
+    size_t key;       /* offset in text of the frame named by top */
+    json_t *frames;   /* every frame read, as objects (owned) */
+    size_t key_frame; /* index in frames of the frame named by top */
+    int found;        /* top names a frame outside the standard library */
+    int oom;          /* a frame could not be kept */
 } stack_text;
 
 #define STACK_KEY(st) ((st).text + (st).key)
+
+static void stack_text_free(stack_text *st)
+{
+    free(st->text);
+    json_decref(st->frames);
+}
 
 /* A frame of Python's standard library: frozen modules, and files under lib/pythonX.Y/ that are
  * not installed packages (site-packages, dist-packages). Torch, Lightning and the user's code
@@ -128,8 +140,8 @@ static void short_file(const char *file, char *out, size_t outlen)
     snprintf(out, outlen, "%s", slash ? slash + 1 : file);
 }
 
-/* Appends one frame line ("      file:line function") to st->text, grown as needed; the first
- * frame is also st->top. Returns -1 out of memory. */
+/* Appends one frame to st: a line ("      file:line function") to st->text, grown as needed,
+ * and an object to st->frames; the first frame is also st->top. Returns -1 out of memory. */
 static int add_frame(stack_text *st, size_t *cap, size_t *len, const char *path, int line,
                      const char *fn)
 {
@@ -141,6 +153,7 @@ static int add_frame(stack_text *st, size_t *cap, size_t *len, const char *path,
     if (*len == 0 || (!st->found && !stdlib_frame(path))) {
         snprintf(st->top, sizeof st->top, "%.240s:%d %.240s", file, line, fn);
         st->key = *len;
+        st->key_frame = json_array_size(st->frames);
         st->found = !stdlib_frame(path);
     }
     for (;;) {
@@ -148,13 +161,20 @@ static int add_frame(stack_text *st, size_t *cap, size_t *len, const char *path,
         if (w < 0) return -1;
         if ((size_t)w < *cap - *len) {
             *len += (size_t)w;
-            return 0;
+            break;
         }
         char *bigger = realloc(st->text, *cap * 2);
         if (!bigger) return -1;
         st->text = bigger;
         *cap *= 2;
     }
+    json_t *frame = json_object();
+    int bad = !frame || json_object_set_new(frame, "file", json_string_nocheck(file)) ||
+              json_object_set_new(frame, "line", json_integer(line)) ||
+              json_object_set_new(frame, "function", json_string_nocheck(fn));
+    if (bad) json_decref(frame);
+    if (bad || json_array_append_new(st->frames, frame)) st->oom = 1;
+    return 0;
 }
 
 /* A stack in /api/stack's shape ({"threads": [{"main", "frames": [{"file", "line",
@@ -179,6 +199,8 @@ static int stack_from_answer(json_t *ans, stack_text *st, char *err, size_t errl
     }
     size_t cap = 4096, len = 0;
     st->text = calloc(1, cap);
+    st->frames = json_array();
+    if (!st->frames) st->oom = 1;
     json_t *frames = json_object_get(main_thread, "frames"), *f;
     json_array_foreach(frames, i, f) {
         if (!st->text || add_frame(st, &cap, &len, json_string_value(json_object_get(f, "file")),
@@ -304,7 +326,7 @@ static double stall_limit(const pb_hang_rank *ranks, const unsigned char *answer
 
 static int stall_check(const pb_hang_rank *ranks, const unsigned char *answered, int n, stall *st)
 {
-    double *medians = calloc((size_t)n, sizeof *medians);
+    double *medians = calloc((size_t)(n > 0 ? n : 1), sizeof *medians);
     int m = 0, stalled = medians != NULL;
     st->no_step_for_s = -1;
     st->median_s = 0;
@@ -329,15 +351,96 @@ static int stall_check(const pb_hang_rank *ranks, const unsigned char *answered,
     return stalled && m > 0;
 }
 
+struct pb_hang {
+    pb_hang_rank *ranks; /* borrowed */
+    int n;
+    json_t *doc;         /* the document being made (hang.h): {"summary", "screen"} */
+    json_t *sum;         /* its "summary" (borrowed from doc) */
+    json_t *screen;      /* its "screen" (borrowed from doc) */
+    int oom;             /* some part of the document could not be made */
+    unsigned char *answered, *waiting, *behind, *need_stack, *done;
+    int from_fr, any_hang, running, stalled_outside;
+};
+
+/* The document's builders: each marks h->oom instead of failing, and the analysis checks it
+ * once, in pb_hang_finish. */
+
+/* A new entry of the screen, {"what": what}, appended to it: borrowed, NULL out of memory. */
+static json_t *entry(pb_hang *h, const char *what)
+{
+    json_t *e = json_pack("{s:s}", "what", what);
+    if (!e || json_array_append_new(h->screen, e)) {
+        h->oom = 1;
+        return NULL;
+    }
+    return e;
+}
+
+static void put(pb_hang *h, json_t *e, const char *key, json_t *value)
+{
+    if (!e) {
+        json_decref(value);
+        return;
+    }
+    if (json_object_set_new(e, key, value)) h->oom = 1;
+}
+
+/* A string of the screen: already fit for a terminal, not checked as UTF-8 (a stack read from
+ * another process is only ever printed escaped). NULL leaves the key out. */
+static void put_str(pb_hang *h, json_t *e, const char *key, const char *value)
+{
+    if (value) put(h, e, key, json_string_nocheck(value));
+}
+
+static void put_int(pb_hang *h, json_t *e, const char *key, long long value)
+{
+    put(h, e, key, json_integer((json_int_t)value));
+}
+
+static void put_real(pb_hang *h, json_t *e, const char *key, double value)
+{
+    put(h, e, key, json_real(value));
+}
+
+static void put_bool(pb_hang *h, json_t *e, const char *key, int value)
+{
+    put(h, e, key, json_boolean(value));
+}
+
+/* "rank", "host", "pid" of rank r. */
+static void put_rank(pb_hang *h, json_t *e, int r)
+{
+    put_int(h, e, "rank", r);
+    put_str(h, e, "host", h->ranks[r].host);
+    put_int(h, e, "pid", h->ranks[r].pid);
+}
+
+/* "where" (the frame the rank is said to be in) and "stack" (the frames from there down). */
+static void put_stack(pb_hang *h, json_t *e, const stack_text *st)
+{
+    json_t *frames = json_array();
+    if (st->oom) h->oom = 1;
+    for (size_t i = st->key_frame; frames && i < json_array_size(st->frames); i++)
+        if (json_array_append(frames, json_array_get(st->frames, i))) h->oom = 1;
+    put_str(h, e, "where", st->top);
+    put(h, e, "stack", frames);
+    if (!frames) h->oom = 1;
+}
+
 /* The stacks of a job stalled outside collectives: ranks with identical stacks are one entry
  * with their rank list, the largest group first; when one group holds more ranks than any other,
  * the ranks outside it are the odd ones and are named so (in summary's "odd_ranks" too). */
-static void stall_stacks(const pb_hang_rank *ranks, stack_text *stacks, char (*stack_err)[512],
-                         const unsigned char *need_stack, int n, FILE *out, json_t *sum)
+static void stall_stacks(pb_hang *h, stack_text *stacks, char (*stack_err)[512])
 {
+    const pb_hang_rank *ranks = h->ranks;
+    const unsigned char *need_stack = h->need_stack;
+    int n = h->n;
     int *group = malloc((size_t)n * sizeof *group), *size = calloc((size_t)n, sizeof *size);
     unsigned char *flag = calloc((size_t)n, 1), *odd = calloc((size_t)n, 1);
-    if (!group || !size || !flag || !odd) goto out;
+    if (!group || !size || !flag || !odd) {
+        h->oom = 1;
+        goto out;
+    }
     int ngroups = 0;
     for (int r = 0; r < n; r++) {
         group[r] = -1;
@@ -377,33 +480,31 @@ static void stall_stacks(const pb_hang_rank *ranks, stack_text *stacks, char (*s
                     if (first < 0) first = r;
                     if (majority && g != big) odd[r] = 1;
                 }
-            char list[4096], steps[64] = "";
+            char list[4096];
             rank_list(flag, n, list, sizeof list);
             int many = size[g] > 1;
+            /* "all": every rank is in it; "odd": the ranks outside the largest group; else
+             * "some" */
+            const char *kind = ngroups == 1 && many ? "all" : majority && g != big ? "odd" : "some";
+            json_t *e = entry(h, "stalled_group");
+            put_str(h, e, "kind", kind);
+            put_str(h, e, "ranks", list);
+            put_int(h, e, "count", size[g]);
+            put_rank(h, e, first);
             if (!same_step)
-                snprintf(steps, sizeof steps, " (step %lld)",
-                         (long long)json_integer_value(json_object_get(ranks[first].answer, "step")));
-            if (ngroups == 1 && many)
-                fprintf(out, "all ranks%s are in %s\n%s", steps, stacks[first].top, STACK_KEY(stacks[first]));
-            else if (majority && g != big && !many)
-                fprintf(out, "rank %d (%s, pid %d)%s is the odd one: it is in %s\n%s", first, ranks[first].host,
-                        ranks[first].pid, steps, stacks[first].top, STACK_KEY(stacks[first]));
-            else if (majority && g != big)
-                fprintf(out, "ranks %s%s are odd ones: they are in %s\n%s", list, steps, stacks[first].top,
-                        STACK_KEY(stacks[first]));
-            else
-                fprintf(out, "rank%s %s%s %s in %s\n%s", many ? "s" : "", list, steps, many ? "are" : "is",
-                        stacks[first].top, STACK_KEY(stacks[first]));
+                put_int(h, e, "step", (long long)json_integer_value(json_object_get(ranks[first].answer, "step")));
+            put_stack(h, e, &stacks[first]);
         }
     }
     for (int r = 0; r < n; r++)
-        if (need_stack[r] && !stacks[r].text)
-            fprintf(out, "rank %d (%s, pid %d): no stack: %s\n", r, ranks[r].host, ranks[r].pid, stack_err[r]);
-    if (sum) {
-        char list[4096];
-        rank_list(odd, n, list, sizeof list);
-        json_object_set_new(sum, "odd_ranks", json_string(list));
-    }
+        if (need_stack[r] && !stacks[r].text) {
+            json_t *e = entry(h, "no_stack");
+            put_rank(h, e, r);
+            put_str(h, e, "why", stack_err[r]);
+        }
+    char list[4096];
+    rank_list(odd, n, list, sizeof list);
+    put(h, h->sum, "odd_ranks", json_string(list));
 out:
     free(group);
     free(size);
@@ -411,18 +512,10 @@ out:
     free(odd);
 }
 
-struct pb_hang {
-    pb_hang_rank *ranks; /* borrowed */
-    int n;
-    json_t *sum;         /* the summary being made; NULL when none is wanted */
-    unsigned char *answered, *waiting, *behind, *need_stack, *done;
-    int from_fr, any_hang, running, stalled_outside;
-};
-
 void pb_hang_free(pb_hang *h)
 {
     if (!h) return;
-    json_decref(h->sum);
+    json_decref(h->doc);
     free(h->answered);
     free(h->waiting);
     free(h->behind);
@@ -431,21 +524,23 @@ void pb_hang_free(pb_hang *h)
     free(h);
 }
 
-pb_hang *pb_hang_study(pb_hang_rank *ranks, int n, int want_summary, FILE *out)
+pb_hang *pb_hang_study(pb_hang_rank *ranks, int n)
 {
     pb_hang *h = calloc(1, sizeof *h);
     if (!h) return NULL;
     h->ranks = ranks;
     h->n = n;
     size_t size = (size_t)(n > 0 ? n : 1);
-    h->sum = want_summary ? json_pack("{s:b,s:[],s:[]}", "stalled", 0, "groups", "not_answered") : NULL;
+    h->doc = json_pack("{s:{s:b,s:[],s:[]},s:[]}", "summary", "stalled", 0, "groups", "not_answered",
+                       "screen");
+    h->sum = json_object_get(h->doc, "summary");
+    h->screen = json_object_get(h->doc, "screen");
     h->answered = calloc(size, 1);
     h->waiting = calloc(size, 1);
     h->behind = calloc(size, 1);
     h->need_stack = calloc(size, 1);
     h->done = calloc(size, 1);
-    if (!h->answered || !h->waiting || !h->behind || !h->need_stack || !h->done ||
-        (want_summary && !h->sum)) {
+    if (!h->answered || !h->waiting || !h->behind || !h->need_stack || !h->done || !h->doc) {
         pb_hang_free(h);
         return NULL;
     }
@@ -454,7 +549,7 @@ pb_hang *pb_hang_study(pb_hang_rank *ranks, int n, int want_summary, FILE *out)
     json_t *sum = h->sum;
     for (int r = 0; r < n; r++) answered[r] = ranks[r].answered && ranks[r].answer;
     int from_fr = h->from_fr = use_flight_recorder(ranks, answered, n);
-    if (sum) json_object_set_new(sum, "source", json_string(from_fr ? "flight_recorder" : "probing"));
+    put(h, sum, "source", json_string(from_fr ? "flight_recorder" : "probing"));
 
     /* The groups any rank knows. */
     const char *groups[MAX_GROUPS];
@@ -494,17 +589,16 @@ pb_hang *pb_hang_study(pb_hang_rank *ranks, int n, int want_summary, FILE *out)
     }
     int running = h->running = count(answered, n) == n && longest_rank >= 0 && longest_all <= wait_limit;
     if (running) {
-        char wait[64];
-        if (longest_all < 1) snprintf(wait, sizeof wait, "%.0f ms", longest_all * 1e3);
-        else snprintf(wait, sizeof wait, "%.1f s", longest_all);
-        fprintf(out, "nothing is stuck: the job is running (%d of %d ranks answered); the longest "
-                     "wait in a collective is %s (rank %d in %s #%lld on group %s), under the "
-                     "%.3g s that makes a stall (10 times the median step, at least 5 s)\n",
-                count(answered, n), n, wait, longest_rank,
-                json_string_value(json_object_get(longest_c, "op")) ?: "?",
-                (long long)json_integer_value(json_object_get(longest_c, "seq")),
-                json_string_value(json_object_get(longest_c, "group")) ?: "?", wait_limit);
-        if (sum) json_object_set_new(sum, "longest_wait_s", json_real(longest_all));
+        json_t *e = entry(h, "running");
+        put_int(h, e, "answered", count(answered, n));
+        put_int(h, e, "ranks", n);
+        put_real(h, e, "longest_wait_s", longest_all);
+        put_int(h, e, "rank", longest_rank);
+        put_str(h, e, "op", json_string_value(json_object_get(longest_c, "op")) ?: "?");
+        put_int(h, e, "seq", (long long)json_integer_value(json_object_get(longest_c, "seq")));
+        put_str(h, e, "group", json_string_value(json_object_get(longest_c, "group")) ?: "?");
+        put_real(h, e, "stall_s", wait_limit);
+        put(h, sum, "longest_wait_s", json_real(longest_all));
     }
     for (int k = 0; !running && k < ngroups; k++) {
         long long max_seq = 0;
@@ -551,49 +645,57 @@ pb_hang *pb_hang_study(pb_hang_rank *ranks, int n, int want_summary, FILE *out)
         char wl[4096], bl[4096];
         rank_list(waiting, n, wl, sizeof wl);
         rank_list(behind, n, bl, sizeof bl);
-        if (sum) {
-            /* Stalled for report: a wait longer than a healthy step explains (stall_limit). */
-            if (longest > wait_limit) json_object_set_new(sum, "stalled", json_true());
-            json_array_append_new(json_object_get(sum, "groups"),
-                                  json_pack("{s:s,s:s,s:I,s:f,s:s,s:s,s:b}", "group", groups[k],
-                                            "op", op ? op : "?", "seq", (json_int_t)max_seq,
-                                            "waiting_s", longest, "waiting_ranks", wl,
-                                            "not_entered_ranks", bl, "mismatch", mismatch));
-        }
+        /* Stalled for report: a wait longer than a healthy step explains (stall_limit). */
+        if (longest > wait_limit) put(h, sum, "stalled", json_true());
+        json_t *g = json_pack("{s:s,s:s,s:I,s:f,s:s,s:s,s:b}", "group", groups[k], "op", op ? op : "?",
+                              "seq", (json_int_t)max_seq, "waiting_s", longest, "waiting_ranks", wl,
+                              "not_entered_ranks", bl, "mismatch", mismatch);
+        if (!g || json_array_append_new(json_object_get(sum, "groups"), g)) h->oom = 1;
         int nb = count(behind, n);
         int nmissing = 0;
         for (int r = 0; r < n; r++) nmissing += !answered[r];
-        if (nb && count(waiting, n) + nb + count(done, n) == n)
-            fprintf(out, "all ranks but %s are in %s #%lld on group %s, waiting %.0f s; rank%s %s %s not "
-                   "entered it\n", bl, op ? op : "?", max_seq, groups[k], longest, nb > 1 ? "s" : "",
-                   bl, nb > 1 ? "have" : "has");
-        else
-            fprintf(out, "rank%s %s %s in %s #%lld on group %s, waiting %.0f s%s%s%s\n",
-                   count(waiting, n) > 1 ? "s" : "", wl, count(waiting, n) > 1 ? "are" : "is", op ? op : "?",
-                   max_seq, groups[k], longest, nb ? "; not entered: " : "", nb ? bl : "",
-                   nmissing ? "; some ranks did not answer (below)" : "");
+        json_t *e = entry(h, "collective");
+        put_str(h, e, "group", groups[k]);
+        put_str(h, e, "op", op ? op : "?");
+        put_int(h, e, "seq", max_seq);
+        put_real(h, e, "waiting_s", longest);
+        put_str(h, e, "waiting_ranks", wl);
+        put_int(h, e, "waiting_count", count(waiting, n));
+        put_str(h, e, "not_entered_ranks", bl);
+        put_int(h, e, "not_entered_count", nb);
+        /* every rank answered and is either in it, past it or behind it: "all ranks but ..." */
+        put_bool(h, e, "all_but", nb && count(waiting, n) + nb + count(done, n) == n);
+        put_bool(h, e, "some_not_answered", nmissing != 0);
         for (int r = 0; r < n; r++) {
             if (!behind[r]) continue;
             json_t *c = group_of(h->ranks[r].answer, groups[k]);
             need_stack[r] = 1;
-            const char *lop = c ? json_string_value(json_object_get(c, "op")) : NULL;
-            if (c)
-                fprintf(out, "  rank %d: its last on %s is %s%s#%lld (%s)\n", r, groups[k],
-                       lop && strcmp(lop, "?") != 0 ? lop : "", lop && strcmp(lop, "?") != 0 ? " " : "",
-                       (long long)json_integer_value(json_object_get(c, "seq")),
-                       json_string_value(json_object_get(c, "state")) ?: "?");
-            else
-                fprintf(out, "  rank %d: has made no collective call on %s yet\n", r, groups[k]);
+            json_t *b = entry(h, "not_entered");
+            put_int(h, b, "rank", r);
+            put_str(h, b, "group", groups[k]);
+            if (c) {
+                json_t *last = json_object();
+                put_str(h, last, "op", json_string_value(json_object_get(c, "op")));
+                put_int(h, last, "seq", (long long)json_integer_value(json_object_get(c, "seq")));
+                put_str(h, last, "state", json_string_value(json_object_get(c, "state")) ?: "?");
+                put(h, b, "last", last);
+                if (!last) h->oom = 1;
+            }
         }
         if (mismatch) {
-            fprintf(out, "mismatch at #%lld on group %s:", max_seq, groups[k]);
-            for (int r = 0; r < n; r++) {
+            json_t *m = entry(h, "mismatch"), *list = json_array();
+            put_int(h, m, "seq", max_seq);
+            put_str(h, m, "group", groups[k]);
+            for (int r = 0; list && r < n; r++) {
                 if (!waiting[r] && !done[r]) continue;
                 json_t *c = group_of(h->ranks[r].answer, groups[k]);
-                fprintf(out, " rank %d %s %lld bytes;", r, json_string_value(json_object_get(c, "op")) ?: "?",
-                       (long long)json_integer_value(json_object_get(c, "bytes")));
+                json_t *one = json_pack("{s:i,s:I}", "rank", r, "bytes",
+                                        (json_int_t)json_integer_value(json_object_get(c, "bytes")));
+                put_str(h, one, "op", json_string_value(json_object_get(c, "op")) ?: "?");
+                if (!one || json_array_append_new(list, one)) h->oom = 1;
             }
-            fprintf(out, "\n");
+            put(h, m, "ranks", list);
+            if (!list) h->oom = 1;
         }
         for (int r = 0; r < n; r++) need_stack[r] |= waiting[r];
     }
@@ -602,17 +704,19 @@ pb_hang *pb_hang_study(pb_hang_rank *ranks, int n, int want_summary, FILE *out)
         stall st;
         if (stall_check(h->ranks, answered, n, &st)) {
             h->stalled_outside = 1;
-            fprintf(out, "the job is stalled outside collectives: no step finished on any rank for %.0f s "
-                         "while the median step is %.3g s; no rank is in a collective (%d of %d ranks "
-                         "answered)\n", st.no_step_for_s, st.median_s, na, n);
+            json_t *e = entry(h, "stalled_outside");
+            put_real(h, e, "no_step_for_s", st.no_step_for_s);
+            put_real(h, e, "median_step_s", st.median_s);
+            put_int(h, e, "answered", na);
+            put_int(h, e, "ranks", n);
             for (int r = 0; r < n; r++) need_stack[r] = answered[r];
-            if (sum) {
-                json_object_set_new(sum, "stalled", json_true());
-                json_object_set_new(sum, "no_step_for_s", json_real(st.no_step_for_s));
-                json_object_set_new(sum, "median_step_s", json_real(st.median_s));
-            }
+            put(h, sum, "stalled", json_true());
+            put(h, sum, "no_step_for_s", json_real(st.no_step_for_s));
+            put(h, sum, "median_step_s", json_real(st.median_s));
         } else {
-            fprintf(out, "no rank is waiting in a collective (%d of %d ranks answered)\n", na, n);
+            json_t *e = entry(h, "no_wait");
+            put_int(h, e, "answered", na);
+            put_int(h, e, "ranks", n);
         }
     }
 
@@ -620,12 +724,11 @@ pb_hang *pb_hang_study(pb_hang_rank *ranks, int n, int want_summary, FILE *out)
     return h;
 }
 
-int pb_hang_finish(pb_hang *h, FILE *out, json_t **summary)
+int pb_hang_finish(pb_hang *h, json_t **doc)
 {
     int rc = 0, n = h->n;
     unsigned char *answered = h->answered, *waiting = h->waiting, *need_stack = h->need_stack;
-    json_t *sum = h->sum;
-    if (summary) *summary = NULL;
+    *doc = NULL;
     stack_text *stacks = calloc((size_t)(n > 0 ? n : 1), sizeof *stacks);
     char (*stack_err)[512] = calloc((size_t)(n > 0 ? n : 1), sizeof *stack_err);
     if (!stacks || !stack_err) {
@@ -649,33 +752,36 @@ int pb_hang_finish(pb_hang *h, FILE *out, json_t **summary)
         char lost_err[512] = "";
         if (k->stack) stack_from_answer(k->stack, &lost, lost_err, sizeof lost_err);
         else if (k->stack_err) snprintf(lost_err, sizeof lost_err, "%s", k->stack_err);
-        char pid_text[32] = "";
-        if (k->pid) snprintf(pid_text, sizeof pid_text, ", pid %d", k->pid);
-        fprintf(out, "rank %d (%s%s) did not answer: %s", r, k->host && k->host[0] ? k->host : "host unknown",
-                pid_text, k->why ? k->why : "?");
-        if (h->any_hang) fprintf(out, "; the job waits for it");
-        if (k->process) fprintf(out, "; its process is %s", k->process);
-        if (lost.text && lost.top[0]) fprintf(out, ", in %s\n%s", lost.top, STACK_KEY(lost));
-        else if (lost_err[0]) fprintf(out, "; no stack: %s\n", lost_err);
-        else fprintf(out, "\n");
-        free(lost.text);
-        if (sum) json_array_append_new(json_object_get(sum, "not_answered"), json_integer(r));
+        json_t *e = entry(h, "not_answered");
+        put_int(h, e, "rank", r);
+        put_str(h, e, "host", k->host);
+        put_int(h, e, "pid", k->pid);
+        put_str(h, e, "why", k->why ? k->why : "?");
+        put_bool(h, e, "job_waits", h->any_hang);
+        put_str(h, e, "process", k->process);
+        if (lost.text && lost.top[0]) put_stack(h, e, &lost);
+        else if (lost_err[0]) put_str(h, e, "no_stack", lost_err);
+        stack_text_free(&lost);
+        if (json_array_append_new(json_object_get(h->sum, "not_answered"), json_integer(r))) h->oom = 1;
         rc = 1;
     }
-    if (h->stalled_outside) stall_stacks(h->ranks, stacks, stack_err, need_stack, n, out, sum);
+    if (h->stalled_outside) stall_stacks(h, stacks, stack_err);
     /* The odd ranks, each with its stack. */
     for (int r = 0; r < n; r++) {
         if (h->stalled_outside || !need_stack[r] || waiting[r]) continue;
-        if (stacks[r].text)
-            fprintf(out, "rank %d (%s, pid %d) is in %s\n%s", r, h->ranks[r].host, h->ranks[r].pid, stacks[r].top, STACK_KEY(stacks[r]));
-        else
-            fprintf(out, "rank %d (%s, pid %d): no stack: %s\n", r, h->ranks[r].host, h->ranks[r].pid, stack_err[r]);
+        json_t *e = entry(h, stacks[r].text ? "rank" : "no_stack");
+        put_rank(h, e, r);
+        if (stacks[r].text) put_stack(h, e, &stacks[r]);
+        else put_str(h, e, "why", stack_err[r]);
     }
     /* The waiting ranks, grouped by where they wait. */
     for (int r = 0; r < n; r++) {
         if (!waiting[r] || !stacks[r].text) continue;
         unsigned char *same = calloc((size_t)n, 1);
-        if (!same) break;
+        if (!same) {
+            h->oom = 1;
+            break;
+        }
         for (int q = r; q < n; q++)
             if (waiting[q] && stacks[q].text && strcmp(STACK_KEY(stacks[q]), STACK_KEY(stacks[r])) == 0) {
                 same[q] = 1;
@@ -683,19 +789,21 @@ int pb_hang_finish(pb_hang *h, FILE *out, json_t **summary)
             }
         char list[4096];
         rank_list(same, n, list, sizeof list);
-        fprintf(out, "waiting rank%s %s %s in %s\n%s", count(same, n) > 1 ? "s" : "", list,
-               count(same, n) > 1 ? "are" : "is", stacks[r].top, STACK_KEY(stacks[r]));
+        json_t *e = entry(h, "waiting");
+        put_str(h, e, "ranks", list);
+        put_int(h, e, "count", count(same, n));
+        put_stack(h, e, &stacks[r]);
         free(same);
     }
-    if (h->from_fr)
-        fprintf(out, "source: PyTorch's flight recorder (TORCH_FR_BUFFER_SIZE): each process group's "
-                     "last enqueued and last completed collective\n");
-    if (summary) {
-        *summary = sum;
-        h->sum = NULL;
+    if (h->from_fr) entry(h, "source_flight_recorder");
+    if (h->oom) {
+        rc = -1;
+        goto finish;
     }
+    *doc = h->doc;
+    h->doc = h->sum = h->screen = NULL;
 finish:
-    for (int r = 0; stacks && r < n; r++) free(stacks[r].text);
+    for (int r = 0; stacks && r < n; r++) stack_text_free(&stacks[r]);
     free(stacks);
     free(stack_err);
     return rc;

@@ -1,8 +1,9 @@
 /*
  * test_hang.c - the hang analysis (src/report/hang.c) on made-up answers of /api/rank and
- * /api/stack, without a job: which rank a job waits for, a running job, a rank that did not
- * answer, a stall outside collectives with an odd rank, the flight recorder's numbers, and
- * names a job controls kept fit for a terminal.
+ * /api/stack, without a job, read through its renderer (hang_render.c): which rank a job waits
+ * for, a running job, a rank that did not answer, a stall outside collectives with an odd rank,
+ * the flight recorder's numbers, names a job controls kept fit for a terminal, and the renderer
+ * on a document written by hand.
  */
 #include "check.h"
 #include "hang.h"
@@ -12,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* What one analysis gave: its text, pb_hang_finish's return and summary, and the ranks whose
- * stack pb_hang_study asked for (bit r for rank r). */
+/* What one analysis gave: its text (pb_hang_render of its document), pb_hang_finish's return,
+ * the document's summary, and the ranks whose stack pb_hang_study asked for (bit r for rank r). */
 typedef struct run {
     char *text;
     int rc;
@@ -47,7 +48,6 @@ static run analyse(int n, const char **answers, const char **why, const char **p
     pb_hang_rank *ranks = calloc((size_t)n, sizeof *ranks);
     char (*hosts)[32] = calloc((size_t)n, 32);
     size_t len = 0;
-    FILE *f = open_memstream(&out.text, &len);
     for (int r = 0; r < n; r++) {
         snprintf(hosts[r], 32, "node%d", r / 2);
         ranks[r].host = hosts[r];
@@ -57,7 +57,7 @@ static run analyse(int n, const char **answers, const char **why, const char **p
         ranks[r].why = why ? why[r] : NULL;
         ranks[r].process = process ? process[r] : NULL;
     }
-    pb_hang *h = pb_hang_study(ranks, n, 1, f);
+    pb_hang *h = pb_hang_study(ranks, n);
     CHECK(h != NULL, "pb_hang_study returns an analysis");
     if (!h) exit(1);
     for (int r = 0; r < n; r++) {
@@ -67,9 +67,15 @@ static run analyse(int n, const char **answers, const char **why, const char **p
         else if (ranks[r].want_stack)
             ranks[r].stack_err = "its agent did not answer";
     }
-    out.rc = pb_hang_finish(h, f, &out.summary);
+    json_t *doc = NULL;
+    out.rc = pb_hang_finish(h, &doc);
+    CHECK(doc != NULL, "pb_hang_finish hands out a document");
     pb_hang_free(h);
+    FILE *f = open_memstream(&out.text, &len);
+    CHECK(pb_hang_render(f, doc) == 0, "pb_hang_render writes the document");
     fclose(f);
+    out.summary = json_incref(json_object_get(doc, "summary"));
+    json_decref(doc);
     for (int r = 0; r < n; r++) {
         json_decref(ranks[r].answer);
         json_decref(ranks[r].stack);
@@ -221,6 +227,29 @@ static void names_fit_for_a_terminal(void)
     done(&r);
 }
 
+/* The renderer reads the document alone: a document written by hand prints as the analysis's
+ * would. */
+static void render_from_the_document(void)
+{
+    json_t *doc = json_loads("{\"summary\": {}, \"screen\": ["
+                             "{\"what\": \"no_wait\", \"answered\": 1, \"ranks\": 2},"
+                             "{\"what\": \"not_answered\", \"rank\": 1, \"host\": \"\", \"pid\": 0, "
+                             "\"why\": \"refused\", \"job_waits\": false, \"where\": \"b.py:7 g\", "
+                             "\"stack\": [{\"file\": \"b.py\", \"line\": 7, \"function\": \"g\"}]}]}",
+                             0, NULL);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    int rc = pb_hang_render(f, doc);
+    fclose(f);
+    CHECK(rc == 0, "pb_hang_render: 0");
+    CHECK_STR(text, "no rank is waiting in a collective (1 of 2 ranks answered)\n"
+                    "rank 1 (host unknown) did not answer: refused, in b.py:7 g\n      b.py:7 g\n",
+              "a hand-made document renders: no pid, an unknown host, the stack under its line");
+    free(text);
+    json_decref(doc);
+}
+
 int main(void)
 {
     collective_hang();
@@ -229,5 +258,6 @@ int main(void)
     stall_outside_collectives();
     flight_recorder();
     names_fit_for_a_terminal();
+    render_from_the_document();
     return check_summary();
 }

@@ -1,6 +1,6 @@
 /*
  * hang_fetch.c - the network rounds and the stack reads of the hang analysis (hang_fetch.h);
- * the analysis itself and its text are src/report/hang.c.
+ * the analysis itself is src/report/hang.c, its text src/report/hang_render.c.
  *
  * Stacks are read from outside the interpreter (pystack.h), so a rank holding the GIL in a C
  * call still shows where it is: here for ranks on this host (through their pid), by the rank's
@@ -77,10 +77,10 @@ static json_t *stack_from_local(int pid, char *err, size_t errlen)
 }
 
 int pb_hang_fetch_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long deadline,
-                          FILE *out, json_t **summary)
+                          json_t **doc)
 {
     int rc = PB_EXIT_OK;
-    if (summary) *summary = NULL;
+    *doc = NULL;
     pb_fanout_req *reqs = asked ? asked : pb_hang_fetch_ask(eps, n, deadline);
     pb_fanout_req *sreqs = calloc((size_t)(n > 0 ? n : 1), sizeof *sreqs);
     pb_hang_rank *ranks = calloc((size_t)(n > 0 ? n : 1), sizeof *ranks);
@@ -97,7 +97,7 @@ int pb_hang_fetch_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, lo
         const char *why = json_string_value(error);
         ranks[r].why = why ? why : reqs[r].err;
     }
-    if (!(h = pb_hang_study(ranks, n, summary != NULL, out))) goto oom;
+    if (!(h = pb_hang_study(ranks, n))) goto oom;
 
     /* Stacks: local ranks read here, the others (and the local ones that cannot be read from
      * here) by their agent. */
@@ -128,7 +128,7 @@ int pb_hang_fetch_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, lo
             ranks[r].stack = local[r] = stack_from_local(eps[r].pid, err[r], sizeof err[r]);
         ranks[r].stack_err = err[r];
     }
-    int done = pb_hang_finish(h, out, summary);
+    int done = pb_hang_finish(h, doc);
     if (done < 0) goto oom;
     if (done > 0) rc = PB_EXIT_PARTIAL;
     goto finish;

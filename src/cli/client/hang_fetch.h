@@ -10,7 +10,6 @@
 #include "client/fanout.h"
 
 #include <jansson.h>
-#include <stdio.h>
 
 /* The first round of the analysis: GET /api/rank to every rank of eps (a roster from
  * pb_fanout_roster, borrowed) within deadline_ms, the answers made fit for a terminal. Returns n
@@ -27,10 +26,11 @@ int pb_hang_fetch_answered(const pb_fanout_req *asked, int r);
  * possibly changed, or NULL to make that round here), runs pb_hang_study, reads the stacks it
  * wants (ranks on this host from outside through their pid, the others with GET /api/stack,
  * within deadline_ms) and the process state and stack of the ranks on this host that did not
- * answer, then pb_hang_finish; the text goes to out, the summary (see pb_hang_finish) to
- * *summary when not NULL. Returns PB_EXIT_OK, PB_EXIT_PARTIAL when some ranks did not answer
- * (named in the text), or PB_EXIT_ERROR after printing "out of memory". [main thread] */
+ * answer, then pb_hang_finish, whose document (hang.h: the screen for pb_hang_render and the
+ * summary `report` keeps) goes to *doc (caller owns, json_decref; NULL after an error).
+ * Returns PB_EXIT_OK, PB_EXIT_PARTIAL when some ranks did not answer (named in the document),
+ * or PB_EXIT_ERROR after printing "out of memory". [main thread] */
 int pb_hang_fetch_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long deadline_ms,
-                          FILE *out, json_t **summary);
+                          json_t **doc);
 
 #endif

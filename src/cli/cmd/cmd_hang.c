@@ -2,7 +2,7 @@
  * cmd_hang.c - `probing <target> hang`: which rank the job is waiting for, and where it is.
  *
  * The roster of the job (client/fanout.h), then the hang analysis (client/hang_fetch.c around
- * src/report/hang.c), which `report` shares: the
+ * src/report/hang.c), which `report` shares, and its document rendered (hang_render.c): the
  * collective the others wait in, the ranks that have not entered it, their stacks (grouped),
  * and mismatched collectives (another op or size at the same sequence number).
  * Exit status: 0, or PB_EXIT_PARTIAL (3) when some ranks did not answer (they are named).
@@ -10,6 +10,7 @@
 #include "client/fanout.h"
 #include "client/hang_fetch.h"
 #include "cmd/command.h"
+#include "hang.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,10 @@ int cmd_hang(const pb_cli_args *a)
                                   "'probing %s query --ranks all \"SELECT ... FROM "
                                   "python.nccl_trace\"')", a->target, a->target);
     if (pb_fanout_roster(&a->resolved, deadline, &eps, &n)) return PB_EXIT_ERROR;
-    int rc = pb_hang_fetch_analyse(eps, n, NULL, deadline, stdout, NULL);
+    json_t *doc = NULL;
+    int rc = pb_hang_fetch_analyse(eps, n, NULL, deadline, &doc);
+    if (doc) pb_hang_render(stdout, doc);
+    json_decref(doc);
     free(eps);
     return rc;
 }

@@ -23,6 +23,7 @@
 #include "client/fanout.h"
 #include "client/hang_fetch.h"
 #include "cmd/command.h"
+#include "hang.h"
 #include "paths.h"
 #include "report.h"
 
@@ -278,21 +279,24 @@ static void peers_free(peers *p)
 }
 
 /* The "Hang" section: when the target is a rank of a job with a roster (job_peers) and the
- * hang analysis (client/hang_fetch.c, src/report/hang.c) finds a rank waiting in a collective, doc gets "hang": the analysis's
- * summary plus "text", the lines `probing <target> hang` prints. A job that is not stalled (or a
- * failed analysis) leaves doc as it was, so its report does not change. [main thread] */
+ * hang analysis (client/hang_fetch.c, src/report/hang.c) finds a rank waiting in a collective,
+ * doc gets "hang": the summary of the analysis's document plus "text", the lines
+ * `probing <target> hang` prints (pb_hang_render of the same document). A job that is not
+ * stalled (or a failed analysis) leaves doc as it was, so its report does not change.
+ * [main thread] */
 static void add_hang(const peers *p, json_t *doc)
 {
     char *text = NULL;
     size_t len = 0;
-    json_t *summary = NULL;
+    json_t *hang = NULL, *summary = NULL;
+    FILE *mem = NULL;
     if (!p->roster || p->nroster < 2) return;
-    FILE *mem = open_memstream(&text, &len);
-    if (!mem) return;
-    int rc = pb_hang_fetch_analyse(p->roster, p->nroster, p->asked, PB_FANOUT_DEADLINE_MS, mem,
-                                   &summary);
-    if (fclose(mem) != 0 || rc == PB_EXIT_ERROR || !json_is_true(json_object_get(summary, "stalled")))
-        goto out;
+    int rc = pb_hang_fetch_analyse(p->roster, p->nroster, p->asked, PB_FANOUT_DEADLINE_MS, &hang);
+    summary = json_incref(json_object_get(hang, "summary"));
+    if (rc == PB_EXIT_ERROR || !json_is_true(json_object_get(summary, "stalled"))) goto out;
+    if (!(mem = open_memstream(&text, &len))) goto out;
+    int bad = pb_hang_render(mem, hang) != 0;
+    if (fclose(mem) != 0 || bad) goto out;
     json_t *lines = json_array();
     for (char *line = text, *nl; lines && line && *line; line = nl ? nl + 1 : NULL) {
         nl = strchr(line, '\n');
@@ -303,6 +307,7 @@ static void add_hang(const peers *p, json_t *doc)
     json_object_set(doc, "hang", summary);
 out:
     json_decref(summary);
+    json_decref(hang);
     free(text);
 }
 
