@@ -3,14 +3,16 @@
  * table of options, what it needs (a target, a pid, text...), and its help text.
  *
  * main.c dispatches through it, options.c parses a command's arguments by the row's option
- * table, help.c and suggest.c print from it. A command's needs are flags here, read by those
- * files, never a test of which function a command runs (git's RUN_SETUP in git.c's table).
+ * table, usage.c makes its usage line from it, help.c and suggest.c print from it. A command's
+ * needs are flags here, read by those files, never a test of which function a command runs
+ * (git's RUN_SETUP in git.c's table).
  *
  * To add a command: write cmd/cmd_<name>.c with cmd_<name>() and, beside it, its options as
- * `const pb_option pb_options_<name>[]` (option.h: each row drives both the parser and the
- * option's help line; shared options such as -f or --deadline by their PB_OPTION_* macro);
- * declare both in cmd/command.h; add a row to commands.c naming them, with the usage line, the
- * summary and the details (prose only: the option lines come from the table).
+ * `const pb_option pb_options_<name>[]` (option.h: each row drives the parser, the option's
+ * help line and its place in the usage line; shared options such as -f or --deadline by their
+ * PB_OPTION_* macro; the positional arguments by a PB_OPTION_ARGUMENTS row); declare both in
+ * cmd/command.h; add a row to commands.c naming them, with the summary and the details (prose
+ * only: the usage line and the option lines come from the table, usage.c and help.c).
  */
 #ifndef PB_CLI_COMMANDS_H
 #define PB_CLI_COMMANDS_H
@@ -36,8 +38,7 @@ typedef struct pb_command {
     int (*run)(const pb_cli_args *a); /* NULL: planned, not in this version */
     const pb_option *options;         /* its options (option.h), declared beside the command
                                        * in cmd/cmd_<name>.c; NULL: none */
-    unsigned needs;                   /* PB_CMD_* */
-    const char *usage;
+    unsigned needs;                   /* PB_CMD_*; also which target the usage line shows */
     const char *summary;
     const char *details;
 } pb_command;

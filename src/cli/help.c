@@ -2,10 +2,12 @@
  * help.c - the help text: `probing --help` (every command's usage and summary, what a target
  * is, the exit statuses) and `probing <command> --help` (one command's usage, details, its
  * options, and what target it takes, from its PB_CMD_* needs). The words themselves are in the
- * table (commands.c) and, for the options, in each command's option table (cmd/cmd_<name>.c):
- * this file lays the option lines out, one per option, wrapped at 80 columns.
+ * table (commands.c) and, for the options, in each command's option table (cmd/cmd_<name>.c);
+ * the usage lines are made from those tables (usage.c): this file lays the option lines out,
+ * one per option, wrapped at 80 columns.
  */
 #include "help.h"
+#include "usage.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -59,7 +61,7 @@ static void print_options(const pb_option *options)
     char name[96];
     int column = 0, listed = 0;
     for (const pb_option *o = options; o && o->kind != PB_OPTION_END; o++) {
-        if (!o->help) continue;
+        if (!o->help || o->kind == PB_OPTION_ARGUMENTS) continue;
         option_spelling(o, name, sizeof name);
         int width = 2 + (int)strlen(name) + 2;
         if (width <= HELP_MAX_NAME_COLUMN && width > column) column = width;
@@ -68,7 +70,7 @@ static void print_options(const pb_option *options)
     if (!listed) return;
     printf("\nOptions:\n");
     for (const pb_option *o = options; o && o->kind != PB_OPTION_END; o++) {
-        if (!o->help) continue;
+        if (!o->help || o->kind == PB_OPTION_ARGUMENTS) continue;
         option_spelling(o, name, sizeof name);
         int width = printf("  %s", name);
         if (width + 2 > column)
@@ -83,8 +85,9 @@ void pb_help_print(FILE *out)
 {
     fputs("probing - look inside a running PyTorch process\n\nUsage:\n", out);
     const pb_command *c = pb_commands_table;
+    char usage[PB_USAGE_MAX];
     for (size_t i = 0; i < pb_commands_count; i++)
-        if (c[i].run) fprintf(out, "  %s\n", c[i].usage);
+        if (c[i].run) fprintf(out, "  %s\n", pb_usage_line(&c[i], usage, sizeof usage));
     fputs("\nCommands:\n", out);
     for (size_t i = 0; i < pb_commands_count; i++)
         if (c[i].run) fprintf(out, "  %-10s %s\n", c[i].name, c[i].summary);
@@ -107,7 +110,8 @@ void pb_help_print(FILE *out)
 
 void pb_help_command(const pb_command *c)
 {
-    printf("Usage: %s\n\n%s.\n", c->usage, c->summary);
+    char usage[PB_USAGE_MAX];
+    printf("Usage: %s\n\n%s.\n", pb_usage_line(c, usage, sizeof usage), c->summary);
     if (c->details && *c->details) printf("\n%s", c->details);
     print_options(c->options);
     if (!(c->needs & PB_CMD_TARGET)) return;

@@ -10,6 +10,7 @@
  * message that says what is wanted, and exit status 2 (PB_EXIT_USAGE).
  */
 #include "options.h"
+#include "usage.h"
 
 #include <errno.h>
 #include <math.h>
@@ -105,6 +106,7 @@ static int store_value(const pb_command *c, const pb_option *o, const char *arg,
         return 0;
     }
     case PB_OPTION_FLAG:
+    case PB_OPTION_ARGUMENTS:
     case PB_OPTION_END:
         break;
     }
@@ -118,6 +120,7 @@ static int match_table(const pb_command *c, int argc, char **argv, int *i, pb_cl
 {
     const char *arg = argv[*i];
     for (const pb_option *o = c->options; o && o->kind != PB_OPTION_END; o++) {
+        if (o->kind == PB_OPTION_ARGUMENTS) continue; /* the usage line's, not an option */
         if (o->kind == PB_OPTION_FLAG) {
             if (arg[0] == '-' && arg[1] == '-' && strcmp(arg + 2, o->long_name) == 0) {
                 *(int *)((char *)a + o->offset) = 1;
@@ -187,8 +190,11 @@ int pb_options_parse(const pb_command *c, int argc, char **argv, int i, pb_cli_a
                                   c->name, a->positional[0], c->name);
     if (!(c->needs & PB_CMD_TARGET) && a->target)
         return pb_cli_usage_error("%s does not take a target (got '%s')", c->name, a->target);
-    if ((c->needs & PB_CMD_TARGET) && !a->target)
-        return pb_cli_usage_error("%s needs a target: %s (see 'probing list')", c->name, c->usage);
+    if ((c->needs & PB_CMD_TARGET) && !a->target) {
+        char usage[PB_USAGE_MAX];
+        return pb_cli_usage_error("%s needs a target: %s (see 'probing list')", c->name,
+                                  pb_usage_line(c, usage, sizeof usage));
+    }
     return PB_OPTIONS_GO_ON;
 }
 

@@ -1,8 +1,8 @@
 """How `probing` reads its command line before any command runs (src/cli/main.c, options.c,
-help.c, suggest.c): where the target goes, what each command needs by its row in the command
-table (a target or none, a pid worked on from outside, text or none, one target or several, a
-command line to run), and the exact message and exit status of every mistake. No process is
-traced here: each case is answered before a request would be sent."""
+usage.c, help.c, suggest.c): where the target goes, what each command needs by its row in the
+command table (a target or none, a pid worked on from outside, text or none, one target or
+several, a command line to run), and the exact message and exit status of every mistake. No
+process is traced here: each case is answered before a request would be sent."""
 import re
 
 import pytest
@@ -104,3 +104,43 @@ def test_help_lists_each_option_the_parser_takes(cli):
         assert r.returncode == 2 and r.stderr.startswith(
             f"probing: unknown option '--no-such-option' for {command}"), (command, r.stderr)
     assert listed >= 25, listed
+
+
+def test_usage_lines_come_from_the_option_tables(cli):
+    """Each usage line is made from the command's option table (usage.c): the target its needs
+    name, its rows in order, the positional arguments where the table places them, and a row's
+    own text where a flat list cannot say it (an option that must be given, --deadline only with
+    --ranks, alternatives). The same line heads the command's --help and the error for a missing
+    target."""
+    usage = run(cli, "--help").stdout.split("\nUsage:\n")[1].split("\n\n")[0].splitlines()
+    assert usage == [
+        "  probing list [-f table|json]",
+        '  probing <target> query "SQL" [-f table|csv|json] [--ranks all|0,2-5 [--deadline S]]',
+        '  probing <target> eval "CODE" [--timeout S]',
+        "  probing <target> tables [-f table|json]",
+        "  probing <target> info [-f table|json]",
+        "  probing run [-o FILE.db [--force]] -- COMMAND [ARGS...]",
+        "  probing <target> report [--json] [--last N] [RANK.db ...]",
+        "  probing <target> timeline -o FILE.json [--ranks all|0,2-5 [--deadline S]]",
+        "  probing <target> flamegraph (-o FILE.svg | --folded [-o FILE]) [--stage S]",
+        "  probing <target> detach",
+        "  probing <pid> backtrace [--native] [-f table|json]",
+        "  probing <pid> inject [--timeout S]",
+        "  probing <target> capture [--steps N] [--memory] [--shapes] [--stack] [-o FILE.json] "
+        "[--timeout S] [--ranks all|0,2-5 [-o DIR] [--deadline S]]",
+        "  probing <target> record [-o FILE.db [--force] | --stop]",
+        "  probing exporter [--listen ADDR:PORT] [--sd FILE] [--timeout S]",
+        "  probing <target-or-recording...> export --parquet DIR [--force]",
+        "  probing <target> ui [--listen ADDR:PORT] [--open]",
+        "  probing <target> ranks [-f table|csv|json] [--deadline S]",
+        "  probing <target> stragglers [--json] [--deadline S]",
+        "  probing <target> hang [--deadline S]",
+        "  probing doctor [-f table|json]",
+    ]
+    for line in usage:
+        command = re.match(r"  probing (?:<[^>]+> )?(\w+)", line).group(1)
+        assert run(cli, "help", command).stdout.startswith(f"Usage: {line[2:]}\n\n"), command
+        if "<" in line:
+            r = run(cli, command)
+            assert (r.returncode, r.stderr) == (
+                2, f"probing: {command} needs a target: {line[2:]} (see 'probing list')\n")

@@ -219,13 +219,16 @@ const pb_option pb_options_capture[] = {
     PB_OPTION_FLAG_("stack", stack,
                     "also record the Python frames that called each op (with_stack)"),
     PB_OPTION_OUTPUT("FILE", "also write the profiler's Chrome trace (Perfetto, chrome://tracing); "
-                             "'-o -' writes it to stdout and the summary to stderr"),
+                             "'-o -' writes it to stdout and the summary to stderr",
+                     PB_USAGE("[-o FILE.json]")),
     PB_OPTION_TIMEOUT("give up after S seconds (default 120) and cancel the capture; exit 2"),
     PB_OPTION_RANKS("the same capture on ranks R of the target's job at once ('all' or 0,2-5); "
                     "-o DIR then writes DIR/rank<R>.json per rank (an HTA trace directory); ranks "
-                    "without a capture are named with why (then exit status 3)"),
+                    "without a capture are named with why (then exit status 3)",
+                    PB_USAGE("[--ranks all|0,2-5 [-o DIR] [--deadline S]]")),
     PB_OPTION_DEADLINE("with --ranks: wait at most S seconds for each round of answers "
-                       "(default 5)"),
+                       "(default 5)",
+                       PB_USAGE_SHOWN_ABOVE),
     PB_OPTION_TABLE_END,
 };
 

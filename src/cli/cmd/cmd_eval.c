@@ -29,6 +29,7 @@ static void write_field(json_t *root, const char *key, FILE *to)
 
 /* The options of eval (option.h): the parser and 'eval --help' read them. */
 const pb_option pb_options_eval[] = {
+    PB_OPTION_ARGUMENTS("\"CODE\""),
     PB_OPTION_TIMEOUT("give up after S seconds (default 30); exit status 2 when it does"),
     PB_OPTION_TABLE_END,
 };

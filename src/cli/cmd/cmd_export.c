@@ -191,7 +191,8 @@ static void remove_staging(const char *dir)
 const pb_option pb_options_export[] = {
     PB_OPTION_STRING_(0, "parquet", "DIR", parquet_dir,
                       "the directory to write (created when missing); nothing is written outside "
-                      "it, and a table whose name is not a table name is skipped"),
+                      "it, and a table whose name is not a table name is skipped",
+                      PB_USAGE("--parquet DIR")),
     PB_OPTION_FORCE("replace Parquet files that exist (without it, export refuses and writes "
                     "nothing)"),
     PB_OPTION_TABLE_END,

@@ -179,9 +179,11 @@ static int write_svg(FILE *f, const stack_time *st, size_t count, const char *st
 
 /* The options of flamegraph (option.h): the parser and 'flamegraph --help' read them. */
 const pb_option pb_options_flamegraph[] = {
-    PB_OPTION_OUTPUT("FILE", "write the SVG (or, with --folded, the text) to FILE"),
+    PB_OPTION_OUTPUT("FILE", "write the SVG (or, with --folded, the text) to FILE",
+                     PB_USAGE("(-o FILE.svg | --folded [-o FILE])")),
     PB_OPTION_FLAG_("folded", folded,
-                    "folded-stack text, \"stack microseconds\" per line (flamegraph.pl input)"),
+                    "folded-stack text, \"stack microseconds\" per line (flamegraph.pl input)",
+                    PB_USAGE_SHOWN_ABOVE),
     PB_OPTION_STRING_(0, "stage", "S", stage,
                       "forward (default), backward, step (optimizer) or all"),
     PB_OPTION_TABLE_END,

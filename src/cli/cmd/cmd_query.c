@@ -190,14 +190,17 @@ done:
 
 /* The options of query (option.h): the parser and 'query --help' read them. */
 const pb_option pb_options_query[] = {
+    PB_OPTION_ARGUMENTS("\"SQL\""),
     PB_OPTION_FORMAT("table|csv|json",
                      "table: aligned columns, NULL shown empty, \"(N rows)\" at the end (default)\n"
                      "csv: RFC 4180 with a header row\n"
                      "json: an array of objects, one per row"),
     PB_OPTION_RANKS("run it on ranks R of the target's torch.distributed job ('all', or a list "
-                    "such as 0,2-5), in parallel; the rows get 'rank' and 'host' columns first"),
+                    "such as 0,2-5), in parallel; the rows get 'rank' and 'host' columns first",
+                    PB_USAGE_RANKS_DEADLINE),
     PB_OPTION_DEADLINE("with --ranks: wait at most S seconds (default 5); ranks that do not "
-                       "answer are named on stderr and the exit status is 3 (docs/cluster.md)"),
+                       "answer are named on stderr and the exit status is 3 (docs/cluster.md)",
+                       PB_USAGE_SHOWN_ABOVE),
     PB_OPTION_TABLE_END,
 };
 

@@ -191,10 +191,12 @@ static int status(const pb_cli_args *a)
 /* The options of record (option.h): the parser and 'record --help' read them. */
 const pb_option pb_options_record[] = {
     PB_OPTION_OUTPUT("FILE.db", "start recording into FILE.db (relative to this directory); it "
-                                "must not exist"),
-    PB_OPTION_FORCE("replace FILE.db when it exists"),
+                                "must not exist",
+                     PB_USAGE("[-o FILE.db [--force] | --stop]")),
+    PB_OPTION_FORCE("replace FILE.db when it exists", PB_USAGE_SHOWN_ABOVE),
     PB_OPTION_FLAG_("stop", stop,
-                    "make the last flush, close the file and print the rows written per table"),
+                    "make the last flush, close the file and print the rows written per table",
+                    PB_USAGE_SHOWN_ABOVE),
     PB_OPTION_TABLE_END,
 };
 

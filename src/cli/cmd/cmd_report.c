@@ -330,6 +330,7 @@ const pb_option pb_options_report[] = {
     PB_OPTION_JSON("the same content as JSON (schema in docs/report.md)"),
     PB_OPTION_INT_("last", "N", last_steps, 1, 100000000, "a number of steps of 1 or more",
                    "only the last N complete steps (default: every step recorded)"),
+    PB_OPTION_ARGUMENTS("[RANK.db ...]"),
     PB_OPTION_TABLE_END,
 };
 

@@ -37,8 +37,11 @@ const pb_option pb_options_run[] = {
                      "(docs/recordings.md). The ranks of a torchrun job record into "
                      "FILE.rank<R>.db (the launcher records nothing); %r, %h, %p in FILE are "
                      "replaced by the rank, host name and pid. FILE must not exist, or be a "
-                     "recording and --force given; anything else is refused"),
-    PB_OPTION_FORCE("replace FILE.db when it is a recording (never another kind of file)"),
+                     "recording and --force given; anything else is refused",
+                     PB_USAGE("[-o FILE.db [--force]]")),
+    PB_OPTION_FORCE("replace FILE.db when it is a recording (never another kind of file)",
+                    PB_USAGE_SHOWN_ABOVE),
+    PB_OPTION_ARGUMENTS("-- COMMAND [ARGS...]"),
     PB_OPTION_TABLE_END,
 };
 

@@ -435,11 +435,14 @@ done:
 
 /* The options of timeline (option.h): the parser and 'timeline --help' read them. */
 const pb_option pb_options_timeline[] = {
-    PB_OPTION_OUTPUT("FILE.json", "the file to write the trace to; '-o -' writes to stdout"),
+    PB_OPTION_OUTPUT("FILE.json", "the file to write the trace to; '-o -' writes to stdout",
+                     PB_USAGE("-o FILE.json")),
     PB_OPTION_RANKS("one trace for ranks R of the target's job ('all' or 0,2-5): a process per "
                     "rank, on this machine's clock, each rank's clock offset and its uncertainty "
-                    "in otherData (docs/cluster.md); exit status 3 when some ranks are missing"),
-    PB_OPTION_DEADLINE("with --ranks: wait at most S seconds for the ranks (default 5)"),
+                    "in otherData (docs/cluster.md); exit status 3 when some ranks are missing",
+                    PB_USAGE_RANKS_DEADLINE),
+    PB_OPTION_DEADLINE("with --ranks: wait at most S seconds for the ranks (default 5)",
+                       PB_USAGE_SHOWN_ABOVE),
     PB_OPTION_TABLE_END,
 };
 
