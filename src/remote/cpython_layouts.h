@@ -24,6 +24,8 @@
  *                  Include/cpython/object.h (PyTypeObject, PyHeapTypeObject)
  *   3.12 v3.12.1   the same as 3.11, with Include/internal/pycore_gc.h and pycore_ceval_state.h
  *   3.13 v3.13.0   PyTypeObject's tail only: the rest comes from the target's _Py_DebugOffsets
+ *   dicts          3.11 to 3.13 (the keys, entries, values and what precedes a managed-dict
+ *                  object): see their section at the end, copied from pyenv's installed headers
  * How they were made: 3.11 from the 3.11.2 headers of Debian's python3.11-dev; 3.9, 3.10 and
  * 3.12 from the definitions bindgen generated from CPython 3.9.5, 3.10.0 and 3.12.0 (py-spy's
  * src/python_bindings), field for field. tests/unit/test_pylayout.c checks that they give the
@@ -500,5 +502,91 @@ typedef struct py312_compact_unicode_object {
     intptr_t utf8_length;
     char *utf8;
 } py312_compact_unicode_object;
+
+/* ---------------------------------------------- dicts and managed dicts: 3.11, 3.12, 3.13 */
+
+/* Read only to find a Thread object's _name (pystack.c, names != PB_NAMES_NONE); 3.9 and 3.10
+ * do not take this path. Copied from the installed headers of pyenv's 3.11.7, 3.12.1 and
+ * 3.13.0 (include/python3.X/internal/pycore_dict.h, pycore_object.h, pycore_gc.h,
+ * cpython/dictobject.h), which agree with the v3.11.7 / v3.12.1 / v3.13.0 tags. */
+
+typedef struct py_gc_head {         /* PyGC_Head: Include/internal/pycore_gc.h, 3.9 to 3.13 */
+    uintptr_t _gc_next, _gc_prev;
+} py_gc_head;
+
+/* PyDictKeysObject (struct _dictkeysobject) of 3.11 to 3.13: the same fields in all three
+ * (3.13's dk_mutex exists only in free-threaded builds, which are not read). dk_indices holds
+ * 1 << dk_log2_index_bytes bytes, then the entries follow in insertion order. */
+typedef struct py311_dict_keys_object {
+    intptr_t dk_refcnt;
+    uint8_t dk_log2_size;
+    uint8_t dk_log2_index_bytes;
+    uint8_t dk_kind;                /* DICT_KEYS_GENERAL 0, _UNICODE 1, _SPLIT 2 */
+    uint32_t dk_version;
+    intptr_t dk_usable;
+    intptr_t dk_nentries;
+    char dk_indices[];
+} py311_dict_keys_object;
+
+typedef struct py311_dict_key_entry { /* PyDictKeyEntry: the entries of kind GENERAL */
+    intptr_t me_hash;
+    void *me_key;
+    void *me_value;
+} py311_dict_key_entry;
+
+typedef struct py311_dict_unicode_entry { /* PyDictUnicodeEntry: kinds UNICODE and SPLIT */
+    void *me_key;
+    void *me_value;                 /* unused in a split table: see ma_values */
+} py311_dict_unicode_entry;
+
+/* PyDictObject (Include/cpython/dictobject.h) of 3.11 to 3.13 (3.13: ma_version_tag still
+ * there, with watcher bits in it). */
+typedef struct py311_dict_object {
+    py_object ob_base;
+    intptr_t ma_used;
+    uint64_t ma_version_tag;
+    void *ma_keys;                  /* PyDictKeysObject * */
+    void *ma_values;                /* PyDictValues *: non-NULL for a split table */
+} py311_dict_object;
+
+/* PyDictValues (struct _dictvalues): 3.11 and 3.12 are the array alone; 3.13 puts four bytes
+ * (the last says whether inline values are valid) before it. */
+typedef struct py311_dict_values {
+    void *values[1];
+} py311_dict_values;
+
+typedef struct py313_dict_values {
+    uint8_t capacity;
+    uint8_t size;
+    uint8_t embedded;
+    uint8_t valid;
+    void *values[1];
+} py313_dict_values;
+
+/* What a type with Py_TPFLAGS_MANAGED_DICT keeps in front of each object (pycore_object.h;
+ * the struct ends where the object starts): CPython writes these as word counts back from the
+ * object, here they are the fields before the GC header that every such object has.
+ *   3.11 _PyObject_ValuesPointer: obj - 4 words; _PyObject_ManagedDictPointer: obj - 3 words
+ *   3.12 _PyObject_DictOrValuesPointer (PyDictOrValues, a dict or a values pointer - 1):
+ *        obj - 3 words, after the managed weakref list (MANAGED_WEAKREF_OFFSET, -4 words)
+ *   3.13 _PyObject_ManagedDictPointer: MANAGED_DICT_OFFSET, -3 words (not free-threaded); the
+ *        values, when valid, are inline after the object head (_PyObject_InlineValues) */
+typedef struct py311_managed_preheader {
+    void *values;                   /* PyDictValues *, or NULL once a dict is made */
+    void *dict;                     /* PyDictObject *, or NULL */
+    py_gc_head gc;
+} py311_managed_preheader;
+
+typedef struct py312_managed_preheader {
+    void *weakreflist;
+    void *dict_or_values;           /* PyDictOrValues: tagged, see pystack.c */
+    py_gc_head gc;
+} py312_managed_preheader;
+
+typedef struct py313_managed_preheader {
+    void *weakreflist;
+    void *dict;                     /* PyManagedDictPointer */
+    py_gc_head gc;
+} py313_managed_preheader;
 
 #endif

@@ -20,6 +20,24 @@ _Static_assert(sizeof(pb_pylayout_debug_offsets_313) == 73 * 8,
                "_Py_DebugOffsets of 3.13 is 73 words");
 
 #define OFF(type, field) ((uint64_t)offsetof(type, field))
+/* How far before the object a field of what precedes it sits (the struct ends at the object). */
+#define BEFORE(type, field) ((uint64_t)(sizeof(type) - offsetof(type, field)))
+
+/* The dict reading of 3.11 to 3.13: the keys object, its entries and PyDictObject are the same
+ * in all three (cpython_layouts.h); 3.13 takes ma_keys / ma_values from the debug offsets. */
+#define DICT_KEYS_311                                                                          \
+    {                                                                                          \
+        .log2_index_bytes = OFF(py311_dict_keys_object, dk_log2_index_bytes),                  \
+        .kind = OFF(py311_dict_keys_object, dk_kind),                                          \
+        .nentries = OFF(py311_dict_keys_object, dk_nentries),                                  \
+        .indices = OFF(py311_dict_keys_object, dk_indices),                                    \
+        .entry_size = sizeof(py311_dict_key_entry),                                            \
+        .entry_key = OFF(py311_dict_key_entry, me_key),                                        \
+        .entry_value = OFF(py311_dict_key_entry, me_value),                                    \
+        .unicode_entry_size = sizeof(py311_dict_unicode_entry),                                \
+        .unicode_entry_key = OFF(py311_dict_unicode_entry, me_key),                            \
+        .unicode_entry_value = OFF(py311_dict_unicode_entry, me_value),                        \
+    }
 
 /* 3.9: PyFrameObject chain (f_back, f_code, f_lasti in bytes), co_name (no co_qualname),
  * co_lnotab, no native thread id (read from glibc's struct pthread). */
@@ -122,6 +140,13 @@ static const pb_pylayout layout_311 = {
     .frame_localsplus = OFF(py311_interpreter_frame, localsplus),
     .type_flags = OFF(py311_type_object, tp_flags),
     .heaptype_cached_keys = OFF(py311_heap_type_object, ht_cached_keys),
+    .object_type = OFF(py_object, ob_type),
+    .managed_dict_before = BEFORE(py311_managed_preheader, dict),
+    .managed_values_before = BEFORE(py311_managed_preheader, values),
+    .values_array = OFF(py311_dict_values, values),
+    .dict_keys = OFF(py311_dict_object, ma_keys),
+    .dict_values = OFF(py311_dict_object, ma_values),
+    .keys = DICT_KEYS_311,
 };
 
 /* 3.12: each interpreter points to its GIL; shim frames owned by the C stack are skipped. */
@@ -160,6 +185,12 @@ static const pb_pylayout layout_312 = {
     .frame_localsplus = OFF(py312_interpreter_frame, localsplus),
     .type_flags = OFF(py312_type_object, tp_flags),
     .heaptype_cached_keys = OFF(py312_heap_type_object, ht_cached_keys),
+    .object_type = OFF(py_object, ob_type),
+    .managed_dict_before = BEFORE(py312_managed_preheader, dict_or_values),
+    .values_array = OFF(py311_dict_values, values), /* the same struct in 3.12 */
+    .dict_keys = OFF(py311_dict_object, ma_keys),
+    .dict_values = OFF(py311_dict_object, ma_values),
+    .keys = DICT_KEYS_311,
 };
 
 const pb_pylayout *pb_pylayout_get(unsigned major, unsigned minor)
@@ -211,6 +242,15 @@ void pb_pylayout_from_debug_offsets(const pb_pylayout_debug_offsets_313 *d, pb_p
     l->type_flags = d->type_object.tp_flags;
     /* not in the debug offsets: from the copy of 3.13.0's PyHeapTypeObject */
     l->heaptype_cached_keys = OFF(py313_heap_type_object, ht_cached_keys);
+    l->object_type = d->pyobject.ob_type;
+    l->dict_keys = d->dict_object.ma_keys;
+    l->dict_values = d->dict_object.ma_values;
+    /* not in the debug offsets: from the copies of 3.13.0's structs */
+    l->managed_dict_before = BEFORE(py313_managed_preheader, dict);
+    l->inline_values = sizeof(py_object); /* _PyObject_InlineValues: right after the head */
+    l->values_valid = OFF(py313_dict_values, valid);
+    l->values_array = OFF(py313_dict_values, values);
+    l->keys = (struct pb_pylayout_keys)DICT_KEYS_311;
 }
 
 /* The kernel thread id is `pid_t tid` of glibc's struct pthread (nptl/descr.h), which starts

@@ -2,7 +2,8 @@
  * pylayout.h - where the fields that pystack.c reads sit in a Python process's memory.
  *
  * One pb_pylayout per CPython minor version: the byte offsets of the fields of the runtime,
- * interpreter, thread state, frame, code, str and bytes objects that the stack walk reads.
+ * interpreter, thread state, frame, code, str and bytes objects that the stack walk reads, and
+ * of the dicts that hold a Thread object's name (3.11+).
  * 3.9 to 3.12 are taken with offsetof() from copies of that version's own structs
  * (cpython_layouts.h); 3.13 describes itself in _Py_DebugOffsets at the start of _PyRuntime,
  * read from the target and turned into a pb_pylayout here. All of them assume an LP64 target
@@ -56,6 +57,19 @@ typedef struct pb_pylayout {
     uint64_t bytes_size, bytes_sval;
     enum pb_pylayout_names names;
     uint64_t frame_localsplus, type_flags, heaptype_cached_keys;
+    /* Reading a Thread object's attributes (names != PB_NAMES_NONE: 3.11+; 0 elsewhere). */
+    uint64_t object_type;             /* PyObject.ob_type */
+    uint64_t managed_dict_before;     /* bytes before the object: its dict (3.12: dict or
+                                       * values, tagged) */
+    uint64_t managed_values_before;   /* 3.11: bytes before the object: its values pointer */
+    uint64_t inline_values;           /* 3.13: PyDictValues start this far into the object */
+    uint64_t values_valid, values_array; /* PyDictValues: valid flag (3.13), values[] */
+    uint64_t dict_keys, dict_values;  /* PyDictObject.ma_keys, ma_values */
+    struct pb_pylayout_keys {         /* PyDictKeysObject and its entries */
+        uint64_t log2_index_bytes, kind, nentries, indices;
+        uint64_t entry_size, entry_key, entry_value;          /* PyDictKeyEntry (kind 0) */
+        uint64_t unicode_entry_size, unicode_entry_key, unicode_entry_value; /* kinds 1, 2 */
+    } keys;
 } pb_pylayout;
 
 /* The layout of CPython 3.<minor> for 9 <= minor <= 12, or NULL (3.13 and later: see below).

@@ -287,47 +287,46 @@ torn:
 
 /* ------------------------------------------------------------------------- thread names */
 
-/* The dict layouts below are those of CPython 3.11 to 3.13 (Include/internal/pycore_dict.h,
- * pycore_object.h; the same offsets in all three): a keys object is
- *   dk_refcnt, dk_log2_size (+8), dk_log2_index_bytes (+9), dk_kind (+10), ..., dk_nentries
- *   (+24), dk_indices (+32, 1 << dk_log2_index_bytes bytes), then the entries in insertion
- *   order: {key, value} for str-only keys (kinds 1 and 2), {hash, key, value} for kind 0.
- * A split dict (kind 2) keeps the values apart, values[i] belonging to entry i. */
-#define KEYS_LOG2_INDEX_BYTES 9
-#define KEYS_KIND 10
-#define KEYS_NENTRIES 24
-#define KEYS_INDICES 32
-#define DICT_MA_KEYS 32
-#define DICT_MA_VALUES 40
+/* A Thread object's _name is read from its instance dict, 3.11 to 3.13 (the layout's keys,
+ * dict_* and managed_* offsets, from cpython_layouts.h): the keys object is a header, then
+ * dk_indices (1 << dk_log2_index_bytes bytes), then the entries in insertion order:
+ * PyDictUnicodeEntry {key, value} for str-only keys (kinds 1 and 2), PyDictKeyEntry {hash,
+ * key, value} for kind 0. A split dict (kind 2) keeps the values apart in a PyDictValues,
+ * values[i] belonging to entry i. The flags are Py_TPFLAGS_* of Include/object.h. */
 #define TPFLAGS_INLINE_VALUES (1u << 2)  /* 3.13 */
 #define TPFLAGS_MANAGED_DICT (1u << 4)   /* 3.11+ */
 #define MAX_ATTRIBUTES 256
 
-/* The value of the str key `attr` in the keys object keys (values: the split values array, or
+/* The value of the str key `attr` in the keys object keys (values: the split PyDictValues, or
  * 0 when the values sit in the entries); 0 when it is absent or cannot be read. str_type is
  * the type of str (the key's type), used to tell a str value. */
 static uint64_t keys_lookup(const reader *r, uint64_t keys, uint64_t values, const char *attr,
                             uint64_t *str_type)
 {
-    uint8_t head[KEYS_INDICES];
+    const struct pb_pylayout_keys *k = &r->l->keys;
+    uint8_t head[64];
     int64_t entries;
-    if (!keys || pb_remote_read(r->pid, keys, head, sizeof head)) return 0;
-    memcpy(&entries, head + KEYS_NENTRIES, sizeof entries);
-    unsigned index_log2 = head[KEYS_LOG2_INDEX_BYTES], kind = head[KEYS_KIND];
+    if (!keys || k->indices > sizeof head || pb_remote_read(r->pid, keys, head, k->indices))
+        return 0;
+    memcpy(&entries, head + k->nentries, sizeof entries);
+    unsigned index_log2 = head[k->log2_index_bytes], kind = head[k->kind];
     if (entries <= 0 || entries > MAX_ATTRIBUTES || index_log2 > 20 || kind > 2) return 0;
-    uint64_t start = keys + KEYS_INDICES + ((uint64_t)1 << index_log2);
-    uint64_t size = kind == 0 ? 24 : 16, key_at = kind == 0 ? 8 : 0;
+    uint64_t start = keys + k->indices + ((uint64_t)1 << index_log2);
+    uint64_t size = kind == 0 ? k->entry_size : k->unicode_entry_size;
+    uint64_t key_at = kind == 0 ? k->entry_key : k->unicode_entry_key;
+    uint64_t value_at = kind == 0 ? k->entry_value : k->unicode_entry_value;
     for (int64_t i = 0; i < entries; i++) {
-        uint64_t key = 0, value = 0;
-        if (pb_remote_read_u64(r->pid, start + (uint64_t)i * size + key_at, &key) || !key)
-            continue;
+        uint64_t key = 0, value = 0, entry = start + (uint64_t)i * size;
+        if (pb_remote_read_u64(r->pid, entry + key_at, &key) || !key) continue;
         char *name = read_string(r, key);
         int match = name && strcmp(name, attr) == 0;
         free(name);
         if (!match) continue;
-        if (pb_remote_read_u64(r->pid, key + 8, str_type)) return 0;
-        if (values ? pb_remote_read_u64(r->pid, values + 8 * (uint64_t)i, &value)
-                   : pb_remote_read_u64(r->pid, start + (uint64_t)i * size + key_at + 8, &value))
+        if (pb_remote_read_u64(r->pid, key + r->l->object_type, str_type)) return 0;
+        /* values[i]: an array of object pointers (8 bytes on the LP64 targets read) */
+        if (values ? pb_remote_read_u64(r->pid,
+                                        values + r->l->values_array + 8 * (uint64_t)i, &value)
+                   : pb_remote_read_u64(r->pid, entry + value_at, &value))
             return 0;
         return value;
     }
@@ -342,29 +341,30 @@ static uint64_t object_attribute(const reader *r, uint64_t obj, const char *attr
 {
     const layout *l = r->l;
     uint64_t type = 0, flags = 0, dict = 0, values = 0, keys = 0;
-    if (pb_remote_read_u64(r->pid, obj + 8, &type) || !type ||
+    if (pb_remote_read_u64(r->pid, obj + l->object_type, &type) || !type ||
         pb_remote_read_u64(r->pid, type + l->type_flags, &flags) ||
         !(flags & TPFLAGS_MANAGED_DICT))
         return 0;
     switch (l->names) {
-    case PB_NAMES_311: /* values pointer at obj - 4 words, dict pointer at obj - 3 words */
-        if (pb_remote_read_u64(r->pid, obj - 32, &values) ||
-            pb_remote_read_u64(r->pid, obj - 24, &dict))
+    case PB_NAMES_311: /* a values pointer and a dict pointer before the object */
+        if (pb_remote_read_u64(r->pid, obj - l->managed_values_before, &values) ||
+            pb_remote_read_u64(r->pid, obj - l->managed_dict_before, &dict))
             return 0;
         break;
-    case PB_NAMES_312: { /* one word at obj - 3 words: a dict, or values - 1 (odd: tagged) */
+    case PB_NAMES_312: { /* one word before the object: a dict, or values - 1 (odd: tagged) */
         uint64_t word = 0;
-        if (pb_remote_read_u64(r->pid, obj - 24, &word)) return 0;
+        if (pb_remote_read_u64(r->pid, obj - l->managed_dict_before, &word)) return 0;
         if (word & 1) values = word + 1;
         else dict = word;
         break;
     }
-    case PB_NAMES_313: { /* dict at obj - 3 words, else values inline after the object head */
+    case PB_NAMES_313: { /* a dict before the object, else values inline after its head */
         uint8_t valid = 0;
-        if (pb_remote_read_u64(r->pid, obj - 24, &dict)) return 0;
+        if (pb_remote_read_u64(r->pid, obj - l->managed_dict_before, &dict)) return 0;
         if (!dict && (flags & TPFLAGS_INLINE_VALUES) &&
-            pb_remote_read(r->pid, obj + 16 + 3, &valid, 1) == 0 && valid)
-            values = obj + 16 + 8;
+            pb_remote_read(r->pid, obj + l->inline_values + l->values_valid, &valid, 1) == 0 &&
+            valid)
+            values = obj + l->inline_values;
         break;
     }
     default: return 0;
@@ -373,8 +373,8 @@ static uint64_t object_attribute(const reader *r, uint64_t obj, const char *attr
         if (pb_remote_read_u64(r->pid, type + l->heaptype_cached_keys, &keys)) return 0;
         return keys_lookup(r, keys, values, attr, str_type);
     }
-    if (!dict || pb_remote_read_u64(r->pid, dict + DICT_MA_KEYS, &keys) ||
-        pb_remote_read_u64(r->pid, dict + DICT_MA_VALUES, &values))
+    if (!dict || pb_remote_read_u64(r->pid, dict + l->dict_keys, &keys) ||
+        pb_remote_read_u64(r->pid, dict + l->dict_values, &values))
         return 0;
     return keys_lookup(r, keys, values, attr, str_type);
 }
@@ -389,7 +389,8 @@ static void read_python_name(const reader *r, uint64_t frame, pb_pythread *t)
         return;
     name = object_attribute(r, self, "_name", &str_type);
     /* a str only: the value's type must be the key's (both are str objects) */
-    if (!name || pb_remote_read_u64(r->pid, name + 8, &value_type) || value_type != str_type)
+    if (!name || pb_remote_read_u64(r->pid, name + r->l->object_type, &value_type) ||
+        value_type != str_type)
         return;
     char *text = read_string(r, name);
     if (text) snprintf(t->python_name, sizeof t->python_name, "%s", text);

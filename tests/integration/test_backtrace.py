@@ -111,7 +111,8 @@ def test_backtrace_of_a_deadlocked_process(cli, launcher, version):
                                     ("<module>", script, marker_line(script, "module"))]
     assert frames_of(main)[-3][0] == qual(version, "Thread.join")
     assert not any(th["truncated"] for th in stacks["threads"])
-    # threading's names: read from the Thread objects on 3.11+, the main thread's from its tid
+    # threading's names: read from the Thread objects on 3.11+ (left's from the values kept
+    # beside the object, right's from the dict that vars() made), the main thread's from its tid
     assert main["python_name"] == "MainThread"
     if version >= (3, 11):
         assert left["python_name"] == "left"

@@ -2,8 +2,9 @@
  * test_pylayout.c - the offset tables of src/remote/pylayout.c.
  *
  * 1. The offsets derived with offsetof() from the struct copies (cpython_layouts.h) are the
- *    numbers pystack.c used before, for every version that had numbers (3.9 to 3.12 and the two
- *    3.13 values not in _Py_DebugOffsets): no behaviour changed.
+ *    numbers pystack.c used before, for every version that had numbers (3.9 to 3.12 and the
+ *    3.13 values not in _Py_DebugOffsets, the dict offsets of the thread names included): no
+ *    behaviour changed, but for one 3.13 read that was a slot off (see test_debug_offsets_313).
  * 2. The glibc offset of a thread's kernel id is where this process's own struct pthread keeps
  *    gettid() (x86_64), and unknown (-1) elsewhere.
  * 3. `test_pylayout --print 3.11` prints one version's table as "name offset" lines, for
@@ -46,6 +47,14 @@ static const pb_pylayout before_310 = {
     .bytes_size = 16, .bytes_sval = 32,
 };
 
+/* The dict reading of 3.11+ (the thread names), as numbers in pystack.c before (commit
+ * 3d64242): the keys object, its entries, ma_keys / ma_values and ob_type. */
+#define DICT_BEFORE                                                                            \
+    .object_type = 8, .dict_keys = 32, .dict_values = 40, /* pystack.c's "+ 8", DICT_MA_* */ \
+    .keys = {.log2_index_bytes = 9, .kind = 10, .nentries = 24, .indices = 32, /* KEYS_* */    \
+             .entry_size = 24, .entry_key = 8, .entry_value = 16,  /* kind 0: 24, 8, key + 8 */ \
+             .unicode_entry_size = 16, .unicode_entry_key = 0, .unicode_entry_value = 8}
+
 /* 3.11 had gil_base 0 and the runtime offsets of locked / last_holder (376 / 368): the same
  * addresses as gil_base + gil_locked / gil_holder, which is what is compared. */
 static const pb_pylayout before_311 = {
@@ -60,6 +69,7 @@ static const pb_pylayout before_311 = {
     .unicode_state = 32, .unicode_length = 16, .ascii_size = 48, .compact_size = 72,
     .bytes_size = 16, .bytes_sval = 32,
     .names = PB_NAMES_311, .frame_localsplus = 72, .type_flags = 168, .heaptype_cached_keys = 872,
+    .managed_values_before = 32, .managed_dict_before = 24, .values_array = 0, DICT_BEFORE,
 };
 
 static const pb_pylayout before_312 = {
@@ -74,6 +84,7 @@ static const pb_pylayout before_312 = {
     .unicode_state = 32, .unicode_length = 16, .ascii_size = 40, .compact_size = 56,
     .bytes_size = 16, .bytes_sval = 32,
     .names = PB_NAMES_312, .frame_localsplus = 72, .type_flags = 168, .heaptype_cached_keys = 880,
+    .managed_dict_before = 24, .values_array = 0, DICT_BEFORE,
 };
 
 /* Every field, by name: the same list drives the comparison and --print. */
@@ -84,7 +95,14 @@ static const pb_pylayout before_312 = {
     X(owner_cstack) X(code_filename) X(code_qualname) X(code_firstlineno) X(code_linetable)    \
     X(code_adaptive) X(lines) X(legacy) X(lasti_units) X(unicode_state) X(unicode_length)      \
     X(ascii_size) X(compact_size) X(bytes_size) X(bytes_sval) X(names) X(frame_localsplus)     \
-    X(type_flags) X(heaptype_cached_keys)
+    X(type_flags) X(heaptype_cached_keys) DICT_FIELDS(X)
+
+#define DICT_FIELDS(X)                                                                         \
+    X(object_type) X(managed_dict_before) X(managed_values_before) X(inline_values)            \
+    X(values_valid) X(values_array) X(dict_keys) X(dict_values) X(keys.log2_index_bytes)       \
+    X(keys.kind) X(keys.nentries) X(keys.indices) X(keys.entry_size) X(keys.entry_key)         \
+    X(keys.entry_value) X(keys.unicode_entry_size) X(keys.unicode_entry_key)                   \
+    X(keys.unicode_entry_value)
 
 /* Where the GIL's fields are, from the runtime (3.9-3.11) or from the gil state (3.12). */
 static uint64_t gil_at(const pb_pylayout *l, uint64_t field)
@@ -143,6 +161,30 @@ static void test_debug_offsets_313(void)
     CHECK(l.tstate_native_id == 160 && l.frame_owner == 74 && l.owner_cstack == 3 &&
               l.gil_kind == PB_GIL_IN_INTERP && l.names == PB_NAMES_313,
           "3.13: the rest is the target's own _Py_DebugOffsets");
+
+    /* The dict reading: ob_type, ma_keys and ma_values from the debug offsets (3.13.0 has 8,
+     * 32, 40: the numbers pystack.c used), the rest from the copies of 3.13.0's structs. */
+    d.pyobject.ob_type = 8;
+    d.dict_object.ma_keys = 32;
+    d.dict_object.ma_values = 40;
+    pb_pylayout_from_debug_offsets(&d, &l);
+    pb_pylayout want = {DICT_BEFORE};
+    want.managed_dict_before = 24; /* "obj - 24" */
+    want.inline_values = 16;       /* "obj + 16": values inline after the object head */
+    want.values_valid = 3;         /* "obj + 16 + 3" */
+    want.values_array = 8;         /* "obj + 16 + 8"; the dict path read ma_values' values[]
+                                    * at 0, which is 3.11/3.12's place: 3.13 puts 4 bytes
+                                    * before it, so that read was a slot off (fixed) */
+    int same = 1;
+#define COMPARE_DICT(f)                                                                        \
+    if (l.f != want.f) {                                                                       \
+        printf("       3.13 %s: derived %llu, before %llu\n", #f, (unsigned long long)l.f,     \
+               (unsigned long long)want.f);                                                    \
+        same = 0;                                                                              \
+    }
+    DICT_FIELDS(COMPARE_DICT)
+#undef COMPARE_DICT
+    CHECK(same, "3.13: the dict offsets are the numbers used before");
 }
 
 /* A second thread: says its kernel id, then stays alive (its struct pthread keeps the tid

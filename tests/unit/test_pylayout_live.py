@@ -2,9 +2,10 @@
 
 Run by meson (`meson test pylayout_live`) as: python3 test_pylayout_live.py <test_pylayout>.
 It asks the C test binary for the table of the Python it runs under (--print 3.X), then reads
-this interpreter's own thread state, frames, code, str, bytes and type objects through ctypes at
-those offsets and compares with what Python says they hold. Exit 77 (meson: skipped) when this
-Python has no table (3.13+: its offsets come from _Py_DebugOffsets) or is not CPython.
+this interpreter's own thread state, frames, code, str, bytes, type and (3.11+) dict objects
+through ctypes at those offsets and compares with what Python says they hold. Exit 77 (meson:
+skipped) when this Python has no table (3.13+: its offsets come from _Py_DebugOffsets) or is
+not CPython.
 Then it runs itself the same way under every CPython of pyenv ($PYENV_ROOT or ~/.pyenv,
 versions/3.9 and later), as test_backtrace.py does: each covered version is checked where it
 is installed.
@@ -36,6 +37,62 @@ def u64(addr):
 
 def i32(addr):
     return ctypes.c_int32.from_address(addr).value
+
+
+def lookup(L, keys, values, attr):
+    """What pystack.c's keys_lookup does: the address of the value of str key attr in the keys
+    object keys (values: a split dict's PyDictValues, or 0), read at the table's offsets."""
+    entries = ctypes.c_int64.from_address(keys + L["keys.nentries"]).value
+    index_log2 = ctypes.c_uint8.from_address(keys + L["keys.log2_index_bytes"]).value
+    kind = ctypes.c_uint8.from_address(keys + L["keys.kind"]).value
+    prefix = "keys.entry_" if kind == 0 else "keys.unicode_entry_"
+    start = keys + L["keys.indices"] + (1 << index_log2)
+    for i in range(entries):
+        entry = start + i * L[prefix + "size"]
+        key = ptr(entry + L[prefix + "key"])
+        if not key or ctypes.cast(key, ctypes.py_object).value != attr:
+            continue
+        if values:
+            return ptr(values + L["values_array"] + 8 * i)
+        return ptr(entry + L[prefix + "value"])
+    return 0
+
+
+def check_dicts(L):
+    """A Thread's _name is read from its instance dict (3.11+): check every offset of that on
+    plain dicts and on an object's managed dict, before and after it is made a real dict."""
+    text = {"alpha": "one", "beta": "two"}
+    mixed = {1: "int key", "beta": "general entry"}
+    for d, kind in ((text, 1), (mixed, 0)):
+        keys = ptr(id(d) + L["dict_keys"])
+        check(ctypes.c_uint8.from_address(keys + L["keys.kind"]).value == kind and
+              not ptr(id(d) + L["dict_values"]) and lookup(L, keys, 0, "beta") == id(d["beta"]),
+              "dict of kind %d: ma_keys, its entries and the value of 'beta'" % kind)
+    check(ptr(id(text["beta"]) + L["object_type"]) == id(str), "ob_type of a str is str")
+
+    class Named:
+        pass
+
+    o = Named()
+    o._target = None
+    o._name = "worker-%d" % 7
+    check(Named.__flags__ & (1 << 4), "a plain class has Py_TPFLAGS_MANAGED_DICT")
+    cached = ptr(id(Named) + L["heaptype_cached_keys"])
+    before = ptr(id(o) - L["managed_dict_before"])
+    if L["managed_values_before"]:  # 3.11: a values pointer and a dict pointer
+        values = ptr(id(o) - L["managed_values_before"])
+        ok = values and not before
+    else:  # 3.12: one word, the values pointer - 1 while there is no dict
+        values = before + 1 if before & 1 else 0
+        ok = values
+    check(ok and lookup(L, cached, values, "_name") == id(o._name),
+          "managed dict: split values before the object, _name found through ht_cached_keys")
+    made = o.__dict__
+    check(ptr(id(o) - L["managed_dict_before"]) == id(made), "managed dict: once made, the dict")
+    keys, values = ptr(id(made) + L["dict_keys"]), ptr(id(made) + L["dict_values"])
+    check(lookup(L, keys, values, "_name") == id(o._name),
+          "managed dict: _name through ma_keys / ma_values (%s)" %
+          ("split" if values else "combined"))
 
 
 def main():
@@ -112,6 +169,9 @@ def main():
         check(u64(id(Worker) + L["type_flags"]) == Worker.__flags__, "type.tp_flags")
         check(ptr(id(Worker) + L["heaptype_cached_keys"] - 8) == id(Worker.__qualname__),
               "heap type: ht_qualname sits just before ht_cached_keys")
+
+    if L["names"]:
+        check_dicts(L)
 
     for text, kind, size in (("ascii text", 1, L["ascii_size"]),
                              ("caf\u00e9", 1, L["compact_size"]),
