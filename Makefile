@@ -49,8 +49,10 @@ bench: setup
 
 # Dependencies point down: no two src/ files (a .c with its .h) use each other, directly or
 # around a loop (scripts/depcheck.py reads the compiled objects' symbols and the includes).
+# No source file under src/ or tests/ over 900 lines (scripts/linelimit.py, issue 33).
 lint: build
 	$(BIN)/python scripts/depcheck.py $(BUILD)
+	$(BIN)/python scripts/linelimit.py
 
 clean:
 	rm -rf $(BUILD) build-*

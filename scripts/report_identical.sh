@@ -12,7 +12,7 @@
 # `report --json`, the text report, `report --json --last 8`, and the two ranks together. The
 # same files are read by both, so the timings of the recordings do not matter. It compares
 # reports of real runs only; the rules' other branches (CUDA, older agents) are the unit tests'
-# (tests/unit/test_report.c).
+# (tests/unit/test_report*.c).
 # Exits 0 when every output is identical, 1 with the diff when one differs, 2 when it cannot run.
 set -euo pipefail
 cd "$(dirname "$0")/.."

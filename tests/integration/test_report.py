@@ -5,7 +5,7 @@ problem at all.
 
 Everything here runs on CPU: the rules that need CUDA (host-device syncs, fragmentation, memory
 pressure, bf16 support, tensor-core alignment) are covered by the unit tests on synthetic rows
-(tests/unit/test_report.c); here they must say that they do not apply. Load imbalance across
+(tests/unit/test_report*.c); here they must say that they do not apply. Load imbalance across
 ranks is tested on real torchrun jobs in test_distributed.py.
 """
 import json
