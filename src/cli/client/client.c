@@ -60,9 +60,10 @@ int pb_client_check_peer(int fd, pid_t expected_pid, const char *path, char *why
     socklen_t len = sizeof cred;
     uid_t self = geteuid();
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        int e = errno;
         snprintf(why, whylen, "cannot tell who listens on %s (SO_PEERCRED: %s); nothing was sent",
-                 path, strerror(errno));
-        return -1;
+                 path, strerror(e));
+        return e ? -e : -EIO;
     }
     if (cred.uid != self && cred.uid != 0) {
         snprintf(why, whylen,
@@ -70,7 +71,7 @@ int pb_client_check_peer(int fd, pid_t expected_pid, const char *path, char *why
                  "not as you (uid %u), so it is not your probing agent; nothing was sent. "
                  "Remove the socket if you did not expect it",
                  path, (int)cred.pid, (unsigned)cred.uid, (unsigned)self);
-        return -1;
+        return -EACCES;
     }
     if (expected_pid > 0 && cred.pid != expected_pid) {
         snprintf(why, whylen,
@@ -78,7 +79,7 @@ int pb_client_check_peer(int fd, pid_t expected_pid, const char *path, char *why
                  "nothing was sent. The socket was made by another process (remove it if the "
                  "process it names has exited)",
                  path, (int)cred.pid, (int)expected_pid);
-        return -1;
+        return -EACCES;
     }
     return 0;
 }
@@ -153,9 +154,10 @@ int pb_client_guard_setup(pb_client_guard *g, const pb_target *t, CURL *h, const
     g->fd = -1;
     if (t->kind == PB_TARGET_UNIX) {
         char dir[PATH_MAX];
-        if (in_socket_dir(t->socket_path, dir, sizeof dir) &&
-            pb_paths_check_dir(dir, err, errlen) != 0)
-            return -1;
+        if (in_socket_dir(t->socket_path, dir, sizeof dir)) {
+            int rc = pb_paths_check_dir(dir, err, errlen);
+            if (rc) return rc;
+        }
         curl_easy_setopt(h, CURLOPT_UNIX_SOCKET_PATH, t->socket_path);
         curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_unix);
         curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, g);
@@ -173,13 +175,13 @@ int pb_client_guard_setup(pb_client_guard *g, const pb_target *t, CURL *h, const
                                   sizeof value, g->nonce);
     if (rc) {
         snprintf(err, errlen, "cannot sign the request: %s", strerror(-rc));
-        return -1;
+        return rc;
     }
     snprintf(g->authorization, sizeof g->authorization, "Authorization: %s", value);
     struct curl_slist *more = curl_slist_append(*headers, g->authorization); /* copies */
     if (!more) {
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return -ENOMEM;
     }
     *headers = more;
     g->signed_request = 1;
@@ -216,15 +218,17 @@ static int exited_soon(pid_t pid)
     return 0;
 }
 
-/* Words a transport failure for the user. */
-static void describe_failure(const pb_target *t, CURLcode cc, long os_errno, int too_big,
-                             long timeout_ms, char *err, size_t errlen)
+/* Words a transport failure for the user in err, and returns its code (error.h). */
+static int describe_failure(const pb_target *t, CURLcode cc, long os_errno, int too_big,
+                            long timeout_ms, char *err, size_t errlen)
 {
     int is_unix = t->kind == PB_TARGET_UNIX;
+    int code = -EIO;
     switch (cc) {
     case CURLE_COULDNT_CONNECT:
         if (is_unix && t->pid && !pb_target_pid_alive(t->pid)) {
             snprintf(err, errlen, "process %d has exited", (int)t->pid);
+            code = -ESRCH;
         } else if (is_unix && t->pid && (os_errno == 0 || os_errno == ECONNRESET)) {
             /* connect() worked (no errno), then the socket hung up before libcurl could use
              * it: the agent accepted and closed at once, as it does over its connection limit
@@ -233,7 +237,9 @@ static void describe_failure(const pb_target *t, CURLcode cc, long os_errno, int
                      "process %d is running but its agent closed the connection without "
                      "answering: it is saturated (it serves a bounded number of connections at "
                      "once and closes the rest); try again later", (int)t->pid);
+            code = -ECONNRESET;
         } else if (os_errno == ECONNREFUSED || os_errno == 0) {
+            code = -ECONNREFUSED;
             if (is_unix && t->pid)
                 snprintf(err, errlen,
                          "process %d is running but nothing is listening on %s (the agent "
@@ -249,40 +255,50 @@ static void describe_failure(const pb_target *t, CURLcode cc, long os_errno, int
                      "queue is full, it is saturated by other clients; try again later",
                      t->socket_path, ((timeout_ms < PB_CLI_CONNECT_TIMEOUT_MS ? timeout_ms
                                        : PB_CLI_CONNECT_TIMEOUT_MS) + 999) / 1000);
+            code = -ETIMEDOUT;
         } else if (os_errno == EACCES || os_errno == EPERM) {
+            code = -EACCES;
             snprintf(err, errlen, "permission denied connecting to %s (the agent belongs to "
                      "another user?)", is_unix ? t->socket_path : t->host_port);
         } else if (os_errno == ENOENT && is_unix) {
             snprintf(err, errlen, "no socket at %s (did the process exit?)", t->socket_path);
+            code = -ENOENT;
         } else {
             snprintf(err, errlen, "cannot connect to %s: %s",
                      is_unix ? t->socket_path : t->host_port, strerror((int)os_errno));
+            code = os_errno > 0 ? -(int)os_errno : -EIO;
         }
         break;
     case CURLE_COULDNT_RESOLVE_HOST:
         snprintf(err, errlen, "cannot resolve the host in %s", t->host_port);
+        code = -EHOSTUNREACH;
         break;
     case CURLE_OPERATION_TIMEDOUT:
         snprintf(err, errlen, "the target did not answer within %ld s (is the process "
                  "stopped or overloaded?)", (timeout_ms + 999) / 1000);
+        code = PB_ETIMEOUT;
         break;
     case CURLE_GOT_NOTHING:
     case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
     case CURLE_PARTIAL_FILE:
-        if (is_unix && t->pid && exited_soon(t->pid))
+        code = -ECONNRESET;
+        if (is_unix && t->pid && exited_soon(t->pid)) {
             snprintf(err, errlen, "process %d exited before answering", (int)t->pid);
-        else if (is_unix && t->pid)
+            code = -ESRCH;
+        } else if (is_unix && t->pid) {
             snprintf(err, errlen,
                      "process %d is running but its agent closed the connection without "
                      "answering: it is saturated (it serves a bounded number of connections at "
                      "once and closes the rest); try again later", (int)t->pid);
-        else
+        } else {
             snprintf(err, errlen,
                      "the target closed the connection before answering (the process exited, "
                      "or its agent is saturated and closes connections over its limit)");
+        }
         break;
     case CURLE_WRITE_ERROR:
+        code = too_big ? PB_ETOOBIG : -ENOMEM;
         if (too_big)
             snprintf(err, errlen, "the target's response is larger than 1 GiB; ask for less "
                      "(add a LIMIT or select fewer columns)");
@@ -292,19 +308,21 @@ static void describe_failure(const pb_target *t, CURLcode cc, long os_errno, int
     case CURLE_WEIRD_SERVER_REPLY:
     case CURLE_UNSUPPORTED_PROTOCOL:
         snprintf(err, errlen, "the target did not answer in HTTP (is it a probing agent?)");
+        code = -EPROTO;
         break;
     default:
         snprintf(err, errlen, "request to %s failed: %s",
                  is_unix ? t->socket_path : t->host_port, curl_easy_strerror(cc));
         break;
     }
+    return code;
 }
 
 int pb_client_request(const pb_target *t, const char *method, const char *path,
                       const char *body, long timeout_ms, pb_response *resp, char *err,
                       size_t errlen)
 {
-    int ret = -1;
+    int ret = -ENOMEM;
     char url[512];
     struct curl_slist *headers = NULL;
     body_sink sink = {&resp->body, 0};
@@ -322,7 +340,8 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
     snprintf(url, sizeof url, "%s%s", t->url_base, path);
     curl_easy_setopt(h, CURLOPT_URL, url);
     headers = curl_slist_append(headers, "Expect:"); /* no 100-continue round trip */
-    if (pb_client_guard_setup(&uc, t, h, method, path, body, &headers, err, errlen)) goto done;
+    ret = pb_client_guard_setup(&uc, t, h, method, path, body, &headers, err, errlen);
+    if (ret) goto done;
     curl_easy_setopt(h, CURLOPT_PROXY, ""); /* never route through http_proxy */
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
@@ -348,9 +367,10 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
         if (uc.refused[0]) {
             snprintf(err, errlen, "%s", uc.refused);
             pb_buf_free(&resp->body);
+            ret = -EACCES;
             goto done;
         }
-        describe_failure(t, cc, os_errno, sink.too_big, timeout_ms, err, errlen);
+        ret = describe_failure(t, cc, os_errno, sink.too_big, timeout_ms, err, errlen);
         pb_buf_free(&resp->body);
         goto done;
     }
@@ -358,11 +378,13 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
     if (pb_buf_reserve(&resp->body, 0)) { /* an empty body still gets its "" */
         snprintf(err, errlen, "out of memory while reading the target's response");
         pb_buf_free(&resp->body);
+        ret = -ENOMEM;
         goto done;
     }
     if (!pb_client_guard_answer(&uc, resp->status, resp->body.data, resp->body.len, err, errlen)) {
         pb_buf_free(&resp->body);
         resp->status = 0;
+        ret = -EACCES;
         goto done;
     }
     ret = 0;
@@ -449,7 +471,7 @@ int pb_client_query_rows(const pb_target *t, const char *sql, json_t **rows)
     *rows = NULL;
     if (!all) {
         pb_cli_error("out of memory");
-        return 1;
+        return PB_EXIT_ERROR;
     }
     for (long long offset = 0;; offset += PB_CLIENT_PAGE_ROWS) {
         char *paged = NULL;
@@ -463,7 +485,7 @@ int pb_client_query_rows(const pb_target *t, const char *sql, json_t **rows)
         free(paged);
         int rc = request ? pb_client_call(t, "POST", "/api/query", request,
                                           PB_CLI_QUERY_TIMEOUT_MS, &root, &status)
-                         : (pb_cli_error("out of memory"), 1);
+                         : (pb_cli_error("out of memory"), PB_EXIT_ERROR);
         json_decref(request);
         if (rc) goto fail;
         json_t *page = json_object_get(root, "rows");
@@ -487,7 +509,7 @@ int pb_client_query_rows(const pb_target *t, const char *sql, json_t **rows)
     return 0;
 fail:
     json_decref(all);
-    return 1;
+    return PB_EXIT_ERROR;
 }
 
 int pb_client_query_objects(const pb_target *t, const char *sql, long timeout_ms, json_t **rows,
@@ -504,14 +526,14 @@ int pb_client_query_objects(const pb_target *t, const char *sql, long timeout_ms
     json_decref(request);
     if (!body) {
         *error = strdup("out of memory");
-        return -1;
+        return -ENOMEM;
     }
     int rc = pb_client_request(t, "POST", "/api/query", body, timeout_ms, &resp,
                                err, sizeof err);
     free(body);
     if (rc) {
         *error = strdup(err);
-        return -1;
+        return rc;
     }
     status = resp.status;
     root = json_loadb(resp.body.data, resp.body.len, JSON_ALLOW_NUL, &jerr);
@@ -519,14 +541,14 @@ int pb_client_query_objects(const pb_target *t, const char *sql, long timeout_ms
     if (!json_is_object(root)) {
         json_decref(root);
         *error = strdup("the target sent a response that is not valid JSON");
-        return -1;
+        return -EPROTO;
     }
     json_t *columns = json_object_get(root, "columns"), *data = json_object_get(root, "rows");
     if (status != 200 || !json_is_array(columns) || !json_is_array(data)) {
         const char *msg = json_string_value(json_object_get(root, "error"));
         *error = strdup(msg ? msg : "the target sent an incomplete answer");
         json_decref(root);
-        return -1;
+        return status != 200 ? PB_ESQL : -EPROTO;
     }
     json_t *out = json_array(), *row;
     size_t i;

@@ -22,8 +22,9 @@
 
 
 /* Checks the process at the other end of the connected Unix socket fd (SO_PEERCRED): it must
- * run as our effective uid or as root, and be expected_pid when that is > 0. Returns 0, or -1
- * with a message for the user in why (path names the socket in it). [any thread] */
+ * run as our effective uid or as root, and be expected_pid when that is > 0. Returns 0, or
+ * -EACCES (another uid, another pid) or getsockopt's negative errno, with a message for the
+ * user in why (path names the socket in it). [any thread] */
 int pb_client_check_peer(int fd, pid_t expected_pid, const char *path, char *why, size_t whylen);
 
 /* What one request to a target must show before and after it is sent (one copy for client.c
@@ -44,12 +45,13 @@ typedef struct pb_client_guard {
 /* Prepares g for one request of method path with body (NULL: none) to t (borrowed; g keeps t):
  * checks what can be checked before connecting (the socket directory), signs a TCP request when
  * t has a token, and installs on h the Unix peer check and the answer's header callback. Adds
- * the Authorization header to *headers. Returns 0, or -1 with why in err. */
+ * the Authorization header to *headers. Returns 0, or a negative error.h code (the socket
+ * directory's, from pb_paths_check_dir; the signer's; -ENOMEM) with why in err. */
 int pb_client_guard_setup(pb_client_guard *g, const pb_target *t, CURL *h, const char *method,
                           const char *path, const char *body, struct curl_slist **headers,
                           char *err, size_t errlen);
 
-/* After the transfer: 1 when the answer (status, body[0..len)) may be used: any answer on a Unix
+/* After the transfer (a predicate): 1 when the answer (status, body[0..len)) may be used: any answer on a Unix
  * socket (its peer was checked), a TCP answer signed with the token, or a TCP 401 (the agent's
  * refusal, which it cannot sign; nothing in it is trusted). Else 0 with why in err. */
 int pb_client_guard_answer(const pb_client_guard *g, long status, const char *body, size_t len,
@@ -58,15 +60,18 @@ int pb_client_guard_answer(const pb_client_guard *g, long status, const char *bo
 /* Sends method path (e.g. "GET", "/api/info") with an optional JSON body (borrowed, may be
  * NULL) to t, waiting at most timeout_ms for the whole exchange. Returns 0 when an HTTP
  * response arrived, whatever its status; resp->body then holds it (the caller frees it). On
- * failure returns -1 with a message (no "probing: " prefix) in err and resp->body empty. */
+ * failure returns a negative error.h code (-ECONNREFUSED, -ENOENT, -ESRCH the process exited,
+ * -ECONNRESET closed without answering, -EACCES peer or answer refused, PB_ETIMEOUT,
+ * PB_ETOOBIG, -ENOMEM, -EPROTO not HTTP, -EIO otherwise, ...) with a message (no "probing: "
+ * prefix) in err and resp->body empty. Callers test it against 0 only. */
 int pb_client_request(const pb_target *t, const char *method, const char *path,
                       const char *body, long timeout_ms, pb_response *resp, char *err,
                       size_t errlen);
 
 /* pb_client_request() plus decoding: the request body is request (borrowed, may be NULL); on
  * success *root receives the response's JSON object (caller owns it, json_decref) and *status
- * the HTTP status, whatever it is. On failure prints the error ("probing: ...") and returns 1;
- * *root is then NULL. */
+ * the HTTP status, whatever it is. On failure prints the error ("probing: ...") and returns
+ * PB_EXIT_ERROR; *root is then NULL. */
 int pb_client_call(const pb_target *t, const char *method, const char *path, json_t *request,
                    long timeout_ms, json_t **root, long *status);
 
@@ -78,8 +83,10 @@ json_t *pb_client_call_ok(const pb_target *t, const char *method, const char *pa
 
 /* Runs sql (borrowed) on t through POST /api/query, waiting at most timeout_ms, for the report
  * library (pb_report_query_fn's contract): on success *rows receives an array of row objects
- * keyed by column name (caller owns) and 0 is returned; on failure -1 with *error (caller
- * frees) saying why. Prints nothing. [any thread] */
+ * keyed by column name (caller owns) and 0 is returned; on failure a negative error.h code
+ * (pb_client_request's, -ENOMEM, -EPROTO for an answer that is not a result, PB_ESQL when
+ * the agent refused the statement) with *error (caller frees) saying why. Prints nothing.
+ * [any thread] */
 int pb_client_query_objects(const pb_target *t, const char *sql, long timeout_ms, json_t **rows,
                             char **error);
 
@@ -98,7 +105,7 @@ void pb_client_print_error(long status, json_t *root);
  * fetching its rows in pages of PB_CLIENT_PAGE_ROWS (LIMIT/OFFSET) so that a record of millions
  * of rows stays under the agent's answer limit. sql should ORDER BY so pages do not overlap.
  * On success *rows is an array of row arrays (caller owns) and 0 is returned; on failure the
- * error is printed ("probing: ...") and 1 returned. [main thread] */
+ * error is printed ("probing: ...") and PB_EXIT_ERROR returned. [main thread] */
 int pb_client_query_rows(const pb_target *t, const char *sql, json_t **rows);
 
 #endif

@@ -76,21 +76,25 @@ static void describe(pb_fanout_req *r, CURLcode cc, long os_errno, long deadline
     }
 }
 
+/* Adds x's request to m. Returns 0, or a negative error.h code with why in x->req->err. */
 static int start_xfer(CURLM *m, xfer *x, const char *method, const char *path, const char *body,
                       long timeout_ms)
 {
     pb_fanout_req *r = x->req;
     char url[512];
     x->h = curl_easy_init();
-    if (!x->h) return -1;
+    if (!x->h) {
+        snprintf(r->err, sizeof r->err, "cannot start libcurl (out of memory?)");
+        return -ENOMEM;
+    }
     memset(&x->body, 0, sizeof x->body);
     x->body.max_len = r->max_answer_bytes ? r->max_answer_bytes : PB_CLIENT_MAX_BODY;
     snprintf(url, sizeof url, "%s%s", r->target.url_base, path);
     curl_easy_setopt(x->h, CURLOPT_URL, url);
     x->headers = curl_slist_append(NULL, "Expect:");
-    if (pb_client_guard_setup(&x->guard, &r->target, x->h, method, path, body, &x->headers,
-                              r->err, sizeof r->err))
-        return -2;
+    int rc = pb_client_guard_setup(&x->guard, &r->target, x->h, method, path, body, &x->headers,
+                                   r->err, sizeof r->err);
+    if (rc) return rc;
     curl_easy_setopt(x->h, CURLOPT_PROXY, "");
     curl_easy_setopt(x->h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(x->h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
@@ -107,7 +111,9 @@ static int start_xfer(CURLM *m, xfer *x, const char *method, const char *path, c
     curl_easy_setopt(x->h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(x->h, CURLOPT_HTTPHEADER, x->headers);
     r->sent = pb_wall_s();
-    return curl_multi_add_handle(m, x->h) == CURLM_OK ? 0 : -1;
+    if (curl_multi_add_handle(m, x->h) == CURLM_OK) return 0;
+    snprintf(r->err, sizeof r->err, "cannot start libcurl (out of memory?)");
+    return -ENOMEM;
 }
 
 static void finish_xfer(CURLM *m, xfer *x, CURLcode cc, long timeout_ms)
@@ -171,7 +177,7 @@ int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *pa
             if (reqs[i].usable) snprintf(reqs[i].err, sizeof reqs[i].err, "out of memory");
         free(xs);
         if (m) curl_multi_cleanup(m);
-        return -1;
+        return -ENOMEM;
     }
     double start = pb_mono_s() * 1e3;
     int next = 0, running = 0;
@@ -225,9 +231,7 @@ int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *pa
                 continue;
             }
             int started = start_xfer(m, &xs[next], method, path, body, left);
-            if (started) {
-                if (started != -2)
-                    snprintf(r->err, sizeof r->err, "cannot start libcurl (out of memory?)");
+            if (started) { /* r->err says why */
                 if (xs[next].h) curl_easy_cleanup(xs[next].h);
                 curl_slist_free_all(xs[next].headers);
                 xs[next].h = NULL;
@@ -362,7 +366,7 @@ static int recording_roster(const pb_target *t, long deadline_ms, pb_rank_ep **o
     json_t *info = recording_info(t, deadline_ms);
     if (!info) {
         pb_cli_error("cannot read the recording's /api/info (%s)", t->file_path);
-        return 1;
+        return PB_EXIT_ERROR;
     }
     const char *job = json_string_value(json_object_get(info, "job"));
     json_int_t world = json_integer_value(json_object_get(info, "world_size"));
@@ -373,7 +377,7 @@ static int recording_roster(const pb_target *t, long deadline_ms, pb_rank_ep **o
     if (!eps) {
         json_decref(info);
         pb_cli_error("out of memory");
-        return 1;
+        return PB_EXIT_ERROR;
     }
     for (int r = 0; r < world; r++) {
         eps[r].rank = r;
@@ -437,7 +441,7 @@ int pb_fanout_roster(const pb_target *t, long deadline_ms, pb_rank_ep **out, int
     *n = 0;
     if (t->kind == PB_TARGET_FILE) return recording_roster(t, deadline_ms, out, n);
     json_t *root = pb_client_call_ok(t, "GET", "/api/job", NULL, deadline_ms + 2000);
-    if (!root) return 1;
+    if (!root) return PB_EXIT_ERROR;
     int registered = json_is_true(json_object_get(root, "registered"));
     json_int_t world = json_integer_value(json_object_get(root, "world"));
     if (!registered || world < 1) world = 1;
@@ -445,13 +449,13 @@ int pb_fanout_roster(const pb_target *t, long deadline_ms, pb_rank_ep **out, int
         pb_cli_error("the target reports a world size of %lld; that is not a job probing can "
                      "list", (long long)world);
         json_decref(root);
-        return 1;
+        return PB_EXIT_ERROR;
     }
     pb_rank_ep *eps = calloc((size_t)world, sizeof *eps);
     if (!eps) {
         pb_cli_error("out of memory");
         json_decref(root);
-        return 1;
+        return PB_EXIT_ERROR;
     }
     for (int r = 0; r < world; r++) {
         eps[r].rank = r;

@@ -45,8 +45,8 @@ typedef struct pb_fanout_req {
 } pb_fanout_req;
 
 /* Sends method path (body: borrowed JSON text or NULL) to every usable request, waiting at most
- * deadline_ms in all. Fills status/root/err of each. Returns 0, or -1 when libcurl could not
- * start (err of each says so). [main thread] */
+ * deadline_ms in all. Fills status/root/err of each. Returns 0, or -ENOMEM when libcurl could
+ * not start (err of each says so). [main thread] */
 int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *path,
                   const char *body, long deadline_ms);
 
@@ -81,7 +81,7 @@ typedef struct pb_rank_ep {
     pb_target target;    /* valid when via is set */
 } pb_rank_ep;
 
-/* Whether ep can be asked: through its Unix socket, its recording, or TCP with a token. */
+/* Whether ep can be asked (1/0): through its Unix socket, its recording, or TCP with a token. */
 int pb_fanout_reachable(const pb_rank_ep *ep);
 
 /* Prepares req to ask ep: its target and usable = 1 when reachable, else usable = 0 and err
@@ -95,11 +95,11 @@ pb_fanout_req *pb_fanout_requests(const pb_rank_ep *eps, int n, const unsigned c
 
 /* The roster of the job t belongs to, ranks 0..world-1 in order (*out malloc'ed, caller frees;
  * *n = world). A process outside a distributed job gives a roster of itself (world 1). On
- * failure prints why ("probing: ...") and returns 1. [main thread] */
+ * failure prints why ("probing: ...") and returns PB_EXIT_ERROR. [main thread] */
 int pb_fanout_roster(const pb_target *t, long deadline_ms, pb_rank_ep **out, int *n);
 
 /* Parses "all", "3", "0,2-5" into sel[0..n-1] (1 = selected). Returns 0, or prints why and
- * returns 2 (usage). */
+ * returns PB_EXIT_USAGE. */
 int pb_fanout_parse_ranks(const char *spec, int n, unsigned char *sel);
 
 /* This host's name as the roster means it (PROBING_HOST, else gethostname()). */

@@ -11,6 +11,7 @@
  */
 #include "client/package.h"
 
+#include <errno.h>
 #include <glob.h>
 #include <limits.h>
 #include <stdio.h>
@@ -55,10 +56,10 @@ int pb_package_find(char *out, size_t outlen)
     }
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return -1;
+    if (n <= 0) return -ENOENT;
     exe[n] = '\0';
     char *slash = strrchr(exe, '/');
-    if (!slash) return -1;
+    if (!slash) return -ENOENT;
     *slash = '\0';
 
     char candidate[PATH_MAX];
@@ -81,7 +82,7 @@ int pb_package_find(char *out, size_t outlen)
         if (has_package(candidate) && realpath(candidate, out)) return 0;
     }
     (void)outlen;
-    return -1;
+    return -ENOENT;
 }
 
 void pb_package_python(char *out, size_t outlen)

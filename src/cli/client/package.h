@@ -8,8 +8,8 @@
 #include <stddef.h>
 
 /* Writes the directory that contains the probing Python package with its built extension into
- * out (run, inject, export, ui; where it is looked for: package.c). Returns 0, or -1 when none is
- * found. */
+ * out (run, inject, export, ui; where it is looked for: package.c). Returns 0, or -ENOENT when
+ * none is found. */
 int pb_package_find(char *out, size_t outlen);
 
 /* Writes the Python to run the package's helpers with into out: $PROBING_PYTHON, else the python3

@@ -29,7 +29,8 @@ static struct {
 } open_files[OPEN_MAX];
 static int nopen;
 
-/* Makes db the open database of path, opening it the first time. Returns 0 or -1 (why set). */
+/* Makes db the open database of path, opening it the first time. Returns 0, or pb_db_open_file's
+ * negative code (why set). */
 static int select_file(const char *path, double timeout_s, char *why, size_t len)
 {
     for (int i = 0; i < nopen; i++)
@@ -43,7 +44,8 @@ static int select_file(const char *path, double timeout_s, char *why, size_t len
         nopen--;
     }
     pb_db *opened = NULL;
-    if (pb_db_open_file(path, timeout_s, &opened, why, len) != 0) return -1;
+    int rc = pb_db_open_file(path, timeout_s, &opened, why, len);
+    if (rc) return rc;
     snprintf(open_files[nopen].path, sizeof open_files[nopen].path, "%s", path);
     open_files[nopen++].db = opened;
     db = opened;
@@ -148,9 +150,10 @@ int pb_recording_request(const pb_target *t, const char *method, const char *pat
     limits.timeout_s = query_timeout_s();
     if (timeout_ms > 0 && (double)timeout_ms / 1000 < limits.timeout_s)
         limits.timeout_s = (double)timeout_ms / 1000;
-    if (select_file(t->file_path, limits.timeout_s, why, sizeof why) != 0) {
+    rc = select_file(t->file_path, limits.timeout_s, why, sizeof why);
+    if (rc) {
         snprintf(err, errlen, "cannot read the recording %s: %s", t->file_path, why);
-        return -1;
+        return rc;
     }
     if (strcmp(path, "/api/query") == 0 && strcmp(method, "POST") == 0) {
         json_error_t jerr;
@@ -195,7 +198,7 @@ int pb_recording_request(const pb_target *t, const char *method, const char *pat
     if (rc) {
         pb_buf_free(&resp->body);
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return -ENOMEM;
     }
     return 0;
 }

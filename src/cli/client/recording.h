@@ -15,7 +15,8 @@
 
 #include <stddef.h>
 
-/* Same contract as pb_client_request(). Every statement on the file, the check that opens it
+/* Same contract as pb_client_request(); its failures are pb_db_open_file's (-ENOMEM, PB_ESQL:
+ * not a readable recording) or -ENOMEM. Every statement on the file, the check that opens it
  * included, stops after PROBING_QUERY_TIMEOUT (the CLI's environment, 30 s) or timeout_ms,
  * whichever is shorter (timeout_ms <= 0: no deadline of its own). [main thread, or one thread
  * at a time] */

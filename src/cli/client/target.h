@@ -46,8 +46,8 @@ void pb_target_set_token(const char *token);
 int pb_target_parse_tcp(const char *spec, pb_target *t);
 
 /* Resolves spec (borrowed) into t. Returns 0, or prints a "probing: ..." message on stderr and
- * returns the exit code to use: 1 when the target does not exist or is not traced, 2 when spec
- * is not a target at all. */
+ * returns the exit code to use (out/cli.h): PB_EXIT_ERROR when the target does not exist or is
+ * not traced, PB_EXIT_USAGE when spec is not a target at all. */
 int pb_target_resolve(const char *spec, pb_target *t);
 
 /* Fills t for an agent socket found by `probing list`, without checking anything. Returns 0 or
