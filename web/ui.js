@@ -14,15 +14,16 @@
 'use strict';
 
 const MAX_POINTS = 1500;
-const PHASES = [ // python.steps columns, bottom of the stack first
-  ['data_wait', 'data wait', '#f59e0b'],
-  ['forward', 'forward', '#3b82f6'],
-  ['backward', 'backward', '#8b5cf6'],
-  ['optimizer', 'optimizer', '#10b981'],
-  ['collectives', 'collectives', '#ef4444'],
-  ['grad_sync', 'grad sync', '#ec4899'],
-  ['other', 'other', '#9ca3af'],
-];
+/* The phases of a step, [python.steps column, legend, colour], bottom of the stack first: the
+ * server's one list (src/common/phases.h, sent in /ui/targets' "phases"), set by start(). The
+ * colours go to the phases in that order. */
+let PHASES = [];
+const PHASE_COLORS = ['#f59e0b', '#3b82f6', '#8b5cf6', '#10b981', '#ef4444', '#ec4899', '#9ca3af'];
+/* The same list as the server sent it; outsideWaits(): the sum of the phases no rank waits for
+ * another in (neither a wait nor work that can hold one), as SQL: "data_wait + forward + ...". */
+let phaseTable = [];
+const outsideWaits = () => phaseTable.filter((p) => !p.rank_wait && !p.holds_wait)
+  .map((p) => p.column).join(' + ');
 
 const ui = window.probingUI = {
   live: false, targets: [], page: null, overviewPoints: 0, overviewSteps: 0, bucket: 1,
@@ -461,7 +462,7 @@ async function refreshRanks() {
   // another (the report's imbalance rule): in synchronous data parallel every rank's step time
   // is the slowest rank's, and the waiting shows up in those three
   const series = await Promise.all(tg.map((t) => query(`SELECT step / ${N} AS b, avg(${metric}), ` +
-    `avg(data_wait + forward + optimizer + other), avg(wall) FROM python.steps ` +
+    `avg(${outsideWaits()}), avg(wall) FROM python.steps ` +
     `WHERE step BETWEEN ${lo} AND ${hi} GROUP BY b ORDER BY b`, t.index)));
   const b0 = Math.floor(lo / N), cols = Math.floor(hi / N) - b0 + 1;
   const all = [];
@@ -548,7 +549,8 @@ async function arrivalOrder() {
   const byRank = {};
   for (const r of o.ranks || []) byRank[r.rank] = r;
   const c = o.culprit != null ? byRank[o.culprit] : null;
-  const phase = o.phase ? `; its ${o.phase === 'other' ? 'other host time' : o.phase} is ${ms(o.phase_excess_ms)} ms longer than the other ranks' median` : '';
+  const phaseText = (phaseTable.find((p) => p.short === o.phase) || { text: o.phase }).text;
+  const phase = o.phase ? `; its ${phaseText} is ${ms(o.phase_excess_ms)} ms longer than the other ranks' median` : '';
   const wait = c ? `; the others wait for it ${Math.round(100 * o.wait_share)}% of the time` : '';
   const size = (b) => b < 1024 ? `${b} B` : b < 1048576 ? `${(b / 1024).toFixed(1)} KB` : `${(b / 1048576).toFixed(1)} MB`;
   const lk = o.late_host_kind;
@@ -723,9 +725,11 @@ async function start() {
   ui.targets = t.targets;
   ui.node = t.node;
   ui.missing = t.missing || [];
+  phaseTable = t.phases || [];
+  PHASES = phaseTable.map((p, k) => [p.column, p.label, PHASE_COLORS[k % PHASE_COLORS.length]]);
   $('target').textContent = `${t.target} (${t.kind}${t.targets.length > 1 ? ', ' + t.targets.length + ' ranks' : ''})`;
   $('rk-metric').replaceChildren(...[['wall', 'step time'],
-    ['data_wait + forward + optimizer + other', 'time outside the waits'], ...PHASES]
+    [outsideWaits(), 'time outside the waits'], ...PHASES]
     .map(([c, l]) => el('option', { value: c }, l)));
   $('rk-metric').addEventListener('change', () => refresh(true));
   $('fg-stage').addEventListener('change', () => refreshFlame(true));

@@ -21,6 +21,7 @@
  * Its numbers are `probing <target> stragglers --json`'s (at most 16 ranks, the most often
  * last). No SQL: the arrivals come from the agents' rings, not a table.
  */
+#include "phases.h"
 #include "rules.h"
 
 #include <stdio.h>
@@ -101,7 +102,7 @@ void pb__report_arrival_order(pb__report *r)
                  c->host ? c->host : "?", c->times_last, res.collectives, c->median_lag_ms);
     if (res.culprit_phase >= 0)
         snprintf(phase, sizeof phase, "; its %s is %.1f ms longer than the other ranks' median",
-                 pb_sg_phase_text[res.culprit_phase], res.culprit_phase_excess_ms);
+                 pb_phases[res.culprit_phase].short_text, res.culprit_phase_excess_ms);
     pb__report_finding(
         r, "arrival_order", "check", res.wait_share >= ORDER_CRITICAL ? "critical" : "warning",
         pb__report_textf("%s; the others wait for it %.0f%% of the time%s%s", who,

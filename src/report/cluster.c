@@ -18,6 +18,7 @@
  * median step time, whichever is larger: below it, scheduling noise.
  * Every claim keeps the SQL (run on every rank) and the per-rank and per-node medians.
  */
+#include "phases.h"
 #include "rules.h"
 
 #include <math.h>
@@ -25,13 +26,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { C_WALL, C_DATA, C_FORWARD, C_BACKWARD, C_OPTIMIZER, C_COLLECTIVES, C_OTHER, C_NPARTS };
+/* The parts compared: the step time (C_WALL), then the phases of python.steps that every agent
+ * has (phases.h; not grad_sync, which older agents lack), in the table's order. */
+enum { C_WALL, C_NPARTS = 1 + PB_PHASE_COUNT };
+#define C_WITHOUT PB_PHASE_NEWER
 
-static const char *const c_column[C_NPARTS] = {"wall",      "data_wait",   "forward", "backward",
-                                               "optimizer", "collectives", "other"};
-static const char *const c_name[C_NPARTS] = {"step time", "data loading wait", "forward",
-                                             "backward",  "optimizer step",    "collectives",
-                                             "other host time"};
+typedef struct c_parts {
+    const pb_phase *phase[C_NPARTS];
+    int count;
+} c_parts;
+
+static void c_parts_init(c_parts *parts)
+{
+    parts->phase[0] = &pb_phase_wall;
+    parts->count = 1;
+    for (int p = 0; p < PB_PHASE_COUNT; p++)
+        if (pb_phase_selected(p, C_WITHOUT)) parts->phase[parts->count++] = &pb_phases[p];
+}
 
 typedef struct c_rank {
     int rank;
@@ -78,11 +89,14 @@ void pb__report_cluster(pb__report *r)
         hosts = src->peers[i].host && my_host && strcmp(src->peers[i].host, my_host) != 0;
     if (!hosts) return;
 
-    char sql[512];
+    c_parts parts;
+    c_parts_init(&parts);
+    char sql[SQL_MAX], columns[256];
+    if (pb_phase_columns(columns, sizeof columns, C_WITHOUT, ", ") < 0) return;
     pb__report_sqlf(sql,
-                    "SELECT step, wall, data_wait, forward, backward, optimizer, collectives, "
-                    "other\nFROM python.steps WHERE step BETWEEN %lld AND %lld ORDER BY step",
-                    pb__report_steady_first(r), r->hi);
+                    "SELECT step, %s, %s\nFROM python.steps WHERE step BETWEEN %lld AND %lld "
+                    "ORDER BY step",
+                    pb_phase_wall.column, columns, pb__report_steady_first(r), r->hi);
     c_rank *ranks = calloc(n, sizeof *ranks);
     double *v = calloc(r->count + n + 1, sizeof *v);
     unsigned char *flag = calloc(n, 1);
@@ -107,11 +121,12 @@ void pb__report_cluster(pb__report *r)
         c_rank *d = &ranks[used++];
         d->rank = rank;
         d->host = host ? host : "?";
-        for (int p = 0; p < C_NPARTS; p++) {
+        for (int p = 0; p < parts.count; p++) {
             size_t m = 0;
             json_t *row;
             size_t j;
-            json_array_foreach(rows, j, row) v[m++] = pb__report_num(row, c_column[p], NULL);
+            json_array_foreach(rows, j, row) v[m++] =
+                pb__report_num(row, parts.phase[p]->column, NULL);
             d->part[p] = c_median(v, m);
         }
         json_decref(rows);
@@ -119,7 +134,7 @@ void pb__report_cluster(pb__report *r)
     if (used < 3) goto done; /* a median of two says nothing */
 
     double med[C_NPARTS], mad[C_NPARTS];
-    for (int p = 0; p < C_NPARTS; p++) {
+    for (int p = 0; p < parts.count; p++) {
         for (size_t k = 0; k < used; k++) v[k] = ranks[k].part[p];
         med[p] = c_median(v, used);
         for (size_t k = 0; k < used; k++) v[k] = fabs(ranks[k].part[p] - med[p]);
@@ -130,20 +145,20 @@ void pb__report_cluster(pb__report *r)
     json_t *nums = json_object(), *per_rank = json_array(), *per_node = json_object();
     for (size_t k = 0; k < used; k++) {
         json_t *o = json_pack("{s:i,s:s}", "rank", ranks[k].rank, "host", ranks[k].host);
-        for (int p = 0; p < C_NPARTS; p++) {
+        for (int p = 0; p < parts.count; p++) {
             char key[32];
-            snprintf(key, sizeof key, "%s_s", c_column[p]);
+            snprintf(key, sizeof key, "%s_s", parts.phase[p]->column);
             json_object_set_new(o, key, pb__report_real(ranks[k].part[p]));
         }
         json_array_append_new(per_rank, o);
         if (!json_object_get(per_node, ranks[k].host)) {
             json_t *node = json_object();
-            for (int p = 0; p < C_NPARTS; p++) {
+            for (int p = 0; p < parts.count; p++) {
                 size_t m = 0;
                 for (size_t q = 0; q < used; q++)
                     if (!strcmp(ranks[q].host, ranks[k].host)) v[m++] = ranks[q].part[p];
                 char key[32];
-                snprintf(key, sizeof key, "%s_s", c_column[p]);
+                snprintf(key, sizeof key, "%s_s", parts.phase[p]->column);
                 json_object_set_new(node, key, pb__report_real(c_median(v, m)));
             }
             json_object_set_new(per_node, ranks[k].host, node);
@@ -159,10 +174,10 @@ void pb__report_cluster(pb__report *r)
     size_t clen = 0;
     claims[0] = '\0';
     int any = 0;
-    for (int p = 0; p < C_NPARTS; p++) {
+    for (int p = 0; p < parts.count; p++) {
         /* Backward (DDP's all-reduces block in it) and collectives are where ranks wait for the
          * slow ones: the fast ranks' time grows there. Not evidence of a slow rank. */
-        if (p == C_BACKWARD || p == C_COLLECTIVES) continue;
+        if (parts.phase[p]->flags & (PB_PHASE_HOLDS_WAIT | PB_PHASE_RANK_WAIT)) continue;
         double limit = med[p] + fmax(3.5 * 1.4826 * mad[p], floor_s);
         unsigned char *named = calloc(used, 1);
         if (!named) break;
@@ -190,7 +205,7 @@ void pb__report_cluster(pb__report *r)
             c_ranks_text(ranks, flag, used, list, sizeof list);
             CLAIM("%snode %s is slow in %s: its ranks %s take %.1f ms (median), "
                           "%.1f ms more than the slowest rank elsewhere", any ? "; " : "", h,
-                          c_name[p], list, 1e3 * in_med, 1e3 * (lo_in - hi_out));
+                          parts.phase[p]->name, list, 1e3 * in_med, 1e3 * (lo_in - hi_out));
             any = 1;
         }
         for (size_t k = 0; k < used; k++) {
@@ -198,8 +213,8 @@ void pb__report_cluster(pb__report *r)
             named[k] = 1;
             CLAIM("%srank %d (%s) is a straggler in %s: %.1f ms vs the ranks' "
                           "median %.1f ms (MAD %.1f ms)", any ? "; " : "", ranks[k].rank,
-                          ranks[k].host, c_name[p], 1e3 * ranks[k].part[p], 1e3 * med[p],
-                          1e3 * mad[p]);
+                          ranks[k].host, parts.phase[p]->name, 1e3 * ranks[k].part[p],
+                          1e3 * med[p], 1e3 * mad[p]);
             any = 1;
         }
         free(named);

@@ -18,6 +18,7 @@
  * An agent without grad_sync (older) leaves DDP's wait in `other`: then the comparison is
  * blurred, and the claim says so.
  */
+#include "phases.h"
 #include "rules.h"
 
 #include <math.h>
@@ -29,25 +30,12 @@
 #define IMBALANCE_MIN_S 0.002 /* ... and at least this much per step: below it, scheduling noise */
 #define IMBALANCE_MIN_STEPS 3 /* common steps needed */
 
-enum { WALL, DATA, FORWARD, BACKWARD, OPTIMIZER, COLLECTIVES, GRAD_SYNC, OTHER, OUTSIDE, COMPUTE,
-       WAIT, NPARTS };
-
-static const char *const part_column[NPARTS] = {"wall",      "data_wait", "forward",
-                                                "backward",  "optimizer", "collectives",
-                                                "grad_sync", "other",     NULL,
-                                                NULL,        NULL};
-static const char *const part_name[NPARTS] = {
-    "step time",
-    "data loading wait",
-    "forward",
-    "backward",
-    "optimizer step",
-    "collectives",
-    "gradient sync wait",
-    "other host time (Python outside modules: the loop, logging)",
-    "time outside backward, collectives and gradient sync",
-    "work (data wait, forward, backward, optimizer, other host time)",
-    "wait for the other ranks (gradient sync, collectives)"};
+/* The parts compared: the step time, each phase of python.steps (phases.h) at FIRST_PHASE + its
+ * pb_phase_id, then three sums of phases: OUTSIDE (the time no rank waits in: neither a wait for
+ * the other ranks nor work that can hold one), COMPUTE (the work: all but the waits) and WAIT
+ * (the waits for the other ranks). */
+enum { WALL, FIRST_PHASE, OUTSIDE = FIRST_PHASE + PB_PHASE_COUNT, COMPUTE, WAIT, NPARTS };
+#define DATA (FIRST_PHASE + PB_PHASE_DATA_WAIT)
 
 typedef struct rank_data {
     int rank;
@@ -72,16 +60,26 @@ static json_t *row_of(json_t *rows, long long step)
     return NULL;
 }
 
+/* The sum of the phases whose flags include all of `with` and none of `without`, in table
+ * order, from -0.0 (the identity of IEEE addition: the first term's value exactly). */
+static double phase_sum(json_t *row, unsigned with, unsigned without)
+{
+    double sum = -0.0;
+    for (int p = 0; p < PB_PHASE_COUNT; p++)
+        if ((pb_phases[p].flags & with) == with && pb_phase_selected(p, without))
+            sum += pb__report_num(row, pb_phases[p].column, NULL);
+    return sum;
+}
+
 static double part_value(json_t *row, int part)
 {
-    if (part == OUTSIDE)
-        return pb__report_num(row, "data_wait", NULL) + pb__report_num(row, "forward", NULL) +
-               pb__report_num(row, "optimizer", NULL) + pb__report_num(row, "other", NULL);
-    if (part == COMPUTE) return part_value(row, OUTSIDE) + pb__report_num(row, "backward", NULL);
-    if (part == WAIT)
-        return pb__report_num(row, "grad_sync", NULL) + pb__report_num(row, "collectives", NULL);
-    /* GRAD_SYNC of an agent without the column reads 0 */
-    return pb__report_num(row, part_column[part], NULL);
+    if (part == OUTSIDE) return phase_sum(row, 0, PB_PHASE_RANK_WAIT | PB_PHASE_HOLDS_WAIT);
+    if (part == COMPUTE)
+        return part_value(row, OUTSIDE) + phase_sum(row, PB_PHASE_HOLDS_WAIT, PB_PHASE_RANK_WAIT);
+    if (part == WAIT) return phase_sum(row, PB_PHASE_RANK_WAIT, 0);
+    if (part == WALL) return pb__report_num(row, pb_phase_wall.column, NULL);
+    /* a phase an agent lacks (grad_sync of an older one) reads 0 */
+    return pb__report_num(row, pb_phases[part - FIRST_PHASE].column, NULL);
 }
 
 static double median(double *v, size_t n)
@@ -102,18 +100,20 @@ void pb__report_ranks(pb__report *r)
     json_t *rank_v = json_object_get(src->info, "rank");
     long long world = json_is_integer(world_v) ? json_integer_value(world_v) : 0;
     int my_rank = json_is_integer(rank_v) ? (int)json_integer_value(rank_v) : 0;
-    char sql[SQL_MAX], plain_sql[SQL_MAX];
+    char sql[SQL_MAX], plain_sql[SQL_MAX], columns[256], plain_columns[256];
     long long first = pb__report_steady_first(r);
+    /* every phase; plain_sql: without the columns an older agent lacks */
+    if (pb_phase_columns(columns, sizeof columns, 0, ", ") < 0 ||
+        pb_phase_columns(plain_columns, sizeof plain_columns, PB_PHASE_NEWER, ", ") < 0)
+        return;
     pb__report_sqlf(sql,
-                    "SELECT step, wall, data_wait, forward, backward, optimizer, collectives, "
-                    "grad_sync, other\n"
+                    "SELECT step, %s, %s\n"
                     "FROM python.steps WHERE step BETWEEN %lld AND %lld ORDER BY step",
-                    first, r->hi);
+                    pb_phase_wall.column, columns, first, r->hi);
     pb__report_sqlf(plain_sql,
-                    "SELECT step, wall, data_wait, forward, backward, optimizer, collectives, "
-                    "other\n"
+                    "SELECT step, %s, %s\n"
                     "FROM python.steps WHERE step BETWEEN %lld AND %lld ORDER BY step",
-                    first, r->hi);
+                    pb_phase_wall.column, plain_columns, first, r->hi);
     json_t *nums = json_object();
     json_object_set_new(nums, "rank", json_integer(my_rank));
     json_object_set_new(nums, "world_size", world > 0 ? json_integer(world) : json_null());
@@ -231,9 +231,11 @@ void pb__report_ranks(pb__report *r)
      * Spreads (max - min) of per-rank medians, as shares of the median step. */
     double compute_spread = (maxv[COMPUTE] - minv[COMPUTE]) / wall;
     double wait_spread = (maxv[WAIT] - minv[WAIT]) / wall;
+    /* the phase of the work (no wait for the other ranks) whose spread is the largest */
     int differs = DATA;
-    for (int part = DATA; part <= OTHER; part++) {
-        if (part == COLLECTIVES || part == GRAD_SYNC) continue;
+    for (int p = 0; p < PB_PHASE_COUNT; p++) {
+        int part = FIRST_PHASE + p;
+        if (!pb_phase_selected(p, PB_PHASE_RANK_WAIT)) continue;
         if (maxv[part] - minv[part] > maxv[differs] - minv[differs]) differs = part;
     }
     json_t *per_rank = json_array();
@@ -242,10 +244,10 @@ void pb__report_ranks(pb__report *r)
         json_object_set_new(o, "rank", json_integer(ranks[k].rank));
         json_object_set_new(o, "target", json_string(ranks[k].target ? ranks[k].target : "?"));
         json_object_set_new(o, "median_step_s", pb__report_real(ranks[k].part[WALL]));
-        for (int part = DATA; part <= OTHER; part++) {
+        for (int p = 0; p < PB_PHASE_COUNT; p++) {
             char key[32];
-            snprintf(key, sizeof key, "%s_s", part_column[part]);
-            json_object_set_new(o, key, pb__report_real(ranks[k].part[part]));
+            snprintf(key, sizeof key, "%s_s", pb_phases[p].column);
+            json_object_set_new(o, key, pb__report_real(ranks[k].part[FIRST_PHASE + p]));
         }
         json_object_set_new(o, "outside_waits_s", pb__report_real(ranks[k].part[OUTSIDE]));
         json_object_set_new(o, "work_s", pb__report_real(ranks[k].part[COMPUTE]));
@@ -257,7 +259,8 @@ void pb__report_ranks(pb__report *r)
     json_object_set_new(nums, "last_step", json_integer(steps[common - 1]));
     json_object_set_new(nums, "step_imbalance", pb__report_real(step_imbalance));
     json_object_set_new(nums, "outside_waits_imbalance", pb__report_real(work_imbalance));
-    json_object_set_new(nums, "differs_most", json_string(part_column[differs]));
+    const pb_phase *differs_phase = &pb_phases[differs - FIRST_PHASE];
+    json_object_set_new(nums, "differs_most", json_string(differs_phase->column));
     json_object_set_new(nums, "compute_spread", pb__report_real(compute_spread));
     json_object_set_new(nums, "wait_spread", pb__report_real(wait_spread));
     json_object_set_new(nums, "slow_rank", json_integer(ranks[argmax[COMPUTE]].rank));
@@ -288,7 +291,7 @@ void pb__report_ranks(pb__report *r)
                 "less for the others; %s differs most: rank %d %.1f ms vs rank %d %.1f ms",
                 slow->rank, 1e3 * (maxv[COMPUTE] - minv[COMPUTE]), ranks[argmin[COMPUTE]].rank,
                 100 * compute_spread, 1e3 * mean[WALL], 1e3 * (maxv[WAIT] - minv[WAIT]),
-                part_name[differs], most->rank, 1e3 * maxv[differs], least->rank,
+                differs_phase->name_long, most->rank, 1e3 * maxv[differs], least->rank,
                 1e3 * minv[differs]);
         else if (work_flag)
             claim = pb__report_textf(
@@ -297,8 +300,8 @@ void pb__report_ranks(pb__report *r)
                 "over 10%% is flagged); %s differs most: rank %d %.1f ms vs rank %d %.1f ms; "
                 "the other ranks wait for it",
                 slow->rank, 1e3 * (maxv[OUTSIDE] - mean[OUTSIDE]), 100 * work_imbalance,
-                1e3 * mean[WALL], part_name[differs], most->rank, 1e3 * maxv[differs], least->rank,
-                1e3 * minv[differs]);
+                1e3 * mean[WALL], differs_phase->name_long, most->rank, 1e3 * maxv[differs],
+                least->rank, 1e3 * minv[differs]);
         else
             claim = pb__report_textf("load imbalance: rank %d's step takes %.0f%% longer than "
                                      "the ranks' mean (%.1f ms vs %.1f ms; over "

@@ -49,8 +49,9 @@
  * with probability 1 / C(n, m) (1/6 at 4 ranks, 2 a host; 1/70 at 8, 4 a host), so a clear
  * majority of one recurring kind is not chance; the floor keeps a node that is systematically
  * a little behind, at no real cost to the step, unnamed.
- * The phase: the culprit's own python.steps phase medians against the other ranks' median;
- * the phase with the largest excess is named when it explains at least half the median lag.
+ * The phase: the culprit's own python.steps phase medians against the other ranks' median, in
+ * the phases that are not a wait for the other ranks (PB_SG_PHASES_WITHOUT, phases.h); the
+ * phase with the largest excess is named when it explains at least half the median lag.
  *
  * Communication: a slow link or network makes no rank late; the ranks arrive together and the
  * collective itself takes longer once all are in. Per complete collective whose members all
@@ -74,11 +75,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-const char *const pb_sg_phase_name[PB_SG_PHASES] = {"data", "forward", "backward", "optimizer",
-                                                    "other"};
-const char *const pb_sg_phase_text[PB_SG_PHASES] = {"data", "forward", "backward", "optimizer",
-                                                    "other host time"};
 
 enum { SG_MIN_COLLECTIVES = 5 };
 #define SG_MAJORITY 0.60
@@ -607,8 +603,8 @@ int pb_stragglers_analyze(const pb_arrival_rank *ranks, size_t n_ranks, pb_sg_re
         double lag = out->culprit_wait_step_ms > 0 ? out->culprit_wait_step_ms
                                                    : out->ranks[out->culprit].median_lag_ms,
                best = 0;
-        for (int p = 0; p < PB_SG_PHASES; p++) {
-            if (c->phase_ms[p] < 0) continue;
+        for (int p = 0; p < PB_PHASE_COUNT; p++) {
+            if (!pb_phase_selected(p, PB_SG_PHASES_WITHOUT) || c->phase_ms[p] < 0) continue;
             size_t n = 0;
             for (size_t i = 0; i < n_ranks; i++)
                 if ((int)i != out->culprit && ranks[i].phase_ms[p] >= 0) tmp[n++] = ranks[i].phase_ms[p];
@@ -727,7 +723,7 @@ int pb_stragglers_comm_text(const pb_sg_result *r, const char *const *group_name
 json_t *pb_stragglers_json(const pb_sg_result *r, size_t max_ranks,
                            const char *const *group_names, size_t n_groups) {
     const pb_sg_rank_result *c = r->culprit >= 0 ? &r->ranks[r->culprit] : NULL;
-    const char *phase = c && r->culprit_phase >= 0 ? pb_sg_phase_name[r->culprit_phase] : NULL;
+    const char *phase = c && r->culprit_phase >= 0 ? pb_phases[r->culprit_phase].short_name : NULL;
     size_t keep = max_ranks && max_ranks < r->n_ranks ? max_ranks : r->n_ranks;
     sg_pick *pick = malloc((r->n_ranks ? r->n_ranks : 1) * sizeof *pick);
     json_t *out = json_pack("{s:I,s:I,s:f,s:f,s:f,s:f,s:o,s:f,s:o,s:f,s:o,s:f,s:[]}",

@@ -15,15 +15,17 @@
 #ifndef PB_REPORT_STRAGGLERS_H
 #define PB_REPORT_STRAGGLERS_H
 
+#include "phases.h"
+
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
-enum { PB_SG_PHASES = 5 }; /* data, forward, backward, optimizer, other (python.steps' columns) */
-extern const char *const pb_sg_phase_name[PB_SG_PHASES];
-/* The same phases as a sentence says them ("other host time": the step outside the others,
- * e.g. the program's own batch preparation between steps). */
-extern const char *const pb_sg_phase_text[PB_SG_PHASES];
+/* The phases a culprit's time is looked for in: python.steps' phases (phases.h) but the waits
+ * for the other ranks (collectives, gradient sync), where a late rank's time is not. Named by
+ * pb_phases[].short_name (the JSON and the table) and .short_text (a sentence: "other host
+ * time", the step outside the others, e.g. the program's own batch preparation between steps). */
+#define PB_SG_PHASES_WITHOUT PB_PHASE_RANK_WAIT
 
 typedef struct pb_arrival {
     uint32_t group;    /* process group id, the same on every member */
@@ -38,7 +40,7 @@ typedef struct pb_arrival_rank {
     int rank;
     const char *host;          /* borrowed; NULL or "" = unknown */
     double step_ms;            /* median step time of this rank; <= 0 unknown */
-    double phase_ms[PB_SG_PHASES]; /* median per phase; < 0 unknown */
+    double phase_ms[PB_PHASE_COUNT]; /* median per phase (pb_phase_id); < 0 unknown */
     const pb_arrival *arrivals;
     size_t n_arrivals;
 } pb_arrival_rank;
@@ -84,7 +86,7 @@ typedef struct pb_sg_result {
      * step_ms steps); 0 when named by the count rule or nobody is. */
     double culprit_wait_step_ms;
     int culprit;            /* index into ranks, -1 = nobody */
-    int culprit_phase;      /* PB_SG_PHASES index, -1 = none explains the lag */
+    int culprit_phase;      /* pb_phase_id, -1 = none explains the lag */
     double culprit_phase_excess_ms; /* its phase median minus the other ranks' median */
     const char *late_host;  /* a host all of whose ranks arrive late, NULL if none; borrowed */
     size_t late_host_count; /* collectives in which that host was late */

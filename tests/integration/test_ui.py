@@ -312,6 +312,27 @@ def test_ui_query_route_relays_the_targets_answer(cli, recording, tmp_path):
         ui.stop()
 
 
+def test_ui_targets_carry_the_phase_table(cli, recording, tmp_path):
+    """The page charts the phases the server lists (src/common/phases.h): python.steps' columns
+    in their order, with the legend and the stragglers' names the page prints."""
+    ui = UIServer(cli, recording, tmp_path)
+    try:
+        status, body, _ = ui.get("/ui/targets")
+        assert status == 200
+        phases = json.loads(body)["phases"]
+        assert [(p["column"], p["label"], p["short"], p["text"], p["rank_wait"], p["holds_wait"])
+                for p in phases] == [
+            ("data_wait", "data wait", "data", "data", False, False),
+            ("forward", "forward", "forward", "forward", False, False),
+            ("backward", "backward", "backward", "backward", False, True),
+            ("optimizer", "optimizer", "optimizer", "optimizer", False, False),
+            ("collectives", "collectives", "collectives", "collectives", True, False),
+            ("grad_sync", "grad sync", "grad_sync", "gradient sync wait", True, False),
+            ("other", "other", "other", "other host time", False, False)]
+    finally:
+        ui.stop()
+
+
 def test_ui_job_routes_of_a_recording_say_why_not(cli, recording, tmp_path):
     """hang and stragglers read a running job's agents: a recording gets 400 and the reason."""
     ui = UIServer(cli, recording, tmp_path)
@@ -555,6 +576,15 @@ def test_ui_pages_of_a_recording(cli, recording, tmp_path):
         assert errors == []
         assert driver.execute_script("return probingUI.live") is False
         check_page_matches_cli(driver, cli, recording)
+        # the ranks page's metrics: the phases of the server's table, as the page had them
+        options = driver.execute_script("return [...document.querySelectorAll('#rk-metric "
+                                        "option')].map((o) => [o.value, o.textContent])")
+        assert options == [
+            ["wall", "step time"],
+            ["data_wait + forward + optimizer + other", "time outside the waits"],
+            ["data_wait", "data wait"], ["forward", "forward"], ["backward", "backward"],
+            ["optimizer", "optimizer"], ["collectives", "collectives"],
+            ["grad_sync", "grad sync"], ["other", "other"]], options
         # the backward flame graph too
         driver.execute_script("location.hash = '#modules'")
         driver.execute_script("const s = document.getElementById('fg-stage'); s.value = "

@@ -6,6 +6,7 @@
  */
 #include "check.h"
 #include "out/exposition.h"
+#include "phases.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -77,9 +78,31 @@ static void test_families_once_across_agents(void)
     pb_exposition_free(&b);
 }
 
+/* The HELP of the phase family names the phases of the one table (phases.h), in its order: the
+ * families table spells them out, and this keeps the text from drifting from the exporter's
+ * phase labels. */
+static void test_phase_help_names_the_table(void)
+{
+    pb_exposition e;
+    memset(&e, 0, sizeof e);
+    pb_exposition_add(&e, PB_METRIC_STEP_PHASE_SECONDS, NULL, "rank=\"0\"", "phase=\"forward\"", 1);
+    pb_exposition *all[] = {&e};
+    pb_buf out = PB_BUF_INIT;
+    char columns[256], help[512];
+    CHECK(pb_phase_columns(columns, sizeof columns, 0, ", ") > 0, "the phases' columns");
+    snprintf(help, sizeof help,
+             "# HELP probing_step_phase_seconds_total seconds of completed steps spent in each "
+             "phase: %s (python.steps)\n", columns);
+    CHECK(pb_exposition_write(&out, all, 1) == 0 && out.data && strstr(out.data, help),
+          "the phase family's HELP lists phases.h's phases: %s", help);
+    pb_buf_free(&out);
+    pb_exposition_free(&e);
+}
+
 int main(void)
 {
     test_label_escaping();
     test_families_once_across_agents();
+    test_phase_help_names_the_table();
     return check_summary();
 }

@@ -49,10 +49,10 @@ static job make_job(size_t n, size_t per_host, size_t colls, const double *delay
         pr->rank = (int)r;
         pr->host = j.host[r];
         pr->step_ms = STEP_MS;
-        pr->phase_ms[0] = 5 + jitter_ms(0.5);
-        pr->phase_ms[1] = 30 + delay_ms[r] + jitter_ms(0.5);
-        pr->phase_ms[2] = 50 + jitter_ms(0.5);
-        pr->phase_ms[3] = 10;
+        pr->phase_ms[PB_PHASE_DATA_WAIT] = 5 + jitter_ms(0.5);
+        pr->phase_ms[PB_PHASE_FORWARD] = 30 + delay_ms[r] + jitter_ms(0.5);
+        pr->phase_ms[PB_PHASE_BACKWARD] = 50 + jitter_ms(0.5);
+        pr->phase_ms[PB_PHASE_OPTIMIZER] = 10;
         pr->arrivals = &j.arr[r * colls];
         pr->n_arrivals = colls;
         for (size_t s = 0; s < colls; s++) {
@@ -95,7 +95,7 @@ static void healthy_and_slow(size_t n, size_t per_host, int slow, size_t ring) {
           r.ranks[slow].times_last);
     CHECK(r.ranks[slow].median_lag_ms > 29 && r.ranks[slow].median_lag_ms < 31,
           "its median lag is about 30 ms (%.2f)", r.ranks[slow].median_lag_ms);
-    CHECK(r.culprit_phase == 1, "its time goes to forward (phase %d, +%.1f ms)", r.culprit_phase,
+    CHECK(r.culprit_phase == PB_PHASE_FORWARD, "its time goes to forward (phase %d, +%.1f ms)", r.culprit_phase,
           r.culprit_phase_excess_ms);
     CHECK(r.late_host == NULL, "%zu ranks, one slow rank: no late node", n);
     CHECK(r.wait_share > 0.28 && r.wait_share < 0.32,
@@ -167,7 +167,7 @@ static void loaded_machine(void) {
     d[0] = 15;
     j = make_job(4, 4, 64, d);
     CHECK(pb_stragglers_analyze(j.ranks, 4, &r) == 0, "loaded machine, 15 ms straggler: analysed");
-    CHECK(r.culprit == 0 && r.culprit_phase == 1,
+    CHECK(r.culprit == 0 && r.culprit_phase == PB_PHASE_FORWARD,
           "a 15 ms straggler is named with its forward (culprit %d, phase %d, noise %.2f ms)",
           r.culprit, r.culprit_phase, r.noise_ms);
     pb_stragglers_free(&r);
@@ -223,7 +223,7 @@ static void fsdp_like(double delay, int slow, int spike_every) {
         CHECK(res.ranks[slow].times_last < res.collectives / 2,
               "the slow rank is last in a minority (%zu of %zu): the count rule alone misses it",
               res.ranks[slow].times_last, res.collectives);
-        CHECK(res.culprit == slow && res.culprit_phase == 0,
+        CHECK(res.culprit == slow && res.culprit_phase == PB_PHASE_DATA_WAIT,
               "the wait rule names rank %d and its data phase (culprit %d, phase %d)", slow,
               res.culprit, res.culprit_phase);
         CHECK(res.culprit_wait_step_ms > 0.5 * delay && res.culprit_wait_step_ms < 1.2 * delay,
@@ -245,7 +245,14 @@ static void spread_delay(void) {
     static pb_arrival arr[N][STEPS * 2];
     char host[] = "node0";
     for (int r = 0; r < N; r++) {
-        rk[r] = (pb_arrival_rank){r, host, 60, {0, 1.3, 0.8, 0.3, 21.5 + (r == 3 ? 30 : 0)},
+        /* rank 3's collectives are made longer still than its other host time: time waiting
+         * for the other ranks (phases.h), never the phase a culprit's own time is put in */
+        rk[r] = (pb_arrival_rank){r, host, 60,
+                                  {[PB_PHASE_DATA_WAIT] = 0, [PB_PHASE_FORWARD] = 1.3,
+                                   [PB_PHASE_BACKWARD] = 0.8, [PB_PHASE_OPTIMIZER] = 0.3,
+                                   [PB_PHASE_COLLECTIVES] = 3 + (r == 3 ? 90 : 0),
+                                   [PB_PHASE_GRAD_SYNC] = 0,
+                                   [PB_PHASE_OTHER] = 21.5 + (r == 3 ? 30 : 0)},
                                   arr[r], STEPS * 2};
         for (int s = 0; s < STEPS; s++) {
             double b = s * 60.0 + 21 + (r == 3 ? 30 : 0) + jitter_ms(1.0);
@@ -264,7 +271,7 @@ static void spread_delay(void) {
     CHECK(res.ranks[1].times_last >= 16 && res.ranks[1].median_lag_ms > 10,
           "rank 1 is last in some all-reduces by > 10 ms (%zu, %.1f ms)", res.ranks[1].times_last,
           res.ranks[1].median_lag_ms);
-    CHECK(res.culprit == 3 && res.culprit_phase == 4,
+    CHECK(res.culprit == 3 && res.culprit_phase == PB_PHASE_OTHER,
           "rank 3 is named, with its other host time (culprit %d, phase %d, noise %.2f ms)",
           res.culprit, res.culprit_phase, res.noise_ms);
     pb_stragglers_free(&res);
@@ -278,7 +285,7 @@ static void warm_up(void) {
     static pb_arrival arr[N][C];
     char host[] = "node0";
     for (int r = 0; r < N; r++) {
-        rk[r] = (pb_arrival_rank){r, host, 40, {1, 5, 5, 1, 20}, arr[r], C};
+        rk[r] = (pb_arrival_rank){r, host, 40, {1, 5, 5, 1, [PB_PHASE_OTHER] = 20}, arr[r], C};
         for (int c = 0; c < C; c++) {
             double t = c * 40.0 + (r == 1 && c < 20 ? 20 : 0) + jitter_ms(0.5);
             arr[r][c] = (pb_arrival){1, (uint64_t)c + 1, "all_reduce", 1 << 16, (int64_t)(t * 1e6),
@@ -301,8 +308,8 @@ static void comm_job(pb_arrival_rank *rk, pb_arrival *arr, char (*host)[32], int
                      double jit, after_fn after, int late_rank, double late_ms) {
     for (int r = 0; r < n; r++) {
         snprintf(host[r], 32, "node%d", r / (n / 2));
-        rk[r] = (pb_arrival_rank){r, host[r], 100, {2, 30, 50, 10, 5}, &arr[r * colls],
-                                  (size_t)colls};
+        rk[r] = (pb_arrival_rank){r, host[r], 100, {2, 30, 50, 10, [PB_PHASE_OTHER] = 5},
+                                  &arr[r * colls], (size_t)colls};
     }
     for (int c = 0; c < colls; c++) {
         double enter[64], last = 0;
@@ -451,7 +458,7 @@ static void throttled_node(void) {
             snprintf(host[r], sizeof host[r], "node%d", r / 2);
             rk[r] = (pb_arrival_rank){.rank = r, .host = host[r], .step_ms = 200,
                                       .arrivals = arr[r], .n_arrivals = COLLS};
-            for (int p = 0; p < PB_SG_PHASES; p++) rk[r].phase_ms[p] = 10;
+            for (int p = 0; p < PB_PHASE_COUNT; p++) rk[r].phase_ms[p] = 10;
         }
         for (int s = 0; s < STEPS; s++) {
             double t = s * 200.0, done = 0;
@@ -509,7 +516,7 @@ static void noisy_kind_node(void) {
             snprintf(host[r], sizeof host[r], "node%d", r / 4);
             rk[r] = (pb_arrival_rank){.rank = r, .host = host[r], .step_ms = NK_STEP,
                                       .arrivals = arr[r], .n_arrivals = COLLS};
-            for (int p = 0; p < PB_SG_PHASES; p++) rk[r].phase_ms[p] = 50;
+            for (int p = 0; p < PB_PHASE_COUNT; p++) rk[r].phase_ms[p] = 50;
         }
         for (int s = 0; s < STEPS; s++) {
             double t = s * NK_STEP, done = 0;

@@ -3,6 +3,7 @@
  * collectives inside forward, a forward inside backward), intervals that arrive out of order or
  * overlap, clipping to the step, and that the shares always add up to the wall time. */
 #include "check.h"
+#include "phases.h"
 #include "timeline.h"
 
 #include <stdint.h>
@@ -107,6 +108,19 @@ int main(void)
     }
     CHECK(sums_ok, "random timelines: shares add up to the wall, none negative");
     CHECK(pb_activity_name(PB_ACT_COLLECTIVE)[0] == 'c', "activity names");
+    /* each activity is counted in its own phase of python.steps, the host's in other */
+    int seen[PB_PHASE_COUNT] = {0}, mapped = 1;
+    for (int a = 0; a < PB_ACT_COUNT; a++) {
+        int p = pb_activity_phase((pb_activity)a);
+        mapped &= p >= 0 && p < PB_PHASE_COUNT && !seen[p]++;
+        if (a != PB_ACT_HOST && p >= 0)
+            mapped &= !strcmp(pb_activity_name((pb_activity)a), pb_phases[p].column);
+    }
+    CHECK(mapped && pb_activity_phase(PB_ACT_HOST) == PB_PHASE_OTHER &&
+              !strcmp(pb_activity_name(PB_ACT_HOST), "host") &&
+              !strcmp(pb_activity_name(PB_ACT_GRAD_SYNC), "grad_sync") &&
+              pb_activity_phase(PB_ACT_COUNT) == -1 && !strcmp(pb_activity_name(PB_ACT_COUNT), "?"),
+          "activities map one to one onto phases, named by their columns (the host: \"host\")");
     uint64_t before = tl.resets;
     pb_timeline_reset(&tl);
     CHECK(tl.resets == before + 1 && tl.count == 0, "reset counted, intervals forgotten");

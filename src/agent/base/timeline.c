@@ -5,6 +5,8 @@
  * The active set is as deep as the nesting (a handful), so the walk costs O(n log n + n d). */
 #include "timeline.h"
 
+#include "phases.h"
+
 #include <stdlib.h>
 
 void pb_timeline_reset(pb_timeline *tl)
@@ -83,9 +85,19 @@ void pb_timeline_attribute(pb_timeline *tl, int64_t from_ns, int64_t to_ns, int6
     }
 }
 
+int pb_activity_phase(pb_activity activity)
+{
+    static const pb_phase_id phase[PB_ACT_COUNT] = {
+        [PB_ACT_HOST] = PB_PHASE_OTHER,           [PB_ACT_DATA_WAIT] = PB_PHASE_DATA_WAIT,
+        [PB_ACT_FORWARD] = PB_PHASE_FORWARD,      [PB_ACT_BACKWARD] = PB_PHASE_BACKWARD,
+        [PB_ACT_OPTIMIZER] = PB_PHASE_OPTIMIZER,  [PB_ACT_COLLECTIVE] = PB_PHASE_COLLECTIVES,
+        [PB_ACT_GRAD_SYNC] = PB_PHASE_GRAD_SYNC};
+    return (unsigned)activity < PB_ACT_COUNT ? (int)phase[activity] : -1;
+}
+
 const char *pb_activity_name(pb_activity activity)
 {
-    static const char *const names[PB_ACT_COUNT] = {"host", "data_wait", "forward", "backward",
-                                                     "optimizer", "collectives", "grad_sync"};
-    return (unsigned)activity < PB_ACT_COUNT ? names[activity] : "?";
+    int phase = pb_activity_phase(activity);
+    if (phase < 0) return "?";
+    return activity == PB_ACT_HOST ? "host" : pb_phases[phase].column;
 }

@@ -77,7 +77,12 @@ int pb_timeline_add(pb_timeline *tl, pb_activity activity, int64_t start_ns, int
  * to_ns - from_ns exactly. Intervals are clipped to the range. Sorts tl's intervals in place. */
 void pb_timeline_attribute(pb_timeline *tl, int64_t from_ns, int64_t to_ns, int64_t out[PB_ACT_COUNT]);
 
-/* Name of an activity, as python.steps' columns say it ("forward", "host", ...). */
+/* The phase of python.steps (common/phases.h) an activity's time is counted in: PB_ACT_HOST's
+ * in PB_PHASE_OTHER; -1 for a value that is no activity. */
+int pb_activity_phase(pb_activity activity);
+
+/* Name of an activity: its phase's python.steps column ("forward", "collectives", ...), but
+ * "host" for PB_ACT_HOST (whose time python.steps calls other); "?" for no activity. */
 const char *pb_activity_name(pb_activity activity);
 
 #endif

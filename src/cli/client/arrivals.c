@@ -4,14 +4,16 @@
  */
 #include "client/arrivals.h"
 
+#include "phases.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define STEPS_SQL                                                                              \
-    "{\"sql\":\"SELECT wall, data_wait, forward, backward, optimizer, other FROM python.steps "       \
-    "ORDER BY step DESC LIMIT 64\"}"
+/* The request for a rank's last steps: the step time, then the phases the analysis looks in
+ * (stragglers.h), in pb_phases[] order. */
+#define STEPS_SQL_FMT "{\"sql\":\"SELECT %s, %s FROM python.steps ORDER BY step DESC LIMIT 64\"}"
 
 static int dcmp(const void *a, const void *b)
 {
@@ -83,8 +85,11 @@ static int add_rank(pb_job_arrivals *out, const pb_rank_ep *ep, int r, size_t m)
     pr->n_arrivals = k;
     json_t *sq = out->steps[r].status == 200 ? out->steps[r].root : NULL;
     pr->step_ms = sq ? col_median_ms(sq, 0) : -1;
-    for (int p = 0; p < PB_SG_PHASES; p++)
-        pr->phase_ms[p] = sq ? col_median_ms(sq, (size_t)p + 1) : -1;
+    size_t column = 1; /* STEPS_SQL_FMT's phases follow the step time */
+    for (int p = 0; p < PB_PHASE_COUNT; p++)
+        pr->phase_ms[p] = sq && pb_phase_selected(p, PB_SG_PHASES_WITHOUT)
+                              ? col_median_ms(sq, column++)
+                              : -1;
     return 0;
 }
 
@@ -92,6 +97,9 @@ int pb_job_arrivals_fetch(const pb_rank_ep *eps, int n, const unsigned char *sel
                           long deadline_ms, FILE *why, pb_job_arrivals *out)
 {
     memset(out, 0, sizeof *out);
+    char columns[256], steps_sql[512];
+    if (pb_phase_columns(columns, sizeof columns, PB_SG_PHASES_WITHOUT, ", ") < 0) return -ENOMEM;
+    snprintf(steps_sql, sizeof steps_sql, STEPS_SQL_FMT, pb_phase_wall.column, columns);
     out->n = n;
     out->arrivals = pb_fanout_requests(eps, n, sel);
     out->steps = pb_fanout_requests(eps, n, sel);
@@ -100,7 +108,7 @@ int pb_job_arrivals_fetch(const pb_rank_ep *eps, int n, const unsigned char *sel
     out->names = json_object();
     if (!out->arrivals || !out->steps || !out->ranks || !out->lists || !out->names) goto oom;
     pb_fanout_run(out->arrivals, n, "GET", "/api/arrivals", NULL, deadline_ms);
-    pb_fanout_run(out->steps, n, "POST", "/api/query", STEPS_SQL, deadline_ms);
+    pb_fanout_run(out->steps, n, "POST", "/api/query", steps_sql, deadline_ms);
     for (int r = 0; r < n; r++) {
         if (sel && !sel[r]) continue;
         pb_fanout_req *q = &out->arrivals[r];

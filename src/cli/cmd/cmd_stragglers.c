@@ -11,6 +11,7 @@
 #include "client/fanout.h"
 #include "cmd/command.h"
 #include "out/format.h"
+#include "phases.h"
 #include "stragglers.h"
 
 #include <jansson.h>
@@ -65,7 +66,8 @@ int cmd_stragglers(const pb_cli_args *a)
     }
     if (pb_stragglers_analyze(job.ranks, job.count, &res)) goto oom;
     const pb_sg_rank_result *c = res.culprit >= 0 ? &res.ranks[res.culprit] : NULL;
-    const char *phase = c && res.culprit_phase >= 0 ? pb_sg_phase_name[res.culprit_phase] : NULL;
+    const char *phase =
+        c && res.culprit_phase >= 0 ? pb_phases[res.culprit_phase].short_name : NULL;
     if (a->json) {
         out = pb_stragglers_json(&res, 0, job.group_names, job.n_groups);
         if (!out || json_dumpf(out, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF) {
@@ -101,7 +103,7 @@ int cmd_stragglers(const pb_cli_args *a)
                    "step", res.collectives, res.bar_ms, res.step_ms, res.noise_ms, res.floor_ms);
         if (phase)
             printf("; its %s is %.1f ms longer than the other ranks' median",
-                   pb_sg_phase_text[res.culprit_phase], res.culprit_phase_excess_ms);
+                   pb_phases[res.culprit_phase].short_text, res.culprit_phase_excess_ms);
         printf("\n");
         printf("%-6s %-20s %10s %14s %10s  %s\n", "rank", "host", "times_last", "median_lag_ms",
                "wait_ms", "phase");

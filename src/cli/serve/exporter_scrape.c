@@ -44,6 +44,7 @@
 #include "clock.h"
 #include "out/exposition.h"
 #include "paths.h"
+#include "phases.h"
 #include "report.h"
 
 #include <errno.h>
@@ -63,10 +64,6 @@
 #define MAX_ARRIVAL_GROUPS 16
 #define ROSTER_MIN_MS 2500 /* the roster request may take 2 s past the deadline it is given */
 #define STEP_PAGE_ROWS 100000
-
-static const char *const phases[] = {"data_wait", "forward", "backward", "optimizer",
-                                     "collectives", "grad_sync", "other"};
-#define PHASE_COUNT (sizeof phases / sizeof phases[0])
 
 typedef struct collective_sum {
     char op[64];
@@ -89,7 +86,7 @@ typedef struct agent_state {
     int in_use, seen;              /* seen: found by the current scrape */
     long long last_step;           /* highest step counted; -1 none */
     double buckets[PB_EXPOSITION_BUCKETS], count, sum;
-    double phase_seconds[PHASE_COUNT];
+    double phase_seconds[PB_PHASE_COUNT]; /* per phase of pb_phases[] */
     double samples, amp_skipped;
     int has_samples;
     collective_sum collectives[MAX_COLLECTIVE_OPS];
@@ -278,11 +275,12 @@ static const char *extra_label(char *out, size_t outlen, const char *name, const
 static void count_steps(agent_job *j)
 {
     agent_state *s = j->state;
-    char sql[512];
+    char sql[512], columns[256];
+    if (pb_phase_columns(columns, sizeof columns, 0, ", ") < 0) return;
     snprintf(sql, sizeof sql,
-             "SELECT step, wall, data_wait, forward, backward, optimizer, collectives, grad_sync, "
-             "other, samples FROM python.steps WHERE step > %lld ORDER BY step LIMIT %d",
-             s->last_step, STEP_PAGE_ROWS);
+             "SELECT step, %s, %s, samples FROM python.steps WHERE step > %lld ORDER BY step "
+             "LIMIT %d",
+             pb_phase_wall.column, columns, s->last_step, STEP_PAGE_ROWS);
     json_t *rows = query(j, sql, NULL), *row;
     size_t i;
     long long from = s->last_step, to = s->last_step;
@@ -294,11 +292,11 @@ static void count_steps(agent_job *j)
             if (wall <= pb_exposition_bucket_bounds[b]) s->buckets[b] += 1;
         s->count += 1;
         s->sum += wall;
-        for (size_t p = 0; p < PHASE_COUNT; p++) {
-            double v = num(row, 2 + p);
+        for (int p = 0; p < PB_PHASE_COUNT; p++) {
+            double v = num(row, 2 + (size_t)p);
             if (!isnan(v)) s->phase_seconds[p] += v;
         }
-        double samples = num(row, 9);
+        double samples = num(row, 2 + PB_PHASE_COUNT);
         if (!isnan(samples) && samples > 0) {
             s->samples += samples;
             s->has_samples = 1;
@@ -356,9 +354,9 @@ static void emit_counters(agent_job *j)
     pb_exposition_add(e, PB_METRIC_STEP_DURATION, "_bucket", j->labels, "le=\"+Inf\"", s->count);
     pb_exposition_add(e, PB_METRIC_STEP_DURATION, "_sum", j->labels, NULL, s->sum);
     pb_exposition_add(e, PB_METRIC_STEP_DURATION, "_count", j->labels, NULL, s->count);
-    for (size_t p = 0; p < PHASE_COUNT; p++)
+    for (int p = 0; p < PB_PHASE_COUNT; p++)
         pb_exposition_add(e, PB_METRIC_STEP_PHASE_SECONDS, NULL, j->labels,
-                          extra_label(extra, sizeof extra, "phase", phases[p]),
+                          extra_label(extra, sizeof extra, "phase", pb_phases[p].column),
                           s->phase_seconds[p]);
     if (s->has_samples)
         pb_exposition_add(e, PB_METRIC_SAMPLES_TOTAL, NULL, j->labels, NULL, s->samples);

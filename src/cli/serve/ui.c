@@ -42,7 +42,9 @@
  * Routes (the page and its files need the token or the cookie, /ui/ routes the token):
  *   GET  /                    web/index.html           GET /web/<file>, /web/vendor/<file>
  *   GET  /ui/targets          {"target", "kind", "node", "targets": [{"index","rank","pid",
- *                             "host","node_rank"}], "missing": [{"rank","host","why"}]}
+ *                             "host","node_rank"}], "missing": [{"rank","host","why"}],
+ *                             "phases": [{"column","label","short","text","rank_wait",
+ *                             "holds_wait"}] (common/phases.h: the page's list of phases)}
  *   POST /ui/query?t=N        /api/query of target N (the agent's status and JSON, relayed)
  *   GET  /ui/info?t=N         /api/info of target N
  *   GET  /ui/report           `probing <target> report --json`
@@ -69,6 +71,7 @@
 #include "netaddr.h"
 #include "out/cli.h"
 #include "paths.h"
+#include "phases.h"
 #include "reaper.h"
 #include "serve/listen.h"
 
@@ -437,9 +440,18 @@ static enum MHD_Result route_targets(struct MHD_Connection *conn, ui_server *s)
                                               s->targets[i].host[0] ? s->targets[i].host
                                                                     : s->node,
                                               "node_rank", s->targets[i].node_rank));
-    json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:O}", "target", s->a->target, "kind",
+    json_t *phases = json_array();
+    for (int p = 0; p < PB_PHASE_COUNT; p++) {
+        const pb_phase *ph = &pb_phases[p];
+        json_array_append_new(phases, json_pack("{s:s,s:s,s:s,s:s,s:b,s:b}", "column", ph->column,
+                                                "label", ph->label, "short", ph->short_name, "text",
+                                                ph->short_text, "rank_wait",
+                                                !!(ph->flags & PB_PHASE_RANK_WAIT), "holds_wait",
+                                                !!(ph->flags & PB_PHASE_HOLDS_WAIT)));
+    }
+    json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:O,s:o}", "target", s->a->target, "kind",
                           s->targets[0].t.kind == PB_TARGET_FILE ? "recording" : "live", "node",
-                          s->node, "targets", list, "missing", s->missing);
+                          s->node, "targets", list, "missing", s->missing, "phases", phases);
     enum MHD_Result ret = o ? send_json(conn, o) : send_error(conn, 500, "out of memory");
     json_decref(o);
     return ret;
