@@ -24,7 +24,7 @@ setup() { # dir, sanitizers
 
 echo "== ASan+UBSan: unit tests"
 setup build-asan address,undefined
-UNIT=(ring intern sql http pool jsonw report capture detail sampler recpath auth pystack exposition timeline reaper child clock netaddr http_response stragglers hang devtime phases)
+UNIT=(ring intern sql http pool jsonw report report_memory report_ranks pylayout capture detail sampler recpath auth pystack exposition timeline reaper child clock netaddr http_response stragglers hang devtime phases)
 "$NINJA" -C build-asan "${UNIT[@]/#/tests/unit/test_}"
 "$MESON" test -C build-asan --no-rebuild --suite unit --print-errorlogs "${UNIT[@]}"
 
