@@ -15,7 +15,6 @@
  */
 #include "vt.h"
 
-#include "intern.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -54,14 +53,9 @@ static int is_integer_kind(pb_col_kind kind)
 /* Reads an integer column (is_integer_kind) from a row copy. */
 static int64_t read_integer(const pb_column *c, const unsigned char *row)
 {
-    const unsigned char *p = row + c->offset;
-    switch (c->kind) {
-    case PB_COL_I32: { int32_t v; memcpy(&v, p, sizeof v); return v; }
-    case PB_COL_U32: { uint32_t v; memcpy(&v, p, sizeof v); return v; }
-    case PB_COL_U16: { uint16_t v; memcpy(&v, p, sizeof v); return v; }
-    case PB_COL_U8: return *p;
-    default: { int64_t v; memcpy(&v, p, sizeof v); return v; }
-    }
+    pb_cell v;
+    pb_column_decode(c, row, 0, &v);
+    return v.i;
 }
 
 static int ring_connect(sqlite3 *conn, void *aux, int argc, const char *const *argv,
@@ -328,43 +322,13 @@ static int ring_eof(sqlite3_vtab_cursor *base)
 static int ring_column(sqlite3_vtab_cursor *base, sqlite3_context *ctx, int i)
 {
     const ring_cursor *c = (const ring_cursor *)base;
-    const pb_column *col = &c->table->columns[i];
-    const unsigned char *p = c->row + col->offset;
-    switch (col->kind) {
-    case PB_COL_I64:
-    case PB_COL_I32:
-    case PB_COL_U32:
-    case PB_COL_U16:
-    case PB_COL_U8: sqlite3_result_int64(ctx, read_integer(col, c->row)); break;
-    case PB_COL_F64: { double v; memcpy(&v, p, sizeof v); sqlite3_result_double(ctx, v); break; }
-    case PB_COL_F32: { float v; memcpy(&v, p, sizeof v); sqlite3_result_double(ctx, v); break; }
-    case PB_COL_NS_SEC: { int64_t v; memcpy(&v, p, sizeof v); sqlite3_result_double(ctx, (double)v / 1e9); break; }
-    case PB_COL_NS_MS: { int64_t v; memcpy(&v, p, sizeof v); sqlite3_result_double(ctx, (double)v / 1e6); break; }
-    case PB_COL_STR_ID: {
-        uint32_t id;
-        memcpy(&id, p, sizeof id);
-        /* interned strings never move or die while the agent lives (intern.h) */
-        sqlite3_result_text(ctx, pb_intern_get(id), -1, SQLITE_STATIC);
-        break;
-    }
-    case PB_COL_STR_ID_NULL: {
-        uint32_t id;
-        memcpy(&id, p, sizeof id);
-        if (id) sqlite3_result_text(ctx, pb_intern_get(id), -1, SQLITE_STATIC);
-        else sqlite3_result_null(ctx);
-        break;
-    }
-    case PB_COL_I64_NULL: {
-        int64_t v;
-        memcpy(&v, p, sizeof v);
-        if (v == INT64_MIN) sqlite3_result_null(ctx);
-        else sqlite3_result_int64(ctx, v);
-        break;
-    }
-    case PB_COL_ENUM_U8:
-        if (*p < c->enum_counts[i]) sqlite3_result_text(ctx, col->enum_names[*p], -1, SQLITE_STATIC);
-        else sqlite3_result_int(ctx, *p); /* a value the table's enum does not name */
-        break;
+    pb_cell v;
+    pb_column_decode(&c->table->columns[i], c->row, c->enum_counts[i], &v);
+    switch (v.type) {
+    case PB_CELL_INT: sqlite3_result_int64(ctx, v.i); break;
+    case PB_CELL_REAL: sqlite3_result_double(ctx, v.d); break;
+    case PB_CELL_TEXT: sqlite3_result_text(ctx, v.s, -1, SQLITE_STATIC); break;
+    case PB_CELL_NULL: sqlite3_result_null(ctx); break;
     }
     return SQLITE_OK;
 }

@@ -69,6 +69,23 @@ pb_table *pb_registry_find(const char *schema, const char *name);
 /* Returns the SQL type name for a column kind: "INTEGER", "REAL" or "TEXT". */
 const char *pb_col_sql_type(pb_col_kind kind);
 
+/* One column of one row, decoded: the value SQL shows (sql/vt_ring.c) and a recording stores
+ * (agent/service/record_file.c), from the one decoder below. */
+typedef enum pb_cell_type { PB_CELL_NULL, PB_CELL_INT, PB_CELL_REAL, PB_CELL_TEXT } pb_cell_type;
+typedef struct pb_cell {
+    pb_cell_type type;
+    int64_t i;     /* PB_CELL_INT */
+    double d;      /* PB_CELL_REAL */
+    const char *s; /* PB_CELL_TEXT: an interned string or an enum name, alive as long as the agent */
+} pb_cell;
+
+/* Decodes column col of row (a copy of one row of col's table) into *out. enum_count is the
+ * number of col->enum_names (PB_COL_ENUM_U8; pass -1 to have them counted); an enum value past
+ * them comes out as its number. PB_COL_STR_ID_NULL id 0 and PB_COL_I64_NULL INT64_MIN come out
+ * NULL. [any thread] */
+void pb_column_decode(const pb_column *col, const unsigned char *row, int enum_count,
+                      pb_cell *out);
+
 /* Forgets all tables (tests, detach). */
 void pb_registry_reset(void);
 

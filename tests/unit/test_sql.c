@@ -543,6 +543,62 @@ static void test_nullable_kinds(void)
     pb_ring_destroy(t.ring);
 }
 
+/* pb_column_decode, the one decoder the SQL tables and the recordings share: every kind. */
+typedef struct every_kind_row {
+    int64_t i64, i64_null, ns;
+    int32_t i32;
+    uint32_t u32, str, str_null;
+    uint16_t u16;
+    uint8_t u8, e_named, e_past;
+    double f64;
+    float f32;
+} every_kind_row;
+
+static void test_decoder(void)
+{
+    static const char *const names[] = {"cpu", "cuda", NULL};
+    const pb_column cols[] = {
+        PB_COL("i64", PB_COL_I64, every_kind_row, i64, ""),
+        PB_COL("i64_null", PB_COL_I64_NULL, every_kind_row, i64_null, ""),
+        PB_COL("sec", PB_COL_NS_SEC, every_kind_row, ns, ""),
+        PB_COL("ms", PB_COL_NS_MS, every_kind_row, ns, ""),
+        PB_COL("i32", PB_COL_I32, every_kind_row, i32, ""),
+        PB_COL("u32", PB_COL_U32, every_kind_row, u32, ""),
+        PB_COL("str", PB_COL_STR_ID, every_kind_row, str, ""),
+        PB_COL("str_null", PB_COL_STR_ID_NULL, every_kind_row, str_null, ""),
+        PB_COL("u16", PB_COL_U16, every_kind_row, u16, ""),
+        PB_COL("u8", PB_COL_U8, every_kind_row, u8, ""),
+        {"e_named", PB_COL_ENUM_U8, offsetof(every_kind_row, e_named), names, ""},
+        {"e_past", PB_COL_ENUM_U8, offsetof(every_kind_row, e_past), names, ""},
+        PB_COL("f64", PB_COL_F64, every_kind_row, f64, ""),
+        PB_COL("f32", PB_COL_F32, every_kind_row, f32, ""),
+    };
+    every_kind_row r = {.i64 = -3, .i64_null = INT64_MIN, .ns = 1500000000, .i32 = -7,
+                        .u32 = 4000000000u, .str = pb_intern_cstr("layer"), .str_null = 0,
+                        .u16 = 65535, .u8 = 200, .e_named = 1, .e_past = 5, .f64 = 0.25,
+                        .f32 = 0.5f};
+    const unsigned char *row = (const unsigned char *)&r;
+    pb_cell v[14];
+    for (int i = 0; i < 14; i++) pb_column_decode(&cols[i], row, -1, &v[i]);
+    CHECK(v[0].type == PB_CELL_INT && v[0].i == -3, "I64");
+    CHECK(v[1].type == PB_CELL_NULL, "I64_NULL: INT64_MIN is NULL");
+    CHECK(v[2].type == PB_CELL_REAL && v[2].d == 1.5 && v[3].type == PB_CELL_REAL && v[3].d == 1500.0,
+          "NS_SEC and NS_MS: seconds and milliseconds");
+    CHECK(v[4].i == -7 && v[5].i == 4000000000LL && v[8].i == 65535 && v[9].i == 200,
+          "I32 keeps its sign, U32/U16/U8 do not take one");
+    CHECK(v[6].type == PB_CELL_TEXT && strcmp(v[6].s, "layer") == 0, "STR_ID: the interned text");
+    CHECK(v[7].type == PB_CELL_NULL, "STR_ID_NULL: id 0 is NULL");
+    CHECK(v[10].type == PB_CELL_TEXT && strcmp(v[10].s, "cuda") == 0, "ENUM_U8: the value's name");
+    CHECK(v[11].type == PB_CELL_INT && v[11].i == 5, "ENUM_U8 past its names: the number");
+    CHECK(v[12].type == PB_CELL_REAL && v[12].d == 0.25 && v[13].type == PB_CELL_REAL && v[13].d == 0.5,
+          "F64 and F32");
+    pb_cell counted;
+    pb_column_decode(&cols[10], row, 2, &counted);
+    CHECK(counted.type == PB_CELL_TEXT && counted.s == v[10].s, "ENUM_U8 with a given count");
+    pb_column_decode(&cols[10], row, 1, &counted);
+    CHECK(counted.type == PB_CELL_INT && counted.i == 1, "ENUM_U8 past a given count: the number");
+}
+
 int main(void)
 {
     pb_config_load();
@@ -573,6 +629,7 @@ int main(void)
     test_open_file();
     test_open_hostile_file();
     test_nullable_kinds();
+    test_decoder();
 
     pb_registry_reset();
     pb_ring_destroy(trace.ring);

@@ -11,7 +11,6 @@
 
 #include "catalog.h"
 #include "clock.h"
-#include "intern.h"
 #include "jsonw.h"
 #include "step.h"
 
@@ -122,39 +121,13 @@ int pb_record_file_prepare_inserts(sqlite3 *conn, sqlite3_stmt **insert)
 
 static int bind_column(sqlite3_stmt *st, int i, const pb_column *col, const unsigned char *row)
 {
-    const unsigned char *p = row + col->offset;
-    switch (col->kind) {
-    case PB_COL_I64: { int64_t v; memcpy(&v, p, sizeof v); return sqlite3_bind_int64(st, i, v); }
-    case PB_COL_I32: { int32_t v; memcpy(&v, p, sizeof v); return sqlite3_bind_int64(st, i, v); }
-    case PB_COL_U32: { uint32_t v; memcpy(&v, p, sizeof v); return sqlite3_bind_int64(st, i, v); }
-    case PB_COL_U16: { uint16_t v; memcpy(&v, p, sizeof v); return sqlite3_bind_int64(st, i, v); }
-    case PB_COL_U8: return sqlite3_bind_int64(st, i, *p);
-    case PB_COL_F64: { double v; memcpy(&v, p, sizeof v); return sqlite3_bind_double(st, i, v); }
-    case PB_COL_F32: { float v; memcpy(&v, p, sizeof v); return sqlite3_bind_double(st, i, v); }
-    case PB_COL_NS_SEC: { int64_t v; memcpy(&v, p, sizeof v); return sqlite3_bind_double(st, i, (double)v / 1e9); }
-    case PB_COL_NS_MS: { int64_t v; memcpy(&v, p, sizeof v); return sqlite3_bind_double(st, i, (double)v / 1e6); }
-    case PB_COL_STR_ID: {
-        uint32_t id;
-        memcpy(&id, p, sizeof id);
-        return sqlite3_bind_text(st, i, pb_intern_get(id), -1, SQLITE_STATIC);
-    }
-    case PB_COL_STR_ID_NULL: {
-        uint32_t id;
-        memcpy(&id, p, sizeof id);
-        if (!id) return sqlite3_bind_null(st, i);
-        return sqlite3_bind_text(st, i, pb_intern_get(id), -1, SQLITE_STATIC);
-    }
-    case PB_COL_I64_NULL: {
-        int64_t v;
-        memcpy(&v, p, sizeof v);
-        return v == INT64_MIN ? sqlite3_bind_null(st, i) : sqlite3_bind_int64(st, i, v);
-    }
-    case PB_COL_ENUM_U8: {
-        int n = 0;
-        while (col->enum_names[n]) n++;
-        if (*p < n) return sqlite3_bind_text(st, i, col->enum_names[*p], -1, SQLITE_STATIC);
-        return sqlite3_bind_int64(st, i, *p);
-    }
+    pb_cell v;
+    pb_column_decode(col, row, -1, &v);
+    switch (v.type) {
+    case PB_CELL_INT: return sqlite3_bind_int64(st, i, v.i);
+    case PB_CELL_REAL: return sqlite3_bind_double(st, i, v.d);
+    case PB_CELL_TEXT: return sqlite3_bind_text(st, i, v.s, -1, SQLITE_STATIC);
+    case PB_CELL_NULL: return sqlite3_bind_null(st, i);
     }
     return SQLITE_MISUSE;
 }
