@@ -172,9 +172,10 @@ def test_inject_python_without_torch(cli, launcher, bare_env):
 def test_inject_waits_for_the_main_thread_then_starts(cli, launcher, bare_env):
     """The main thread is in a 4 s sleep (no bytecode runs): inject queues the agent, says so
     when its timeout passes, and the agent starts once the sleep is over."""
-    t = start_inline(launcher, "import time\nprint('SLEEPING')\ntime.sleep(4)\nprint('AWAKE')\n"
-                     "while True:\n    time.sleep(0.02)\n", bare_env)
+    t = start_inline(launcher, "import time\nprint('SLEEPING', time.time() + 4)\ntime.sleep(4)\n"
+                     "print('AWAKE')\nwhile True:\n    time.sleep(0.02)\n", bare_env)
     wait_for(lambda: "SLEEPING" in t.stdout(), "SLEEPING")
+    sleep_ends = float(t.stdout().split()[1])
     r = cli(t.pid, "inject", "--timeout", "0.5", check=False)
     assert r.returncode == 124, r  # a timeout (as GNU timeout), not a usage error
     assert r.stderr == (f"probing: the agent is queued in process {t.pid}, but its main thread "
@@ -182,7 +183,11 @@ def test_inject_waits_for_the_main_thread_then_starts(cli, launcher, bare_env):
                         "waiting?); the agent starts when it does: check later with "
                         "'probing list'\n"), r.stderr
     wait_for(t.socket_path.exists, "the socket after the sleep", timeout=60)
-    assert "AWAKE" in t.stdout()
+    # The agent starts at the first bytecode after the sleep, before print('AWAKE') runs, so
+    # the socket may appear before AWAKE does: judge the order by the socket's creation time
+    # (file times come from the kernel's coarse clock, a tick behind at most).
+    assert t.socket_path.stat().st_mtime >= sleep_ends - 0.05, (t.socket_path.stat(), sleep_ends)
+    wait_for(lambda: "AWAKE" in t.stdout(), "AWAKE")
     assert cli.eval(t.target(), "print(6 * 7)").strip() == "42"
 
 
