@@ -12,6 +12,10 @@ Modes (what is attached to the training process):
   plain            nothing
   plain-2          nothing, a second process: the difference between two identical processes
                    is the noise floor of the comparison
+  plain-thread     nothing, but one more thread, idle (blocked on a lock for the whole run): what
+                   a process pays for having a second thread at all (glibc's malloc takes its
+                   arena lock only once a process has one; the agent's sampler and server are
+                   threads, and a GPU job always has some: CUDA's, NCCL's, pin_memory's)
   probing          `import probing` first: the agent with its default recording, exactly what
                    `probing run` / PROBING=1 do (every module, forward and backward, on every
                    step but one in 128 while that costs at most 3 %, else in detail windows
@@ -50,7 +54,7 @@ import subprocess
 import sys
 import time
 
-MODES = ["plain", "plain-2", "probing", "probing-windows", "probing-all", "probing-all-py", "probing-summary", "pyhooks", "torchprof",
+MODES = ["plain", "plain-2", "plain-thread", "probing", "probing-windows", "probing-all", "probing-all-py", "probing-summary", "pyhooks", "torchprof",
          "torchprof-sched", "anchor"]
 p = argparse.ArgumentParser()
 p.add_argument("--mode", required=True, choices=MODES)
@@ -70,6 +74,11 @@ if args.mode.startswith("probing"):
         os.environ["PROBING_DETAIL_EVERY"] = str(10 ** 9)
         os.environ["PROBING_DETAIL_STEPS"] = "1"
     import probing  # noqa: F401  starts the agent; hooks go in when torch is imported
+elif args.mode == "plain-thread":
+    import threading
+    _idle = threading.Lock()
+    _idle.acquire()
+    threading.Thread(target=_idle.acquire, daemon=True, name="idle").start()
 elif args.mode == "anchor":
     import probing  # Probing (the anchor), from its own virtual environment
     from probing.profiling.torch_probe import configure

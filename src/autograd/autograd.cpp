@@ -28,6 +28,7 @@
 #include <cstring>
 #include <ctime>
 #include <memory>
+#include <new>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -79,9 +80,48 @@ void call_pass_end()
     PyGILState_Release(g);
 }
 
+/* Freed PreHooks, kept for the next ones. A detail step makes one per hooked node and the graph
+ * frees them all when backward is done: hundreds per step on a model of many small modules, more
+ * than glibc's per-thread cache keeps of one size (7), so each one went through _int_malloc,
+ * _int_free and heap consolidation (bench/RESULTS.md, issue 32). Nodes die on any thread (the
+ * engine's device threads too): the list has a try-lock, and a caller that finds it taken uses
+ * malloc instead of waiting. At most HOOK_POOL_MAX are kept; every hook was allocated by
+ * ::operator new, so giving one back to it is always valid. */
+constexpr size_t HOOK_POOL_MAX = 1 << 16;
+std::atomic<bool> hook_pool_busy{false};
+void *hook_pool; /* singly linked through each free hook's first word; guarded by hook_pool_busy */
+size_t hook_pool_n;
+
 struct PreHook : torch::autograd::FunctionPreHook {
     std::atomic<uint64_t> tag;
     explicit PreHook(uint64_t t) : tag(t) {}
+    static void *operator new(size_t size)
+    {
+        if (size == sizeof(PreHook) && !hook_pool_busy.exchange(true, std::memory_order_acquire)) {
+            void *p = hook_pool;
+            if (p) {
+                hook_pool = *(void **)p;
+                hook_pool_n--;
+            }
+            hook_pool_busy.store(false, std::memory_order_release);
+            if (p) return p;
+        }
+        return ::operator new(size);
+    }
+    static void operator delete(void *p, size_t size)
+    {
+        if (size == sizeof(PreHook) && !hook_pool_busy.exchange(true, std::memory_order_acquire)) {
+            bool kept = hook_pool_n < HOOK_POOL_MAX;
+            if (kept) {
+                *(void **)p = hook_pool;
+                hook_pool = p;
+                hook_pool_n++;
+            }
+            hook_pool_busy.store(false, std::memory_order_release);
+            if (kept) return;
+        }
+        ::operator delete(p);
+    }
     variable_list operator()(const variable_list &grads) override
     {
         int64_t ns = now_ns();
