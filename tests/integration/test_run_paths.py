@@ -318,19 +318,30 @@ time.sleep(120)
 def test_backtrace_says_which_threads_are_active_or_idle(cli):
     """Nothing but the spinning thread wants the GIL, so it holds it and runs; the others
     sleep."""
+    def thread_headers(out):
+        headers = {}
+        for block in out.split("\n\n")[1:]:
+            lines = block.strip().splitlines()
+            for name in ("spin", "sleeper", "<module>"):
+                if any(line.strip().startswith(f"{name} (") for line in lines[1:]):
+                    headers[name] = lines[0]
+        return headers
+
     proc = subprocess.Popen([PYTHON, "-c", SPIN_AND_SLEEP], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline() == "READY\n"
-        out = cli(proc.pid, "backtrace").stdout
+        # Right after READY the main thread may still hold the GIL, between its print and its
+        # sleep (descheduled there on a loaded machine): a backtrace is a snapshot, so read
+        # again, a few times, until the main thread has let go of it.
+        for _ in range(20):
+            out = cli(proc.pid, "backtrace").stdout
+            headers = thread_headers(out)
+            if "(holds the GIL)" not in headers.get("<module>", ""):
+                break
+            time.sleep(0.25)
     finally:
         proc.kill()
         proc.wait()
-    headers = {}
-    for block in out.split("\n\n")[1:]:
-        lines = block.strip().splitlines()
-        for name in ("spin", "sleeper", "<module>"):
-            if any(line.strip().startswith(f"{name} (") for line in lines[1:]):
-                headers[name] = lines[0]
     # the Python thread names (threading's "Thread-N (target)") follow the OS name
     assert re.fullmatch(r'Thread \d+ "\S+" Thread-\d+ \(spin\) \(holds the GIL\) active',
                         headers["spin"]), out
