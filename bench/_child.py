@@ -15,7 +15,8 @@ Modes (what is attached to the training process):
   plain-thread     nothing, but one more thread, idle (blocked on a lock for the whole run): what
                    a process pays for having a second thread at all (glibc's malloc takes its
                    arena lock only once a process has one; the agent's sampler and server are
-                   threads, and a GPU job always has some: CUDA's, NCCL's, pin_memory's)
+                   threads, and a GPU job always has some: CUDA's, NCCL's, pin_memory's); a
+                   control, not in overhead.py's default set: ask for it with --modes
   probing          `import probing` first: the agent with its default recording, exactly what
                    `probing run` / PROBING=1 do (every module, forward and backward, on every
                    step but one in 128 while that costs at most 3 %, else in detail windows

@@ -55,7 +55,7 @@ MODELS = {
     "noop": "1,000 no-op modules, forward only under no_grad (per-call cost)",
 }
 LONG_MODES = ("plain", "plain-2", "plain-thread", "probing", "probing-windows", "probing-summary", "probing@pip")
-ALL_MODES = "plain,plain-2,plain-thread,probing,probing-windows,probing-all,probing-all-py,probing-summary,pyhooks,torchprof,torchprof-sched,anchor,pyspy"
+ALL_MODES = "plain,plain-2,probing,probing-windows,probing-all,probing-all-py,probing-summary,pyhooks,torchprof,torchprof-sched,anchor,pyspy"
 
 ANCHOR_VENV = os.path.join(HERE, "out", "anchor-venv")
 ANCHOR_VERSION = "0.2.4"
