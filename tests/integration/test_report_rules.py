@@ -160,6 +160,11 @@ def test_background_thread_holding_the_gil_is_named(cli, traced):
     rows = cli.query(t.target(), "SELECT DISTINCT thread_name, training FROM python.gil "
                                  "ORDER BY thread_name")
     assert {"thread_name": "MainThread", "training": 1} in rows, rows
+    # every step with samples has the training thread's row, even one where only the aggregator
+    # held the GIL when sampled (a step's samples are never dropped for want of a holder)
+    orphans = cli.query(t.target(), "SELECT step FROM python.gil GROUP BY step "
+                                    "HAVING SUM(training) <> 1")
+    assert orphans == [], orphans
 
 
 def test_extra_arguments_need_a_recording(cli, traced):

@@ -155,35 +155,47 @@ static uint32_t thread_name(unsigned long ident)
     return id;
 }
 
+/* Fills *r for the thread state `holder` (0: the training thread, which held none). */
+static void fill_row(pb_gil_row *r, PyThreadState *me, uintptr_t holder, int32_t held)
+{
+    memset(r, 0, sizeof *r);
+    r->held = held;
+    r->training = (uintptr_t)me == holder;
+    PyThreadState *t = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));
+    while (t && (uintptr_t)t != holder) t = PyThreadState_Next(t);
+    if (t) {
+        r->thread_id = (int64_t)t->thread_id;
+        r->name = thread_name(t->thread_id);
+    } else {
+        r->name = pb_intern_cstr("(exited thread)");
+    }
+}
+
 int pb_gil_take(int64_t step, uint16_t rank, pb_gil_row *rows, int max)
 {
     uintptr_t holder[SLOTS];
     int32_t held[SLOTS], taken;
-    int n = 0;
-    if (!sampler.running) return 0;
+    int n = 0, mine = 0;
+    if (!sampler.running || max <= 0) return 0;
     pthread_mutex_lock(&lock);
     for (int i = 0; i < SLOTS; i++) holder[i] = slots[i].holder, held[i] = slots[i].held;
     taken = samples_taken;
     memset(slots, 0, sizeof slots);
     samples_taken = 0;
     pthread_mutex_unlock(&lock);
+    if (taken <= 0) return 0;
     PyThreadState *me = PyThreadState_Get();
     for (int i = 0; i < SLOTS && n < max && holder[i]; i++) {
-        pb_gil_row *r = &rows[n++];
-        memset(r, 0, sizeof *r);
-        r->step = step;
-        r->held = held[i];
-        r->samples = taken;
-        r->rank = rank;
-        r->training = (uintptr_t)me == holder[i];
-        PyThreadState *t = PyInterpreterState_ThreadHead(PyThreadState_GetInterpreter(me));
-        while (t && (uintptr_t)t != holder[i]) t = PyThreadState_Next(t);
-        if (t) {
-            r->thread_id = (int64_t)t->thread_id;
-            r->name = thread_name(t->thread_id);
-        } else {
-            r->name = pb_intern_cstr("(exited thread)");
-        }
+        fill_row(&rows[n++], me, holder[i], held[i]);
+        mine |= holder[i] == (uintptr_t)me;
     }
+    /* The training thread's row is there whenever the step has samples, held 0 when every
+     * sample found the GIL free or another thread holding it: a step's samples are never lost
+     * for want of a holder (inside torch's operations the GIL is released). */
+    if (!mine) {
+        if (n == max) n--; /* rows full: the last holder's row gives way */
+        fill_row(&rows[n++], me, (uintptr_t)me, 0);
+    }
+    for (int i = 0; i < n; i++) rows[i].step = step, rows[i].samples = taken, rows[i].rank = rank;
     return n;
 }
