@@ -13,6 +13,7 @@ Load imbalance can be planted: --slow-rank R --slow-ms M makes rank R sleep M ms
 before its forward (a rank whose input pipeline is slower); the other ranks then wait for it in
 the gradient all-reduce. --width W sets the hidden width (more work per step).
 """
+import gc
 import os
 import time
 
@@ -74,6 +75,12 @@ def main():
     dist.barrier()
     if args.hold_file:
         hold(f"{args.hold_file}.{rank}")
+    # DDP's Reducer goes before the process group. A Reducer that holds the group's last
+    # reference destroys it with the GIL held, and the group's destructor then waits for gloo's
+    # worker thread, which may still be freeing its last work's tensors and so waits for the GIL:
+    # a hang at exit (pytorch/pytorch#56297), seen here about once in ten plain runs.
+    del model
+    gc.collect()
     dist.destroy_process_group()
 
 

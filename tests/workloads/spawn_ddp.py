@@ -9,6 +9,7 @@ forward and backward work per step); the other rank waits for it in DDP's gradie
 The training data goes through a DataLoader with --workers worker processes (they must stay
 untraced). Each rank prints "rank R pid P", and with --hold-file waits for PATH.<rank> at the end.
 """
+import gc
 import os
 
 import torch
@@ -50,6 +51,12 @@ def train(rank, world_size, args):
     if rank == 0:
         report_final(loss)
     hold(f"{args.hold_file}.{rank}" if args.hold_file else None)
+    # DDP's Reducer goes before the process group. A Reducer that holds the group's last
+    # reference destroys it with the GIL held, and the group's destructor then waits for gloo's
+    # worker thread, which may still be freeing its last work's tensors and so waits for the GIL:
+    # a hang at exit (pytorch/pytorch#56297), seen here in tests/workloads/ddp_gloo.py.
+    del model
+    gc.collect()
     dist.destroy_process_group()
 
 
