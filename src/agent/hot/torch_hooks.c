@@ -325,13 +325,13 @@ static void leave(PyObject *mod, PyObject *output)
     pb_frame *f = &ts->stack[--ts->depth];
     uint16_t depth = (uint16_t)ts->depth;
     if (!f->detail && depth > 0) return; /* a summary step's nested call: nothing to record */
-    int64_t now = pb_now_ns(), total = now - f->start_ns;
+    int64_t now = pb_now_ns(), start = f->start_ns, total = now - start;
     if (f->detail) {
         end_capture_range(f);
         if (pb_device_on) pb_device_module(0, (pb_activity)-1, f->name, f->type, f->seq, PB_STAGE_FORWARD, depth);
         int64_t own = total - (pb_step_collectives_total_ns - f->collectives_at_start); /* without collectives */
         if (output) {
-            pb_frames_push_row(f->start_ns, now, own - f->child_ns, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
+            pb_frames_push_row(start, now, own - f->child_ns, f->seq, f->name, f->type, depth, PB_STAGE_FORWARD, ts->tid);
             if (pb_torch.record_backward && output != Py_None && (f->in_grad_fn || grad_enabled())) {
                 uint64_t out_handle = 0;
                 PyObject *out_gf = first_grad_fn(output, 0, &out_handle);
@@ -360,7 +360,8 @@ static void leave(PyObject *mod, PyObject *output)
     if (depth > 0) return;
     /* a root call: its whole time is forward time on the step's timeline, less what runs
      * inside it (collectives, a nested backward), which the timeline gives to the innermost */
-    pb_step_interval(PB_ACT_FORWARD, f->start_ns, now);
+    pb_step_interval(PB_ACT_FORWARD, start, now); /* not f->start_ns: the layer read above may
+                                                   * have run modules that reused f */
     pb_device_end(PB_ACT_FORWARD);
     if (pb_autograd_paused) pb_autograd_resume();
     if (output) pb_collect_phase(mod == pb_torch.primary_root ? PB_PHASE_AFTER_FORWARD : PB_PHASE_AFTER_LOSS);
