@@ -67,9 +67,6 @@ int pb_ring_create(pb_ring **out, size_t row_size, uint64_t capacity)
         munmap(r, sizeof *r);
         return -ENOMEM;
     }
-#ifdef MADV_HUGEPAGE
-    if (r->map_size >= ((size_t)4 << 20)) madvise(slots, r->map_size, MADV_HUGEPAGE);
-#endif
     r->slots = slots;
     atomic_init(&r->head, 0);
     *out = r;
