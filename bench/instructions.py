@@ -45,8 +45,14 @@ MODES = ["plain", "probing-summary", "probing-all", "probing-all-py"]
 WINDOW = 8
 
 
-def count(model, mode, steps):
-    """Instructions of `steps` training steps of (model, mode) on the training thread."""
+EVENTS = ("Ir",)
+CACHE_EVENTS = ("Ir", "I1mr", "D1mr", "D1mw")
+
+
+def count(model, mode, steps, cache=False):
+    """Counts of `steps` training steps of (model, mode) on the training thread: {event: n},
+    instructions (Ir), and with cache=True callgrind's simulated first-level cache misses too
+    (I1mr instruction fetch, D1mr data read, D1mw data write)."""
     env = dict(os.environ)
     for k in list(env):
         if k.startswith("PROBING"):
@@ -57,7 +63,9 @@ def count(model, mode, steps):
     # plain runs differ by ~5 k (0.02 %).
     env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", BENCH_NO_VIEW="1",
                PYTHONHASHSEED="0")
-    cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null",
+    events = CACHE_EVENTS if cache else EVENTS
+    cmd = ["valgrind", "--tool=callgrind", *(["--cache-sim=yes"] if cache else []),
+           "--instr-atstart=no", "--callgrind-out-file=/dev/null",
            sys.executable, CHILD, "--mode", mode, "--model", model, "--warmup", "3"]
     p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.DEVNULL, text=True, bufsize=1)
@@ -86,7 +94,7 @@ def count(model, mode, steps):
         step(2)  # steps whose code valgrind translates for the first time are not counted
         control("--zero")
         step(steps)
-        out = control("-e", "Ir")
+        out = control("-e", ",".join(events))
         p.stdin.write("END\n")
         p.stdin.flush()
         p.wait(timeout=600)
@@ -95,10 +103,30 @@ def count(model, mode, steps):
     # Thread 1 is the training thread (on the CPU autograd runs backward on the calling
     # thread). The agent's sampler and server threads are left out: they run per second, not
     # per step, and under valgrind a step takes ~50x longer, which would multiply their share.
-    main = re.search(r"^\s*Th\s+1\s+([\d,]+)", out, re.M)
-    if not main:
+    main = re.search(r"^\s*Th\s+1\s+([\d,]+(?:\s+[\d,]+)*)\s*$", out, re.M)
+    if not main or len(main.group(1).split()) != len(events):
         raise SystemExit(f"no counts from callgrind_control:\n{out}")
-    return int(main.group(1).replace(",", ""))
+    return dict(zip(events, (int(v.replace(",", "")) for v in main.group(1).split())))
+
+
+def print_cache_table(models, modes, counts, steps):
+    """Per step: instructions and simulated L1 misses of each mode, and what each adds to plain.
+    The misses are what instruction counts leave out: on the `many` model every step in detail
+    adds ~2-3 % instructions but ~3 % more instruction-fetch misses, and a miss costs tens of
+    instructions' time (bench/RESULTS.md, "the instruction cache")."""
+    print()
+    print("| model | mode | instr/step | I1 misses/step | D1 misses/step | added instr | added I1 misses "
+          "| added D1 misses |")
+    print("|---|---|---|---|---|---|---|---|")
+    for m in models:
+        base = counts[(m, "plain")]
+        for mode in modes:
+            c = counts[(m, mode)]
+            d1, d1b = c["D1mr"] + c["D1mw"], base["D1mr"] + base["D1mw"]
+            add = lambda x, b: "-" if mode == "plain" else f"{(x - b) / steps:+,.0f} ({(x / b - 1) * 100:+.2f}%)"
+            print(f"| {m} | {mode} | {c['Ir'] / steps:,.0f} | {c['I1mr'] / steps:,.0f} | "
+                  f"{d1 / steps:,.0f} | {add(c['Ir'], base['Ir'])} | {add(c['I1mr'], base['I1mr'])} | "
+                  f"{add(d1, d1b)} |")
 
 
 def main():
@@ -108,6 +136,10 @@ def main():
     ap.add_argument("--period", type=int, default=0, help="detail period to compose the default with")
     ap.add_argument("--modes", default=",".join(MODES),
                     help="modes to count (plain is always counted: the others are relative to it)")
+    ap.add_argument("--cache", action="store_true",
+                    help="also simulate the first-level caches (valgrind --cache-sim, ~2x slower) "
+                         "and print instruction-fetch and data misses per step beside the "
+                         "instructions (not written to RESULTS.md)")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
     if not shutil.which("valgrind") or not shutil.which("callgrind_control"):
@@ -126,7 +158,8 @@ def main():
                          f"choose from {', '.join(MODES)}")
     jobs = [(m, mode) for m in models for mode in modes]
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as ex:
-        totals = dict(zip(jobs, ex.map(lambda j: count(*j, args.steps), jobs)))
+        counts = dict(zip(jobs, ex.map(lambda j: count(*j, args.steps, args.cache), jobs)))
+    totals = {j: c["Ir"] for j, c in counts.items()}
     lines = ["| model | plain instr/step | probing-summary | probing-all (every step in detail) | "
              "probing-all-py (backward in Python) | period (source) | default: detail share | "
              "default recording |",
@@ -154,6 +187,9 @@ def main():
                      f"**{default}** |")
     table = "\n".join(lines)
     print(table)
+    if args.cache:
+        print_cache_table(models, modes, counts, args.steps)
+        return
     vg = subprocess.run(["valgrind", "--version"], capture_output=True, text=True).stdout.strip()
     section = "\n".join([
         f"## Instructions per step (callgrind) — {datetime.date.today().isoformat()}",
