@@ -682,6 +682,21 @@ void pb__report_memory_growth(pb__report *r)
                    "dicts (losses kept without .detach() or .item(), caches, metrics) "
                    "(docs/report.md, \"Memory\")."
                  : NULL);
+    } else if (growth >= LEAK_MIN_GROWTH_MB) {
+        /* Grown by more than allocator noise, but not along a line: a jump (a cache or buffer
+         * that grew once, an evaluation's activations kept) or a leak every few steps. Not a
+         * projection (the line does not fit), and never "no growth" beside +GBs. */
+        pb__report_finding(
+            r, "memory_growth", "memory", "info",
+            pb__report_textf("memory grew %+.1f MB over %zu steps, but not steadily (r² %.2f): "
+                             "in jumps, as a cache or buffer growing once or a leak every few "
+                             "steps does; no projection",
+                             growth, n, r2),
+            nums, sql,
+            "See where it jumped: the finding's SQL lists the memory of every step. If the "
+            "jumps go on (probing <target> report again later), look for what a step keeps "
+            "now and then: an evaluation's outputs, a cache, a list appended to every N steps "
+            "(docs/report.md, \"Memory\").");
     } else {
         pb__report_finding(
             r, "memory_growth", "memory", "ok",

@@ -324,6 +324,17 @@ static void test_leak_projection(void)
     CHECK_STR(severity(doc, "memory_growth"), "ok", "filled caches, then flat: no leak");
     json_decref(doc);
 
+    fresh_now(); /* flat, one jump of 600 MB half way, flat again: no line fits, no "ok" */
+    for (int s = 0; s < 300; s++)
+        step_now(s, 22, 0.1, 6, 9, 2, 0, 32, 1, "cpu", 2000 + (s < 150 ? 0 : 600) + (s * 7 % 5) * 0.4,
+                 24000);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "info", "one 600 MB jump: info, not ok");
+    CHECK(strstr(claim(doc, "memory_growth"), "but not steadily") != NULL,
+          "a jump: said to be growth, not a steady one");
+    CHECK(finding_num(doc, "memory_growth", "growth_mb") > 590, "a jump: its size in the numbers");
+    json_decref(doc);
+
     /* A short run's leak (issue 28): 36 steps of 100 ms at +0.35 MB each, ~15 min from the
      * limit. Under 16 MB in all, yet never "no steady memory growth" beside its own numbers. */
     fresh_now();
