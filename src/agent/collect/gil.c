@@ -155,7 +155,8 @@ static uint32_t thread_name(unsigned long ident)
     return id;
 }
 
-/* Fills *r for the thread state `holder` (0: the training thread, which held none). */
+/* Fills *r, but for step, samples and rank, for the thread state `holder` (`me`, the training
+ * thread, for its row even when it held none of the samples), which held the GIL `held` times. */
 static void fill_row(pb_gil_row *r, PyThreadState *me, uintptr_t holder, int32_t held)
 {
     memset(r, 0, sizeof *r);

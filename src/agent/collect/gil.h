@@ -41,7 +41,8 @@ void pb_gil_forget_after_fork(void);
 
 /* The counts since the previous call as rows for `step` (at most max; returns how many) and
  * resets them: one row per holder, and the training thread's row (held 0 if it held none)
- * whenever at least one sample was taken, so that every sample is counted in some row. The calling thread is the training thread. [GIL held] */
+ * whenever at least one sample was taken, so that every sample is counted in some row. The
+ * calling thread is the training thread. [GIL held] */
 int pb_gil_take(int64_t step, uint16_t rank, pb_gil_row *rows, int max);
 
 #endif
