@@ -106,6 +106,16 @@ int pb_buf_sanitize(pb_buf *b, const char *s, size_t len, int keep_newlines)
     return rc;
 }
 
+void pb_buf_format_bytes(char *dst, size_t dstlen, unsigned long long bytes)
+{
+    const unsigned long long kb = 1024, mb = kb * kb;
+    unsigned long long unit = bytes >= mb ? mb : kb;
+    const char *name = bytes >= mb ? "MB" : "KB";
+    if (bytes < kb) snprintf(dst, dstlen, "%llu bytes", bytes);
+    else if (bytes % unit == 0) snprintf(dst, dstlen, "%llu %s", bytes / unit, name);
+    else snprintf(dst, dstlen, "%.1f %s", (double)bytes / (double)unit, name);
+}
+
 void pb_buf_sanitize_into(char *dst, size_t dstlen, const char *src)
 {
     size_t n = 0, len = src ? strlen(src) : 0;

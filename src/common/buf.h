@@ -41,6 +41,11 @@ int pb_buf_sanitize(pb_buf *b, const char *s, size_t len, int keep_newlines);
  * names, group names, a stack's files and functions) kept in fixed fields and printed later. */
 void pb_buf_sanitize_into(char *dst, size_t dstlen, const char *src);
 
+/* Writes a byte count for people into dst (always terminated): "512 bytes", "1.5 KB", "512 KB",
+ * "1 MB", "2.5 MB" (KB and MB of 1024; whole multiples without a decimal). The one byte formatter
+ * of the project's messages. */
+void pb_buf_format_bytes(char *dst, size_t dstlen, unsigned long long bytes);
+
 /* Hands the memory to the caller (who frees it with free()); b becomes empty. */
 char *pb_buf_steal(pb_buf *b, size_t *len_out);
 

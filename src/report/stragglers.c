@@ -70,6 +70,8 @@
  */
 #include "stragglers.h"
 
+#include "buf.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -678,19 +680,13 @@ fail:
     return NULL;
 }
 
-static void bytes_text(uint64_t b, char *buf, size_t len) {
-    if (b < 1024) snprintf(buf, len, "%llu B", (unsigned long long)b);
-    else if (b < 1024 * 1024) snprintf(buf, len, "%.1f KB", (double)b / 1024);
-    else snprintf(buf, len, "%.1f MB", (double)b / (1024 * 1024));
-}
-
 int pb_stragglers_late_kind_text(const pb_sg_result *r, const char *const *group_names,
                                  size_t n_groups, char *buf, size_t len) {
     if (!len) return -1;
     buf[0] = 0;
     if (!r->late_kind_n) return -1;
     char b[32], g[32];
-    bytes_text(r->late_kind_bytes, b, sizeof b);
+    pb_buf_format_bytes(b, sizeof b, r->late_kind_bytes);
     const char *gn = group_names && r->late_kind_group < n_groups ? group_names[r->late_kind_group]
                                                                  : NULL;
     if (!gn) snprintf(g, sizeof g, "%u", r->late_kind_group), gn = g;
@@ -707,7 +703,7 @@ int pb_stragglers_comm_text(const pb_sg_result *r, const char *const *group_name
     if (!r->comm_slow || !r->n_comm) return -1;
     const pb_sg_comm *c = &r->comm[0]; /* the slowed kind that adds the most */
     char b[32], g[32];
-    bytes_text(c->bytes, b, sizeof b);
+    pb_buf_format_bytes(b, sizeof b, c->bytes);
     const char *gn = group_names && c->group < n_groups ? group_names[c->group] : NULL;
     if (!gn) snprintf(g, sizeof g, "%u", c->group), gn = g;
     snprintf(buf, len,

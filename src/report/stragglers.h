@@ -166,7 +166,7 @@ int pb_stragglers_late_kind_text(const pb_sg_result *r, const char *const *group
                                  size_t n_groups, char *buf, size_t len);
 
 /* The communication verdict as one sentence into buf (NUL-terminated, cut to size) when
- * r->comm_slow, naming the kind that added the most ("all_reduce of 1.0 MB on group 0 takes
+ * r->comm_slow, naming the kind that added the most ("all_reduce of 1 MB on group 0 takes
  * 41.2 ms after the last rank enters, 3.9 ms in the oldest third of the window ..."); returns
  * 0, or -1 (buf empty) when the collectives did not slow. Names as pb_stragglers_json. */
 int pb_stragglers_comm_text(const pb_sg_result *r, const char *const *group_names,

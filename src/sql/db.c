@@ -398,14 +398,6 @@ static int write_value(pb_jsonw *w, sqlite3_stmt *stmt, int i)
     }
 }
 
-static void format_size(char *out, size_t outlen, size_t bytes)
-{
-    const size_t mb = 1024 * 1024;
-    if (bytes >= mb && bytes % mb == 0) snprintf(out, outlen, "%zu MB", bytes / mb);
-    else if (bytes >= mb) snprintf(out, outlen, "%.1f MB", (double)bytes / (double)mb);
-    else snprintf(out, outlen, "%zu bytes", bytes);
-}
-
 int pb_db_query_json(pb_db *db, const char *sql, const pb_query_limits *lim, pb_buf *out)
 {
     sqlite3_stmt *stmt = NULL;
@@ -518,7 +510,7 @@ int pb_db_query_json(pb_db *db, const char *sql, const pb_query_limits *lim, pb_
     if (!rc) rc = pb_jsonw_bool(&w, truncated);
     if (!rc && truncated) {
         char size[32];
-        format_size(size, sizeof size, lim->max_result_bytes);
+        pb_buf_format_bytes(size, sizeof size, lim->max_result_bytes);
         snprintf(msg, sizeof msg,
                  "result truncated: %lld rows returned before it hit the %s limit "
                  "(PROBING_MAX_RESULT_MB); add LIMIT or a WHERE clause to fetch fewer rows, or "

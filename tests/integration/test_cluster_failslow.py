@@ -114,7 +114,7 @@ def test_a_link_that_slows_is_named_as_communication_not_a_rank(job):
         r = job.run_cli(str(job.procs[3].pid), "stragglers", node=1)
         first = r.stdout.splitlines()[0]
         assert first.startswith("no straggler, but the collectives slowed, not a rank: "
-                                "all_reduce of 512.0 KB on group"), r.stdout
+                                "all_reduce of 512 KB on group"), r.stdout
         assert "a communication slowdown" in first, r.stdout
         # The report of a rank of node A.
         r = job.run_cli(str(job.procs[1].pid), "report", "--json")

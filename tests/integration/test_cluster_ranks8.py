@@ -201,7 +201,7 @@ def test_slow_link_to_node_b_is_named_as_communication(cli, env, session_dir, ne
             assert k["recent_ms"] >= 2 * k["early_ms"], k
             first = stragglers(j, 6, text=True).splitlines()[0]
             assert first.startswith("no straggler, but the collectives slowed, not a rank: "
-                                    "all_reduce of 512.0 KB on group"), first
+                                    "all_reduce of 512 KB on group"), first
         finally:
             subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", veth,
                             "root"], capture_output=True)

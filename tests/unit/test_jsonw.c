@@ -10,6 +10,9 @@
  * The writer's errors are sticky (jsonw.h): after the first failed append every call returns it
  * and writes nothing, so a document checked once at its end (pb_jsonw_error) is never answered
  * half-written; pb_jsonw_restore takes back a row that crossed a cap, its error included.
+ *
+ * Beside them, the one byte formatter of messages (buf.h, pb_buf_format_bytes): units, decimals
+ * and a destination too small for the text.
  */
 #include "buf.h"
 #include "check.h"
@@ -87,9 +90,29 @@ static void or_null(void)
     pb_buf_free(&b);
 }
 
+static void format_bytes(void)
+{
+    static const struct {
+        unsigned long long bytes;
+        const char *want;
+    } cases[] = {{0, "0 bytes"},       {1023, "1023 bytes"}, {1024, "1 KB"},  {1536, "1.5 KB"},
+                 {512 * 1024, "512 KB"}, {1 << 20, "1 MB"},     {3 << 19, "1.5 MB"},
+                 {3ull << 30, "3072 MB"}};
+    char out[32];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pb_buf_format_bytes(out, sizeof out, cases[i].bytes);
+        CHECK(strcmp(out, cases[i].want) == 0, "format_bytes(%llu) = \"%s\", want \"%s\"", cases[i].bytes, out,
+              cases[i].want);
+    }
+    char small[4];
+    pb_buf_format_bytes(small, sizeof small, 1 << 20);
+    CHECK(strcmp(small, "1 M") == 0, "format_bytes cuts to the destination, terminated (\"%s\")", small);
+}
+
 int main(void)
 {
     sticky_errors();
+    format_bytes();
     or_null();
     static const struct {
         const char *s;

@@ -361,7 +361,7 @@ static void communication(void) {
           res.arrival_spread_ms);
     const char *names[8] = {[7] = "default_pg"};
     CHECK(pb_stragglers_comm_text(&res, names, 8, text, sizeof text) == 0 &&
-              strstr(text, "all_reduce of 1.0 MB on group default_pg takes") &&
+              strstr(text, "all_reduce of 1 MB on group default_pg takes") &&
               strstr(text, "a communication slowdown"),
           "link slows: the sentence names the kind: %s", text);
     json_t *doc = pb_stragglers_json(&res, 0, names, 8);
