@@ -29,6 +29,9 @@ Modes (what is attached to the training process):
   probing-all-py   probing-all with PROBING_AUTOGRAD_EXT=0: backward timed by Python-level
                    probes on grad_fn objects (what probing-all was before the extension, and what
                    a build without it does)
+  probing-all-fwd  probing-all with PROBING_BACKWARD=0: every module's forward, every step, no
+                   backward probes; with probing-all and probing-summary it splits detail's cost
+                   into the forward rows and the backward timing
   probing-summary  PROBING_DETAIL_EVERY=10^9 PROBING_DETAIL_STEPS=1: no detail after step 0,
                    the cost between detail windows
   pyhooks          no-op Python global forward pre/post hooks (the floor of any profiler built
@@ -55,8 +58,8 @@ import subprocess
 import sys
 import time
 
-MODES = ["plain", "plain-2", "plain-thread", "probing", "probing-windows", "probing-all", "probing-all-py", "probing-summary", "pyhooks", "torchprof",
-         "torchprof-sched", "anchor"]
+MODES = ["plain", "plain-2", "plain-thread", "probing", "probing-windows", "probing-all", "probing-all-py", "probing-all-fwd",
+         "probing-summary", "pyhooks", "torchprof", "torchprof-sched", "anchor"]
 p = argparse.ArgumentParser()
 p.add_argument("--mode", required=True, choices=MODES)
 p.add_argument("--model", required=True, choices=["many", "resnet", "transformer", "noop"])
@@ -64,8 +67,10 @@ p.add_argument("--warmup", type=int, default=10)
 args = p.parse_args()
 
 if args.mode.startswith("probing"):
-    if args.mode in ("probing-all", "probing-all-py"):
+    if args.mode in ("probing-all", "probing-all-py", "probing-all-fwd"):
         os.environ["PROBING_DETAIL_EVERY"] = "1"
+    if args.mode == "probing-all-fwd":
+        os.environ["PROBING_BACKWARD"] = "0"
     if args.mode == "probing-all-py":
         os.environ["PROBING_AUTOGRAD_EXT"] = "0"
     elif args.mode == "probing-windows":

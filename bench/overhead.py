@@ -6,7 +6,8 @@ pick instead, interleaved step by step in one run.
 Modes (see _child.py): plain, probing (the default recording), probing-windows (the default
 before 2026-11-27: detail windows at 0.5 %), probing-all (every module every
 step; backward timed by the C++ extension probing._autograd), probing-all-py (the same with
-backward timed by Python-level probes, PROBING_AUTOGRAD_EXT=0), probing-summary (the cost between detail windows), pyhooks, torchprof (torch.profiler
+backward timed by Python-level probes, PROBING_AUTOGRAD_EXT=0), probing-all-fwd (every module's
+forward every step, no backward probes: PROBING_BACKWARD=0; not in the default set), probing-summary (the cost between detail windows), pyhooks, torchprof (torch.profiler
 every step), torchprof-sched (schedule wait=1 warmup=1 active=3), anchor (Probing 0.2.4 from
 PyPI with torch tracing at full rate, in its own virtual environment bench/out/anchor-venv,
 created on first use), pyspy (the plain run under `py-spy record --rate 100`). MODE@pip runs MODE
