@@ -105,27 +105,51 @@ static void span_unref(bspan *s)
     }
 }
 
+/* The spans a probe ends or starts: almost always one or two, kept in the probe itself, so that
+ * a module's bookkeeping touches the probe's own lines and not two more heap blocks (every
+ * module's probe is visited once a step, between torch's work, and found evicted: issue 32,
+ * bench/RESULTS.md). More go to a heap array. items is NULL until the first add (probes are
+ * made zeroed), then inl or the heap array. */
+#define SPAN_LIST_INLINE 2
+typedef struct span_list {
+    bspan **items; /* owned references */
+    int n, cap;
+    bspan *inl[SPAN_LIST_INLINE];
+} span_list;
+
 struct probe {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     bspan *owner;           /* owned or NULL: the innermost execution whose forward made the node */
-    bspan **ends, **starts; /* owned references */
-    int nends, nstarts, cap_ends, cap_starts;
+    span_list ends, starts;
     size_t slot; /* with the extension: its entry in node_map */
 };
 
-static int list_add(bspan ***list, int *n, int *cap, bspan *s)
+static int list_add(span_list *l, bspan *s)
 {
-    if (*n == *cap) {
-        int ncap = *cap ? *cap * 2 : 2;
-        bspan **l = realloc(*list, (size_t)ncap * sizeof *l);
-        if (!l) return -1;
-        *list = l;
-        *cap = ncap;
+    if (!l->items) {
+        l->items = l->inl;
+        l->cap = SPAN_LIST_INLINE;
     }
-    (*list)[(*n)++] = s;
+    if (l->n == l->cap) {
+        int ncap = l->cap * 2;
+        bspan **a = l->items == l->inl ? malloc((size_t)ncap * sizeof *a) : realloc(l->items, (size_t)ncap * sizeof *a);
+        if (!a) return -1;
+        if (l->items == l->inl) memcpy(a, l->inl, sizeof l->inl);
+        l->items = a;
+        l->cap = ncap;
+    }
+    l->items[l->n++] = s;
     s->refs++;
     return 0;
+}
+
+/* Frees a list's heap array (the probe is going away); its references were dropped before. */
+static void list_free(span_list *l)
+{
+    if (l->items != l->inl) free(l->items);
+    l->items = NULL;
+    l->n = l->cap = 0;
 }
 
 #define MAX_ACTIVE 1024
@@ -265,14 +289,14 @@ static void probe_fire(probe *p, int64_t now)
     bspan *owner = p->owner;
     if (!owner) {
         bspan *deepest = NULL;
-        for (int i = 0; i < p->nends; i++)
-            if (!deepest || p->ends[i]->depth > deepest->depth) deepest = p->ends[i];
+        for (int i = 0; i < p->ends.n; i++)
+            if (!deepest || p->ends.items[i]->depth > deepest->depth) deepest = p->ends.items[i];
         owner = deepest ? deepest->parent : NULL;
     }
     set_owner(owner);
-    for (int i = 0; i < p->nends; i++) span_end(p->ends[i], now);
-    for (int i = 0; i < p->nstarts; i++) {
-        bspan *s = p->starts[i];
+    for (int i = 0; i < p->ends.n; i++) span_end(p->ends.items[i], now);
+    for (int i = 0; i < p->starts.n; i++) {
+        bspan *s = p->starts.items[i];
         span_start(s, now);
         if (s->end_probe == p) span_end(s, now); /* output node == input node: nothing in between */
     }
@@ -288,19 +312,19 @@ static PyObject *probe_vectorcall(PyObject *self, PyObject *const *args, size_t 
 /* Lets go of what a probe holds and empties it for reuse; its lists keep their memory. */
 static void probe_empty(probe *p)
 {
-    for (int i = 0; i < p->nends; i++) span_unref(p->ends[i]);
-    for (int i = 0; i < p->nstarts; i++) span_unref(p->starts[i]);
+    for (int i = 0; i < p->ends.n; i++) span_unref(p->ends.items[i]);
+    for (int i = 0; i < p->starts.n; i++) span_unref(p->starts.items[i]);
     if (p->owner) span_unref(p->owner);
     p->owner = NULL;
-    p->nends = p->nstarts = 0;
+    p->ends.n = p->starts.n = 0;
 }
 
 /* Drops what a probe holds (not the probe itself). */
 static void probe_clear(probe *p)
 {
     probe_empty(p);
-    free(p->ends);
-    free(p->starts);
+    list_free(&p->ends);
+    list_free(&p->starts);
 }
 
 static void probe_dealloc(PyObject *self)
@@ -437,6 +461,9 @@ typedef struct node_entry {
 static node_entry *node_map;
 static size_t node_cap, node_used;
 static probe **ext_probes; /* with the extension: the probes by tag index; [0, ext_made) allocated */
+/* Probes are allocated EXT_BLOCK at a time, one block after another in tag order, so that the
+ * probes of consecutive modules share cache lines; ext_probes[k * EXT_BLOCK] is block k. */
+#define EXT_BLOCK 64u
 static uint32_t ext_nprobes, ext_made, ext_cap, ext_generation = 1;
 
 static void node_map_clear(void)
@@ -476,10 +503,10 @@ static void node_map_free(void)
     node_map = NULL;
     node_cap = 0;
     for (uint32_t i = 0; i < ext_made; i++) {
-        free(ext_probes[i]->ends);
-        free(ext_probes[i]->starts);
-        free(ext_probes[i]);
+        list_free(&ext_probes[i]->ends);
+        list_free(&ext_probes[i]->starts);
     }
+    for (uint32_t i = 0; i < ext_made; i += EXT_BLOCK) free(ext_probes[i]); /* each block's first */
     free(ext_probes);
     ext_probes = NULL;
     ext_made = ext_cap = 0;
@@ -504,9 +531,12 @@ static probe *ext_probe_new(uint64_t handle)
             ext_probes = n;
             ext_cap = ncap;
         }
-        probe *p = calloc(1, sizeof *p);
-        if (!p) return NULL;
-        ext_probes[ext_made++] = p;
+        if (ext_made % EXT_BLOCK == 0) { /* a new block; the next ones take its following slots */
+            probe *block = calloc(EXT_BLOCK, sizeof *block);
+            if (!block) return NULL;
+            for (uint32_t k = 0; k < EXT_BLOCK && ext_made + k < ext_cap; k++) ext_probes[ext_made + k] = block + k;
+        }
+        ext_made++;
     }
     if (pb_autograd_ext->hook(handle, ((uint64_t)ext_generation << 32) | ext_nprobes)) return NULL;
     return ext_probes[ext_nprobes++];
@@ -604,8 +634,8 @@ static probe *probe_for(PyObject *gf, uint64_t handle)
     if (!p) return NULL;
     p->vectorcall = probe_vectorcall;
     p->owner = NULL;
-    p->ends = p->starts = NULL;
-    p->nends = p->nstarts = p->cap_ends = p->cap_starts = 0;
+    memset(&p->ends, 0, sizeof p->ends);
+    memset(&p->starts, 0, sizeof p->starts);
     PyObject *h = PyObject_CallMethodOneArg(gf, str_register_prehook, (PyObject *)p);
     if (!h) {
         Py_DECREF(p);
@@ -642,8 +672,8 @@ void pb_autograd_frame_output(pb_frame *f, PyObject *out_gf, uint64_t out_handle
         return;
     }
     s->end_probe = end;
-    if (end) list_add(&end->ends, &end->nends, &end->cap_ends, s);
-    list_add(&start->starts, &start->nstarts, &start->cap_starts, s);
+    if (end) list_add(&end->ends, s);
+    list_add(&start->starts, s);
     if (!start->owner && out_gf != f->in_grad_fn) { /* a module returning its input made no node */
         start->owner = s;
         s->refs++;
