@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from conftest import PYTHON, WORKLOADS
+from conftest import PYTHON, WORKLOADS, poll_cli
 
 RAISES = "def train():\n    raise ValueError('loss is nan at step 150')\ntrain()\n"
 
@@ -89,7 +89,10 @@ def test_a_full_disk_leaves_a_marker(cli, launcher, small_tmpfs):
                           "--print-every", 0], name="full")
     t.hold_file = hold
     t.wait_holding()
-    r = cli(t.target(), "record", check=False)
+    # The recorder flushes once a second: the flush that fills the disk may come after the
+    # hold under load, so wait for the recording to say it stopped.
+    r = poll_cli(cli, t.target(), ["record"], lambda r: r.returncode != 0, "the disk-full stop",
+                 [t])
     m = re.search(r"probing: the recording to (\S+) stopped writing: disk full "
                   r"(at step \d+|before the first step); the file holds what was flushed before\n",
                   r.stderr)
