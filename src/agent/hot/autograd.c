@@ -36,21 +36,21 @@
  * outputs: they time the pass and hold no spans.
  *
  * Two ways to run a probe, the same steps either way (probe_fire):
- * - with the extension probing._autograd (autograd_api.h; pb_autograd_ext, loaded at install):
+ * - with the extension probing._autograd (autograd_api.h; found by autograd_ext.c at install):
  *   nodes are read from tensors without grad_fn objects, a probe is a C struct owned by node_map
  *   and named by a tag in a C++ pre-hook on the node; backward appends (tag, time) without
  *   calling the agent, and backward_done replays the events in order (ext_replay). A forward
  *   recomputed inside backward marks its start and end in the same events (pb_autograd_pause).
- * - without it: a probe is a Python object registered with grad_fn.register_prehook(), called by
- *   torch in backward.
+ * - without it: a probe is a Python object registered with grad_fn.register_prehook()
+ *   (autograd_register.c), called by torch in backward.
  */
 #include "autograd.h"
 
 #include "autograd_api.h"
+#include "autograd_ext.h"
 
 #include "clock.h"
 #include "collect.h"
-#include "config.h"
 #include "device.h"
 #include "log.h"
 #include "wrap.h"
@@ -60,7 +60,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 int pb_autograd_pass_active, pb_autograd_paused;
 static int backward_device; /* grad sync's begin was marked on the device */
@@ -166,7 +165,6 @@ static probe *ext_probe(uint64_t tag);
 /* The extension probing._autograd (autograd_api.h), or NULL: probes are then Python callables
  * on grad_fn objects (PROBING_AUTOGRAD_EXT=0, or the extension is missing). */
 const pb_autograd_api *pb_autograd_ext;
-static char ext_status[512] = "python"; /* pb_autograd_backward_probes() */
 
 /* Time since the previous event goes to the execution whose node ran in it: the owner of the
  * node whose probe fired last (the engine runs one node at a time per device; nodes without a
@@ -342,6 +340,8 @@ static PyTypeObject probe_type = {
     .tp_dealloc = probe_dealloc,
     .tp_doc = "probing: times module backward; registered as a pre-hook on one autograd node",
 };
+
+int pb_autograd_is_probe(PyObject *o) { return Py_IS_TYPE(o, &probe_type); }
 
 /* Markers the agent adds to the extension's events: a forward inside backward begins / ends. */
 #define EXT_PAUSE 1
@@ -560,58 +560,6 @@ static int node_map_grow(void)
     return 0;
 }
 
-/* grad_fn.register_prehook() is implemented in C++ (registerFunctionPreHook), which asks the
- * Python staticmethod torch.autograd.function.Function._register_hook(hooks_dict, hook) for the
- * dict to keep on the node and the handle to return: for a node without Python hooks yet it
- * builds an OrderedDict and a torch.utils.hooks.RemovableHandle (weak references, an id
- * counter) in Python, about 6 us, which made registration the largest part of recording
- * backward (one new node per module per step). Probing's own probes take a C fast path: a
- * fresh OrderedDict holding the probe (keyed by itself, so no RemovableHandle id can collide)
- * and no handle (probing never removes a probe: the node dies with its graph). Every other
- * call, and a probe on a node that already has Python hooks, goes to torch's own function,
- * unchanged. The wrapper is a staticmethod, as the original; detach deletes it again. */
-static PyObject *function_cls, *wrap_register_hook, *ordered_dict;
-
-static PyObject *fast_register_hook(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
-{
-    if (kwnames || PyVectorcall_NARGS(nargsf) != 2 || args[0] != Py_None || !Py_IS_TYPE(args[1], &probe_type) ||
-        !ordered_dict)
-        return PyObject_Vectorcall(orig, args, nargsf, kwnames);
-    PyObject *d = PyObject_CallNoArgs(ordered_dict);
-    if (!d) return NULL;
-    PyObject *res = PyDict_SetItem(d, args[1], args[1]) ? NULL : PyTuple_Pack(2, d, Py_None);
-    Py_DECREF(d);
-    return res;
-}
-
-void pb_autograd_install_fast_register(void)
-{
-    PyObject *fmod = PyImport_ImportModule("torch.autograd.function");
-    PyObject *coll = fmod ? PyImport_ImportModule("collections") : NULL;
-    Py_XSETREF(function_cls, fmod ? PyObject_GetAttrString(fmod, "Function") : NULL);
-    Py_XSETREF(ordered_dict, coll ? PyObject_GetAttrString(coll, "OrderedDict") : NULL);
-    Py_XDECREF(fmod);
-    Py_XDECREF(coll);
-    if (!function_cls || !ordered_dict || pb_wrap_attr(function_cls, "_register_hook", fast_register_hook, &wrap_register_hook)) {
-        PyErr_Clear();
-        pb_log_debug("grad_fn hooks are registered through torch's own Function._register_hook");
-        return;
-    }
-    PyObject *sm = PyStaticMethod_New(wrap_register_hook);
-    if (!sm || PyObject_SetAttrString(function_cls, "_register_hook", sm)) {
-        PyErr_Clear();
-        pb_unwrap_attr(function_cls, "_register_hook", &wrap_register_hook);
-    }
-    Py_XDECREF(sm);
-}
-
-void pb_autograd_remove_fast_register(void)
-{
-    if (function_cls && wrap_register_hook) pb_unwrap_attr(function_cls, "_register_hook", &wrap_register_hook);
-    Py_CLEAR(function_cls);
-    Py_CLEAR(ordered_dict);
-}
-
 /* The probe on node gf, registering one if there is none yet. Returns NULL on failure. */
 static probe *probe_for(PyObject *gf, uint64_t handle)
 {
@@ -729,86 +677,15 @@ void pb_autograd_probe_root(PyObject *gf, uint64_t handle)
     if (!probe_for(gf, handle)) PyErr_Clear();
 }
 
-/* The file a background build of probing._autograd will write (_autograd_build.py), or "": the
- * step boundary looks for it every EXT_PENDING_EVERY steps and switches to the extension. */
-static char ext_pending[PATH_MAX];
-static unsigned ext_pending_steps;
-#define EXT_PENDING_EVERY 16
-
-/* probing._autograd_build.load(torch): imports the build made on first use for this torch, or
- * starts one in the background. 0 when probing._autograd is now importable; 1 when the probes
- * stay Python-level (ext_status says why). [GIL held] */
-static int ext_build_load(void)
-{
-    PyObject *builder = NULL, *torch = NULL, *r = NULL;
-    int python = 1;
-    if (!(builder = PyImport_ImportModule("probing._autograd_build")) || !(torch = PyImport_ImportModule("torch")) ||
-        !(r = PyObject_CallMethod(builder, "load", "O", torch))) {
-        snprintf(ext_status, sizeof ext_status, "python (probing._autograd not built with this install)");
-        PyErr_Clear();
-        goto done;
-    }
-    PyObject *text = PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2 ? PyTuple_GET_ITEM(r, 0) : NULL;
-    PyObject *pending = text ? PyTuple_GET_ITEM(r, 1) : NULL;
-    if (text == Py_None) python = 0;
-    else if (text && PyUnicode_Check(text) && PyUnicode_AsUTF8(text))
-        snprintf(ext_status, sizeof ext_status, "%s", PyUnicode_AsUTF8(text));
-    if (pending && PyUnicode_Check(pending) && PyUnicode_AsUTF8(pending))
-        snprintf(ext_pending, sizeof ext_pending, "%s", PyUnicode_AsUTF8(pending));
-    PyErr_Clear();
-done:
-    Py_XDECREF(r);
-    Py_XDECREF(torch);
-    Py_XDECREF(builder);
-    if (python) pb_log_debug("backward is timed by Python-level probes: %s", ext_status);
-    return python;
-}
-
 void pb_autograd_load_ext(int record_backward)
 {
-    int built_on_first_use = 0;
-    pb_autograd_ext = NULL;
-    if (!record_backward) {
-        snprintf(ext_status, sizeof ext_status, "off (PROBING_BACKWARD=0)");
-        return;
+    const pb_autograd_api *a = backward_done_fn ? pb_autograd_ext_open(record_backward) : NULL;
+    if (a) {
+        a->set_pass_end(backward_done_fn);
+        a->reset();
     }
-    if (!pb_config_int("PROBING_AUTOGRAD_EXT", 1)) {
-        snprintf(ext_status, sizeof ext_status, "python (PROBING_AUTOGRAD_EXT=0)");
-        return;
-    }
-    PyObject *mod = PyImport_ImportModule("probing._autograd"); /* PyCapsule_Import does not */
-    if (!mod && PyErr_ExceptionMatches(PyExc_ModuleNotFoundError)) {
-        /* not built with the package (pip's build isolation hides torch): a build made on first
-         * use for this torch, or one started now in the background (_autograd_build.py) */
-        PyErr_Clear();
-        if (ext_build_load()) return;
-        built_on_first_use = 1;
-        mod = PyImport_ImportModule("probing._autograd");
-    }
-    const pb_autograd_api *a = mod ? PyCapsule_Import(PB_AUTOGRAD_CAPSULE, 0) : NULL;
-    Py_XDECREF(mod);
-    if (!a || a->version != PB_AUTOGRAD_API_VERSION || !backward_done_fn) {
-        const char *why = "its interface version differs from the agent's";
-        PyObject *et, *ev, *tb, *msg = NULL;
-        PyErr_Fetch(&et, &ev, &tb);
-        if (ev && (msg = PyObject_Str(ev)) && PyUnicode_AsUTF8(msg)) why = PyUnicode_AsUTF8(msg);
-        snprintf(ext_status, sizeof ext_status, "python (probing._autograd not usable: %s)", why);
-        Py_XDECREF(msg);
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(tb);
-        PyErr_Clear();
-        pb_log_debug("backward is timed by Python-level probes: %s", ext_status);
-        return;
-    }
-    a->set_pass_end(backward_done_fn);
-    a->reset();
     pb_autograd_ext = a;
-    snprintf(ext_status, sizeof ext_status, "extension (probing._autograd, torch %s%s)", a->torch_version,
-             built_on_first_use ? "; built on first use" : "");
 }
-
-const char *pb_autograd_backward_probes(void) { return ext_status; }
 
 void pb_autograd_step_end(void)
 {
@@ -816,17 +693,10 @@ void pb_autograd_step_end(void)
     pb_autograd_abandon();
     /* Python-level probes while the extension is built in the background: at a step boundary,
      * with no pass and no probed node left, switch to it once it is there. */
-    if (*ext_pending && ++ext_pending_steps % EXT_PENDING_EVERY == 0 && access(ext_pending, R_OK) == 0) {
+    if (pb_autograd_ext_built()) {
         int64_t step = pb_step_current();
-        ext_pending[0] = '\0';
         pb_autograd_load_ext(1);
-        if (pb_autograd_ext) {
-            size_t len = strlen(ext_status);
-            if (len > 1 && len < sizeof ext_status - 1)
-                snprintf(ext_status + len - 1, sizeof ext_status - len + 1, ", in use from step %lld)",
-                         (long long)step);
-            pb_log_debug("backward: switched to probing._autograd at step %lld", (long long)step);
-        }
+        if (pb_autograd_ext) pb_autograd_ext_in_use_from(step);
     }
 }
 
@@ -836,7 +706,7 @@ void pb_autograd_reset(void)
     node_map_free();
     pb_autograd_paused = 0;
     backward_done_ns = 0;
-    ext_pending[0] = '\0';
+    pb_autograd_ext_forget_build();
     Py_CLEAR(queue_callback);
 }
 

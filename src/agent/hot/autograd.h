@@ -24,10 +24,6 @@ extern const pb_autograd_api *pb_autograd_ext PB_STEP_HIDDEN;
  * extension is there for this very torch; otherwise the probes are Python-level. At install. */
 void pb_autograd_load_ext(int record_backward);
 
-/* How backward nodes are timed: "extension (...)", "python (why)" or "off (PROBING_BACKWARD=0)".
- * Static text set at install. [any thread] */
-const char *pb_autograd_backward_probes(void);
-
 /* A backward pass is running (Python probes: a probe ran; extension: a node event came). */
 int pb_autograd_in_pass(void);
 
@@ -52,10 +48,13 @@ int pb_autograd_ready_types(void);
  * pass is ever closed and input modules' backward spans stay open). */
 void pb_autograd_set_queue_callback(PyObject *queue_callback);
 
-/* Takes the C fast path for grad_fn.register_prehook of our probes (see autograd.c), and puts
- * torch's own back. */
+/* Takes the C fast path for grad_fn.register_prehook of our probes (autograd_register.c), and
+ * puts torch's own back. */
 void pb_autograd_install_fast_register(void);
 void pb_autograd_remove_fast_register(void);
+
+/* o is one of autograd.c's Python-level probes. */
+int pb_autograd_is_probe(PyObject *o);
 
 /* A root forward begins while a pass is active (pb_autograd_pass_active): the time until
  * pb_autograd_resume() is forward time, not backward. */

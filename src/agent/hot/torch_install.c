@@ -13,6 +13,7 @@
 #include "torch_hooks.h"
 
 #include "autograd.h"
+#include "autograd_ext.h"
 #include "clock.h"
 #include "collect.h"
 #include "config.h"
