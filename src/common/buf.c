@@ -109,8 +109,10 @@ int pb_buf_sanitize(pb_buf *b, const char *s, size_t len, int keep_newlines)
 void pb_buf_format_bytes(char *dst, size_t dstlen, unsigned long long bytes)
 {
     const unsigned long long kb = 1024, mb = kb * kb;
-    unsigned long long unit = bytes >= mb ? mb : kb;
-    const char *name = bytes >= mb ? "MB" : "KB";
+    /* a count that rounds to 1024.0 KB is 1.0 MB */
+    int in_mb = bytes >= mb || (bytes * 10 + kb / 2) / kb >= 10 * kb;
+    unsigned long long unit = in_mb ? mb : kb;
+    const char *name = in_mb ? "MB" : "KB";
     if (bytes < kb) snprintf(dst, dstlen, "%llu bytes", bytes);
     else if (bytes % unit == 0) snprintf(dst, dstlen, "%llu %s", bytes / unit, name);
     else snprintf(dst, dstlen, "%.1f %s", (double)bytes / (double)unit, name);

@@ -97,7 +97,8 @@ static void format_bytes(void)
         const char *want;
     } cases[] = {{0, "0 bytes"},       {1023, "1023 bytes"}, {1024, "1 KB"},  {1536, "1.5 KB"},
                  {512 * 1024, "512 KB"}, {1 << 20, "1 MB"},     {3 << 19, "1.5 MB"},
-                 {3ull << 30, "3072 MB"}};
+                 {3ull << 30, "3072 MB"}, {1048524, "1023.9 KB"}, {1048525, "1.0 MB"},
+                 {1047552, "1023 KB"}};
     char out[32];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         pb_buf_format_bytes(out, sizeof out, cases[i].bytes);
