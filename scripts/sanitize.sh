@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The tests under sanitizers (gcc): AddressSanitizer + UndefinedBehaviorSanitizer for every unit
+# The tests under sanitizers: AddressSanitizer + UndefinedBehaviorSanitizer for every unit
 # test and for the whole integration suite (the agent, the CLI and the report built with them,
 # real training processes with the ASan runtime preloaded), ThreadSanitizer for the modules
-# shared between threads (ring, intern, http). Build trees: build-asan/ and build-tsan/. Any
+# shared between threads (ring, intern, http). Build trees: build-asan-clang-NN/ (build-asan/ with gcc) and build-tsan/ (gcc). Any
 # sanitizer report fails the run. SANITIZE_INTEGRATION=0 skips the integration part. Called by .ci/run after `make test`; run it by hand the same way:
 #   bash scripts/sanitize.sh
 set -euo pipefail
@@ -15,22 +15,61 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
-setup() { # dir, sanitizers
-    if [ ! -f "$1/build.ninja" ]; then
-        CC=${CC:-gcc} "$MESON" setup "$1" -Db_sanitize="$2" -Db_lundef=false -Dbuildtype=debug \
-            -Doptimization=1 >/dev/null
+setup() { # dir, sanitizers, [meson options...]
+    local dir=$1 san=$2
+    shift 2
+    if [ ! -f "$dir/build.ninja" ]; then
+        CC=${CC:-gcc} "$MESON" setup "$dir" -Db_sanitize="$san" -Db_lundef=false \
+            -Dbuildtype=debug -Doptimization=1 "$@" >/dev/null
     fi
 }
 
-echo "== ASan+UBSan: unit tests"
-setup build-asan address,undefined
+# ASan's runtime: LLVM's (clang 18 or newer) where there is one. Its fork() handler locks the
+# allocator (llvm-project PR #75290, LLVM 18); GCC 12's libasan has none, so a DataLoader worker
+# forked while another thread of the training process is inside ASan's malloc inherits the held
+# lock and hangs at its first allocation (seen once in CI: resnet_inplace.py's worker re-fork at
+# an epoch's end). glibc's malloc, which users run, is fork-safe. .ci/run installs clang-19
+# (Debian 12 has it); without one this falls back to gcc and says so. ASAN_CC=gcc forces gcc.
+ASAN_CC=${ASAN_CC:-}
+if [ -z "$ASAN_CC" ]; then
+    for v in 21 20 19 18; do
+        if command -v "clang-$v" >/dev/null &&
+            [ -f "$("clang-$v" -print-file-name=libclang_rt.asan-x86_64.so)" ]; then
+            ASAN_CC=clang-$v
+            break
+        fi
+    done
+fi
+if [ -n "$ASAN_CC" ] && [ "$ASAN_CC" != gcc ]; then
+    ASAN_RT=$("$ASAN_CC" -print-file-name=libclang_rt.asan-x86_64.so)
+    ASAN_DIR=build-asan-$ASAN_CC
+    # The shared runtime (-shared-libasan) for the executables too: the preloaded runtime below
+    # and a static copy in the CLI must not meet in one process. It carries UBSan's handlers.
+    ASAN_PRELOAD=$ASAN_RT
+    asan_setup() {
+        CC=$ASAN_CC CXX=${ASAN_CC/clang/clang++} setup "$ASAN_DIR" address,undefined \
+            "-Dc_link_args=-shared-libasan -Wl,-rpath,${ASAN_RT%/*}" \
+            "-Dcpp_link_args=-shared-libasan -Wl,-rpath,${ASAN_RT%/*}"
+    }
+else
+    [ "$ASAN_CC" = gcc ] ||
+        echo "sanitize.sh: no clang 18 or newer: ASan+UBSan with gcc's runtime, whose fork()" \
+            "can hang a forked DataLoader worker (apt-get install clang-19 libclang-rt-19-dev)" >&2
+    ASAN_CC=gcc
+    ASAN_DIR=build-asan
+    ASAN_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
+    asan_setup() { CC=gcc CXX=g++ setup "$ASAN_DIR" address,undefined; }
+fi
+
+echo "== ASan+UBSan ($ASAN_CC): unit tests"
+asan_setup
 UNIT=(ring intern sql http pool jsonw report report_memory report_ranks pylayout capture detail sampler recpath auth pystack exposition timeline reaper child clock netaddr http_response stragglers hang devtime phases)
-"$NINJA" -C build-asan "${UNIT[@]/#/tests/unit/test_}"
-"$MESON" test -C build-asan --no-rebuild --suite unit --print-errorlogs "${UNIT[@]}"
+"$NINJA" -C "$ASAN_DIR" "${UNIT[@]/#/tests/unit/test_}"
+"$MESON" test -C "$ASAN_DIR" --no-rebuild --suite unit --print-errorlogs "${UNIT[@]}"
 
 if [ "${SANITIZE_INTEGRATION:-1}" != 0 ]; then
     echo "== ASan+UBSan: integration suite (agent, CLI, report)"
-    "$NINJA" -C build-asan >/dev/null
+    "$NINJA" -C "$ASAN_DIR" >/dev/null
     logs=$(mktemp -d /tmp/probing-asan.XXXXXX)
     # Python itself is not instrumented: the runtimes are preloaded into every process so the
     # agent extension can load; leak checking is off (the interpreter never frees everything).
@@ -45,8 +84,8 @@ if [ "${SANITIZE_INTEGRATION:-1}" != 0 ]; then
     PY=${PYTHON:-python3}
     [ -x .venv/bin/python ] && PY=.venv/bin/python
     status=0
-    PROBING_BIN="$PWD/build-asan/src/cli/probing" PROBING_PYTHONPATH="$PWD/build-asan/python" \
-    LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)" \
+    PROBING_BIN="$PWD/$ASAN_DIR/src/cli/probing" PROBING_PYTHONPATH="$PWD/$ASAN_DIR/python" \
+    LD_PRELOAD="$ASAN_PRELOAD" \
     ASAN_OPTIONS="detect_leaks=0:log_path=$logs/asan:detect_odr_violation=0" \
     UBSAN_OPTIONS="print_stacktrace=1:log_path=$logs/ubsan" \
     PROBING_SANITIZED=1 PROBING_TEST_HOLD_S=3600 \

@@ -31,11 +31,9 @@
  * does) and an idle keep-alive connection is closed after UI_IDLE_TIMEOUT_S, so idle or slow
  * sockets cannot hold the view.
  *
- * Ranks: when the target is one rank of a job (its /api/info has world_size > 1 and a job), the
- * other ranks are taken at start from the job's roster (fanout.h, as `ranks` and `hang` do:
- * Unix sockets on this machine, TCP with the job's token elsewhere); without a roster, the
- * other local agents of the same job (as `report` finds them). The page's rank view queries
- * each of them; targets[0] is always the target itself. For a stalled job the page shows
+ * Ranks: when the target is one rank of a job, the job's other ranks are found at start
+ * (ui_ranks.c: the job's roster, else the local agents of the same job); targets[0] is always the
+ * target itself. The page's rank view queries each of them. For a stalled job the page shows
  * `hang`'s text and each stalled rank's stacks (the agent's /api/stack); for a running one,
  * `stragglers --json`: which rank the others wait for in the collectives.
  *
@@ -64,16 +62,15 @@
 #include "auth.h"
 #include "child.h"
 #include "client/client.h"
-#include "client/fanout.h"
 #include "client/package.h"
 #include "client/recording.h"
 #include "http.h"
 #include "netaddr.h"
 #include "out/cli.h"
-#include "paths.h"
 #include "phases.h"
 #include "reaper.h"
 #include "serve/listen.h"
+#include "serve/ui_server.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -107,32 +104,6 @@ extern char **environ;
 #define UI_REQUEST_DEADLINE_S 10 /* a request's headers and body, from its first byte */
 #define UI_IDLE_TIMEOUT_S 30u    /* a keep-alive connection with no request */
 #define UI_CHILD_TIMEOUT_S 120
-
-typedef struct ui_target {
-    pb_target t;
-    int rank;
-    long long pid;
-    char host[256];  /* the rank's host as its job roster names it; "" when not known */
-    int node_rank;
-} ui_target;
-
-typedef struct ui_server {
-    const pb_ui_options *a;
-    char token[65];       /* in the URL; needed by every /ui/ route */
-    char cookie[65];      /* the cookie's value: a secret of its own, opens the page only */
-    char cookie_name[32]; /* UI_COOKIE_PREFIX and the port */
-    int port;
-    int loopback;         /* listening on a loopback address: Host must name one */
-    char web_dir[PATH_MAX];
-    char queries_dir[PATH_MAX]; /* "" when no cookbook was found */
-    char exe[PATH_MAX];
-    char node[256];
-    ui_target *targets; /* targets[0] is the target; then the job's other reachable ranks */
-    size_t ntargets;
-    json_t *missing;    /* ranks of the job that cannot be asked: [{"rank","host","why"}] */
-    pthread_mutex_t file_lock;
-    pb_reaper *reaper;
-} ui_server;
 
 typedef struct upload {
     pb_buf body;
@@ -677,101 +648,6 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen
 
 /* ---- start-up ----------------------------------------------------------------------------- */
 
-static json_t *info_of(ui_server *s, const pb_target *t, long timeout_ms)
-{
-    int locked = t->kind == PB_TARGET_FILE;
-    if (locked) pthread_mutex_lock(&s->file_lock);
-    json_t *info = pb_client_get_object(t, "/api/info", timeout_ms);
-    if (locked) pthread_mutex_unlock(&s->file_lock);
-    return info;
-}
-
-static int by_rank(const void *x, const void *y)
-{
-    return ((const ui_target *)x)->rank - ((const ui_target *)y)->rank;
-}
-
-/* Adds the other local ranks of the target's job (same job and world size in /api/info, as
- * `report` finds them: pb_fanout_local_ranks) after targets[0]; prints how many were found. */
-static void find_ranks(ui_server *s, json_t *info)
-{
-    const char *job = json_string_value(json_object_get(info, "job"));
-    json_int_t world = json_integer_value(json_object_get(info, "world_size"));
-    char dir[PATH_MAX];
-    pb_local_rank *found = NULL;
-    if (world <= 1 || !job || s->targets[0].t.kind == PB_TARGET_FILE || pb_paths_dir(dir, sizeof dir))
-        return;
-    int count = pb_fanout_local_ranks(dir, job, world, s->targets[0].rank,
-                                      (pid_t)s->targets[0].pid, &found);
-    ui_target *grown = count > 0 ? realloc(s->targets, ((size_t)count + 1) * sizeof *grown) : NULL;
-    if (grown) s->targets = grown;
-    for (int i = 0; grown && i < count; i++) {
-        ui_target *u = &s->targets[s->ntargets++];
-        u->t = found[i].target;
-        u->rank = found[i].rank;
-        u->pid = found[i].pid;
-    }
-    free(found);
-    qsort(s->targets + 1, s->ntargets - 1, sizeof *s->targets, by_rank);
-    fprintf(stderr, "probing: rank %d of job %s: %zu of the %lld other ranks found on this "
-                    "machine\n",
-            s->targets[0].rank, job, s->ntargets - 1, (long long)world - 1);
-}
-
-/* The other ranks of the target's job from the job's roster (fanout.h: the job's c10d store,
- * as `ranks` and `hang` read it), on this machine and on others (over TCP with the job's token):
- * the reachable ones are added after targets[0], the others go to s->missing with why. Returns
- * 0, or -1 when there is no roster of several ranks (a single process, a job whose store the
- * agents could not register in, a recording): then the local scan (find_ranks) is used. */
-static int roster_ranks(ui_server *s, json_t *info)
-{
-    const char *job = json_string_value(json_object_get(info, "job"));
-    json_int_t world = json_integer_value(json_object_get(info, "world_size"));
-    pb_rank_ep *eps = NULL;
-    int n = 0, registered = 0;
-    if (world <= 1 || s->targets[0].t.kind == PB_TARGET_FILE ||
-        pb_fanout_roster(&s->targets[0].t, PB_FANOUT_DEADLINE_MS, &eps, &n))
-        return -1;
-    for (int r = 0; r < n; r++) registered += eps[r].registered;
-    ui_target *grown = registered > 1 ? realloc(s->targets, ((size_t)n + 1) * sizeof *grown)
-                                      : NULL;
-    if (!grown) {
-        free(eps);
-        return -1;
-    }
-    s->targets = grown;
-    size_t local = 0;
-    for (int r = 0; r < n; r++) {
-        const pb_rank_ep *e = &eps[r];
-        if (e->rank == s->targets[0].rank) {
-            snprintf(s->targets[0].host, sizeof s->targets[0].host, "%s", e->host);
-            s->targets[0].node_rank = e->node_rank;
-            continue;
-        }
-        if (!e->via[0] || !pb_fanout_reachable(e)) {
-            json_array_append_new(s->missing, json_pack("{s:i,s:s,s:s}", "rank", e->rank, "host",
-                                                        e->host[0] ? e->host : "?", "why",
-                                                        e->why[0] ? e->why : "not reachable"));
-            continue;
-        }
-        ui_target *u = &s->targets[s->ntargets++];
-        memset(u, 0, sizeof *u);
-        u->t = e->target;
-        u->rank = e->rank;
-        u->pid = e->pid;
-        u->node_rank = e->node_rank;
-        snprintf(u->host, sizeof u->host, "%s", e->host);
-        local += strcmp(e->via, "unix") == 0;
-    }
-    free(eps);
-    qsort(s->targets + 1, s->ntargets - 1, sizeof *s->targets, by_rank);
-    fprintf(stderr, "probing: rank %d of job %s: %zu of the %lld other ranks found in the job's "
-                    "roster (%zu on this machine)%s\n",
-            s->targets[0].rank, job ? job : "?", s->ntargets - 1, (long long)world - 1, local,
-            json_array_size(s->missing) ? "; the others are listed on the Ranks page" : "");
-    return 0;
-}
-
 /* --open: the user's browser ($BROWSER, else xdg-open), not waited for: returns its pid (to
  * reap later) or 0. */
 static pid_t open_browser(const char *url)
@@ -817,7 +693,7 @@ int pb_ui_serve(const pb_ui_options *a)
     if (!(s.targets = calloc(1, sizeof *s.targets))) goto oom;
     s.targets[0].t = a->resolved;
     s.ntargets = 1;
-    info = info_of(&s, &a->resolved, PB_CLI_INFO_TIMEOUT_MS);
+    info = pb_ui_info_of(&s, &a->resolved, PB_CLI_INFO_TIMEOUT_MS);
     if (!info) { /* say why, as every command does */
         json_t *root = NULL;
         long status = 0;
@@ -830,7 +706,7 @@ int pb_ui_serve(const pb_ui_options *a)
     s.targets[0].rank = (int)json_integer_value(json_object_get(info, "rank"));
     s.targets[0].pid = (long long)json_integer_value(json_object_get(info, "pid"));
     if (!(s.missing = json_array())) goto oom;
-    if (roster_ranks(&s, info)) find_ranks(&s, info);
+    if (pb_ui_roster_ranks(&s, info)) pb_ui_find_ranks(&s, info);
     if (pb_auth_random_hex(s.token, 24) || pb_auth_random_hex(s.cookie, 24)) {
         pb_cli_error("cannot draw a random token: %s", strerror(errno));
         goto done;
