@@ -5,8 +5,9 @@ callback, in one process, on the tiny-module model `many`.
 
 Each round runs one turn (a warm-up step, then 8 timed steps) with the callback, one without and
 one more without (the control: the noise floor), in a random order; the figure is the median over
-the rounds of each round's ratio. The callback is compiled with torch.utils.cpp_extension (a C++
-compiler and torch's headers are needed: the machines that build probing._autograd have them).
+the rounds of each round's ratio. The callback is compiled with torch.utils.cpp_extension at -O3, as
+probing's shim is (torch's JIT build passes no optimisation flag by default; a C++ compiler and
+torch's headers are needed: the machines that build probing._autograd have them).
 
     python bench/record_function_cost.py [--rounds 200] [--no-write]
 """
@@ -60,7 +61,7 @@ def main():
     try:
         with tempfile.TemporaryDirectory() as build:
             ext = load_inline("pb_bench_rf", cpp_sources=SOURCE, functions=["on", "off", "take"],
-                              build_directory=build)
+                              build_directory=build, extra_cflags=["-O3"])
     except Exception as e:  # no compiler or no headers: nothing to measure here
         print(f"record_function_cost: not run, the callback did not build: {e}")
         return
