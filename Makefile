@@ -47,6 +47,7 @@ bench: setup
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/fanout.py
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python bench/ui_overhead.py
 	$(BIN)/python bench/record_function_cost.py
+	$(BIN)/python bench/floor_cost.py
 
 # Dependencies point down: no two src/ files (a .c with its .h) use each other, directly or
 # around a loop (scripts/depcheck.py reads the compiled objects' symbols and the includes).
