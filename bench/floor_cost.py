@@ -20,17 +20,14 @@ shim is (torch's JIT build passes no optimisation flag by default).
 """
 import argparse
 import os
-import random
 import statistics
 import sys
-import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "workloads"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _results import machine, write_section  # noqa: E402
+from _turns import added, build_extension, many_step, turns  # noqa: E402
 
 SOURCE = r'''
 #include <torch/extension.h>
@@ -163,31 +160,11 @@ def main():
     ap.add_argument("--turn", type=int, default=8)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
-    import torch
     import torch.nn as nn
-    from torch.utils.cpp_extension import load_inline
-    from many_modules import ManyModules
-    torch.set_num_threads(1)
-    try:
-        with tempfile.TemporaryDirectory() as build:
-            ext = load_inline("pb_bench_floor", cpp_sources=SOURCE,
-                              functions=["install", "uninstall", "set_mode", "take"],
-                              build_directory=build, extra_cflags=["-O3"])
-    except Exception as e:  # no compiler or no headers: nothing to measure here
-        print(f"floor_cost: not run, the extension did not build: {e}")
+    ext = build_extension("pb_bench_floor", SOURCE, ["install", "uninstall", "set_mode", "take"])
+    if ext is None:
         return
-    model = ManyModules()
-    x, y = torch.randn(32, 16), torch.randint(0, 4, (32,))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loss_fn = nn.CrossEntropyLoss()
-
-    def step():
-        loss_fn(model(x), y).backward()
-        opt.step()
-        opt.zero_grad()
-
-    for _ in range(30):
-        step()
+    step = many_step()
     # what one step of `hooks` records: module calls (forward rows) and hooked nodes reached
     ext.install(nn.Module)
     ext.set_mode(MODES["hooks"])
@@ -198,28 +175,20 @@ def main():
     calls = ext.take()
     ext.uninstall()
     hooked = per_step - calls
-    times = {"plain": [], "plain-2": [], **{m: [] for m in MODES}}
-    for _ in range(args.rounds):
-        order = list(times)
-        random.shuffle(order)
-        for mode in order:
-            if mode in MODES:
-                ext.install(nn.Module)
-                ext.set_mode(MODES[mode])
-            step()
-            t0 = time.perf_counter_ns()
-            for _ in range(args.turn):
-                step()
-            times[mode].append((time.perf_counter_ns() - t0) / args.turn / 1e6)
-            if mode in MODES:
-                ext.uninstall()
-            ext.take()
 
-    def added(mode):
-        return 100 * statistics.median(b / a - 1 for a, b in zip(times["plain"], times[mode]))
+    def begin(mode):
+        if mode in MODES:
+            ext.install(nn.Module)
+            ext.set_mode(MODES[mode])
 
+    def end(mode):
+        if mode in MODES:
+            ext.uninstall()
+        ext.take()
+
+    times = turns(step, ["plain", "plain-2", *MODES], args.rounds, args.turn, begin, end)
     plain_ms = statistics.median(times["plain"])
-    rows = "\n".join(f"| {m} | {statistics.median(times[m]):.3f} | {added(m):+.2f} % |"
+    rows = "\n".join(f"| {m} | {statistics.median(times[m]):.3f} | {added(times, m):+.2f} % |"
                      for m in ["plain-2", *MODES])
     body = f"""## The floor under every module, every step (bench/floor_cost.py) — {time.strftime('%Y-%m-%d')}
 

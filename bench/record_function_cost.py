@@ -13,17 +13,14 @@ torch's headers are needed: the machines that build probing._autograd have them)
 """
 import argparse
 import os
-import random
 import statistics
 import sys
-import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "tests", "workloads"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _results import machine, write_section  # noqa: E402
+from _turns import added, build_extension, many_step, turns  # noqa: E402
 
 SOURCE = r'''
 #include <torch/extension.h>
@@ -53,53 +50,25 @@ def main():
     ap.add_argument("--turn", type=int, default=8)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
-    import torch
-    import torch.nn as nn
-    from torch.utils.cpp_extension import load_inline
-    from many_modules import ManyModules
-    torch.set_num_threads(1)
-    try:
-        with tempfile.TemporaryDirectory() as build:
-            ext = load_inline("pb_bench_rf", cpp_sources=SOURCE, functions=["on", "off", "take"],
-                              build_directory=build, extra_cflags=["-O3"])
-    except Exception as e:  # no compiler or no headers: nothing to measure here
-        print(f"record_function_cost: not run, the callback did not build: {e}")
+    ext = build_extension("pb_bench_rf", SOURCE, ["on", "off", "take"])
+    if ext is None:
         return
-    model = ManyModules()
-    x, y = torch.randn(32, 16), torch.randint(0, 4, (32,))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loss_fn = nn.CrossEntropyLoss()
-
-    def step():
-        loss_fn(model(x), y).backward()
-        opt.step()
-        opt.zero_grad()
-
-    for _ in range(30):
-        step()
+    step = many_step()
     ext.on()
     step()
     nodes = ext.take()
     ext.off()
-    times = {"plain": [], "callback": [], "plain-2": []}
-    for _ in range(args.rounds):
-        order = list(times)
-        random.shuffle(order)
-        for mode in order:
-            if mode == "callback":
-                ext.on()
-            step()
-            t0 = time.perf_counter_ns()
-            for _ in range(args.turn):
-                step()
-            times[mode].append((time.perf_counter_ns() - t0) / args.turn / 1e6)
-            if mode == "callback":
-                ext.off()
-                ext.take()
 
-    def added(mode):
-        return 100 * statistics.median(b / a - 1 for a, b in zip(times["plain"], times[mode]))
+    def begin(mode):
+        if mode == "callback":
+            ext.on()
 
+    def end(mode):
+        if mode == "callback":
+            ext.off()
+            ext.take()
+
+    times = turns(step, ["plain", "callback", "plain-2"], args.rounds, args.turn, begin, end)
     plain_ms = statistics.median(times["plain"])
     per_node = (statistics.median(times["callback"]) - plain_ms) * 1e6 / nodes
     body = f"""## Timing backward through RecordFunction instead of node pre-hooks (bench/record_function_cost.py) — {time.strftime('%Y-%m-%d')}
@@ -115,8 +84,8 @@ time): the least a backward timer could do there. `plain-2`: no callback, the no
 | mode | step ms (median) | added vs plain |
 |---|---|---|
 | plain | {plain_ms:.3f} | |
-| plain-2 | {statistics.median(times['plain-2']):.3f} | {added('plain-2'):+.2f} % |
-| callback | {statistics.median(times['callback']):.3f} | **{added('callback'):+.2f} %** (about {per_node:.0f} ns a node) |
+| plain-2 | {statistics.median(times['plain-2']):.3f} | {added(times, 'plain-2'):+.2f} % |
+| callback | {statistics.median(times['callback']):.3f} | **{added(times, 'callback'):+.2f} %** (about {per_node:.0f} ns a node) |
 
 The callback runs for every node of the pass (AccumulateGrad and the nodes no module made
 included), and each call builds a RecordFunction with the node's name. probing's whole backward

@@ -2,8 +2,9 @@
 # The tests under sanitizers: AddressSanitizer + UndefinedBehaviorSanitizer for every unit
 # test and for the whole integration suite (the agent, the CLI and the report built with them,
 # real training processes with the ASan runtime preloaded), ThreadSanitizer for the modules
-# shared between threads (ring, intern, http). Build trees: build-asan-clang-NN/ (build-asan/ with gcc) and build-tsan/ (gcc). Any
-# sanitizer report fails the run. SANITIZE_INTEGRATION=0 skips the integration part. Called by .ci/run after `make test`; run it by hand the same way:
+# shared between threads (ring, intern, http). Build trees: build-asan-clang-NN/ (build-asan/
+# with gcc) and build-tsan/ (gcc). Any sanitizer report fails the run. SANITIZE_INTEGRATION=0
+# skips the integration part. Called by .ci/run after `make test`; run it by hand the same way:
 #   bash scripts/sanitize.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,15 +42,14 @@ if [ -z "$ASAN_CC" ]; then
     done
 fi
 if [ -n "$ASAN_CC" ] && [ "$ASAN_CC" != gcc ]; then
-    ASAN_RT=$("$ASAN_CC" -print-file-name=libclang_rt.asan-x86_64.so)
-    ASAN_DIR=build-asan-$ASAN_CC
     # The shared runtime (-shared-libasan) for the executables too: the preloaded runtime below
     # and a static copy in the CLI must not meet in one process. It carries UBSan's handlers.
-    ASAN_PRELOAD=$ASAN_RT
+    ASAN_PRELOAD=$("$ASAN_CC" -print-file-name=libclang_rt.asan-x86_64.so)
+    ASAN_DIR=build-asan-$ASAN_CC
     asan_setup() {
         CC=$ASAN_CC CXX=${ASAN_CC/clang/clang++} setup "$ASAN_DIR" address,undefined \
-            "-Dc_link_args=-shared-libasan -Wl,-rpath,${ASAN_RT%/*}" \
-            "-Dcpp_link_args=-shared-libasan -Wl,-rpath,${ASAN_RT%/*}"
+            "-Dc_link_args=-shared-libasan -Wl,-rpath,${ASAN_PRELOAD%/*}" \
+            "-Dcpp_link_args=-shared-libasan -Wl,-rpath,${ASAN_PRELOAD%/*}"
     }
 else
     [ "$ASAN_CC" = gcc ] ||
@@ -63,7 +63,11 @@ fi
 
 echo "== ASan+UBSan ($ASAN_CC): unit tests"
 asan_setup
-UNIT=(ring intern sql http pool jsonw report report_memory report_ranks pylayout capture detail sampler recpath auth pystack exposition timeline reaper child clock netaddr http_response stragglers hang devtime phases)
+UNIT=() # every C unit test: tests/unit/test_NAME.c is meson's test NAME
+for f in tests/unit/test_*.c; do
+    n=${f##*/test_}
+    UNIT+=("${n%.c}")
+done
 "$NINJA" -C "$ASAN_DIR" "${UNIT[@]/#/tests/unit/test_}"
 "$MESON" test -C "$ASAN_DIR" --no-rebuild --suite unit --print-errorlogs "${UNIT[@]}"
 
@@ -78,9 +82,9 @@ if [ "${SANITIZE_INTEGRATION:-1}" != 0 ]; then
     # code it instruments unevenly. Left out here, for CI's time: the browser tests of the web
     # view, HTA and Parquet (their time goes to Chromium, pandas and pyarrow) and the two-node
     # namespace tests (test_cluster.py, test_cluster_failslow.py, test_cluster_ranks8.py: the
-    # latter two's verdicts depend on how long a throttled node's or a slow rank's work takes); the C they drive (serve/ui.c, cmd/cmd_export.c, client/fanout.c, job.c)
-    # was run under ASan+UBSan by hand when it was written, not in every run (docs/security.md,
-    # Sanitizers).
+    # latter two's verdicts depend on how long a throttled node's or a slow rank's work takes);
+    # the C they drive (serve/ui.c, cmd/cmd_export.c, client/fanout.c, job.c) was run under
+    # ASan+UBSan by hand when it was written, not in every run (docs/security.md, Sanitizers).
     PY=${PYTHON:-python3}
     [ -x .venv/bin/python ] && PY=.venv/bin/python
     status=0

@@ -113,8 +113,8 @@ static void collective_hang(void)
     const char *stacks[] = {"/w/train.py:61:step;/w/train.py:120:main",
                             "/w/train.py:61:step;/w/train.py:120:main",
                             "/w/train.py:61:step;/w/train.py:120:main",
-                            "/usr/lib/python3.11/threading.py:320:wait;/w/train.py:88:load_batch;"
-                            "/w/train.py:120:main"};
+                            ("/usr/lib/python3.11/threading.py:320:wait;/w/train.py:88:load_batch;"
+                             "/w/train.py:120:main")};
     run r = analyse(4, answers, NULL, NULL, stacks);
     CHECK(has(&r, "all ranks but 3 are in all_reduce #482 on group WORLD, waiting 94 s; rank 3 has "
                   "not entered it\n"),

@@ -481,7 +481,7 @@ static void test_open_hostile_file(void)
     int64_t t0 = pb_now_ns();
     rc = pb_db_open_file(path, 0.3, &db, why, sizeof why);
     CHECK(rc == PB_ESQL && !db, "the endless catalogue is refused");
-    CHECK(strstr(why, "ran longer than 0.3 s (PROBING_QUERY_TIMEOUT)") != NULL, why);
+    CHECK(strstr(why, "ran longer than 0.3 s (PROBING_QUERY_TIMEOUT)") != NULL, "%s", why);
     CHECK(pb_now_ns() - t0 < 20 * (int64_t)1000000000, "and the open ended");
     /* a view among the data tables: the file opens, the query over it stops at its limit */
     CHECK(sqlite3_open(path, &w) == SQLITE_OK &&
@@ -491,12 +491,12 @@ static void test_open_hostile_file(void)
                        NULL, NULL, NULL) == SQLITE_OK,
           "move the endless view to python.steps");
     sqlite3_close(w);
-    CHECK(pb_db_open_file(path, 0.3, &db, why, sizeof why) == 0 && db, why);
+    CHECK(pb_db_open_file(path, 0.3, &db, why, sizeof why) == 0 && db, "%s", why);
     pb_query_limits lim = {.timeout_s = 0.3, .recording = 1};
     json_t *j = query(db, "SELECT COUNT(*) FROM python.steps", &lim, &rc);
     const char *err = json_string_value(json_object_get(j, "error"));
     CHECK(rc == PB_ETIMEOUT && err && strstr(err, "in the probing command's environment"),
-          err ? err : "no error");
+          "%s", err ? err : "no error");
     json_decref(j);
     pb_db_close(db);
     unlink(path);
