@@ -156,6 +156,43 @@ def test_inject_again_after_detach_starts_afresh(cli, launcher, bare_env):
     assert "probing:" not in t.stderr(), t.stderr()
 
 
+# A loop that spends nearly all its time inside the collective, with the GIL let go (gloo
+# reduces the 16 MB tensor): a detach lands while the wrapper of all_reduce is in flight.
+LONG_ALL_REDUCE_LOOP = """
+import torch
+import torch.distributed as dist
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+t = torch.ones(4_000_000)
+print("ready", flush=True)
+n = 0
+while True:
+    dist.all_reduce(t)
+    n += 1
+    if n % 50 == 0:
+        print("calls", n, flush=True)
+"""
+
+
+def test_detach_while_a_collective_runs_leaves_the_process_running(cli, launcher, bare_env):
+    """The wrapper of a collective finished its call after the detach had dropped what it reads
+    (torch.distributed's get_world_size and get_backend): the process died of a segmentation
+    fault at the first detach. Three inject/detach rounds, then the loop still runs."""
+    t = start_inline(launcher, LONG_ALL_REDUCE_LOOP, bare_env, name="long_all_reduce")
+    wait_for(lambda: "ready" in t.stdout(), "the process group")
+    for _ in range(3):
+        r = cli(t.pid, "inject")
+        assert r.stdout.startswith(f"probing agent loaded into process {t.pid} "), r.stdout
+        wait_for(lambda: len(arrivals(t)) >= 2, "recorded all_reduce calls")
+        cli(t.target(), "detach")
+        assert not t.socket_path.exists()
+        assert t.alive(), t.stderr()
+    calls = t.stdout().count("calls")
+    wait_for(lambda: t.stdout().count("calls") > calls, "the loop going on after the detaches")
+    assert t.alive(), t.stderr()
+    assert "probing:" not in t.stderr(), t.stderr()
+    assert "Segmentation fault" not in t.stderr(), t.stderr()
+
+
 def test_inject_python_without_torch(cli, launcher, bare_env):
     t = start_inline(launcher, "import time\nprint('READY')\nwhile True:\n    time.sleep(0.02)\n",
                      bare_env)

@@ -209,6 +209,9 @@ static void add_payload(PyObject *obj, int nesting, int64_t *bytes, uint32_t *dt
 /* group_size and backend of the call's group (None: the default group). Clears exceptions. */
 static void describe_group(PyObject *group, pb_nccl_row *r)
 {
+    /* NULL once the agent detached: a collective or a DDP hook that was running then (it let go
+     * of the GIL) ends after the detach dropped them */
+    if (!get_world_size || !get_backend) return;
     PyObject *g = group ? group : Py_None;
     PyObject *n = PyObject_CallOneArg(get_world_size, g);
     if (n) r->group_size = (uint32_t)PyLong_AsLong(n);
@@ -320,7 +323,11 @@ static PyObject *collective_call(PyObject *self, PyObject *args, PyObject *kwarg
     int64_t start = pb_now_ns();
     PyObject *result = PyObject_Call(c->original, args, kwargs);
     int64_t end = pb_now_ns();
-    if (device) pb_device_module(0, PB_ACT_COLLECTIVE, c->op_id, c->op_id, (uint32_t)seq, PB_DEVICE_STAGE_COLLECTIVE, 0);
+    /* The collective let go of the GIL: the agent may have detached meanwhile (and another may
+     * have started). What the agent's stop frees is used only while it still records. */
+    int recording = atomic_load_explicit(&enabled, memory_order_relaxed) && pb_table_nccl_trace.ring;
+    if (device && recording)
+        pb_device_module(0, PB_ACT_COLLECTIVE, c->op_id, c->op_id, (uint32_t)seq, PB_DEVICE_STAGE_COLLECTIVE, 0);
     depth--;
     if (!result) {
         pb_job_coll_exit_at(slot, seq, 0);
@@ -336,7 +343,7 @@ static PyObject *collective_call(PyObject *self, PyObject *args, PyObject *kwarg
     r.origin = origin_call;
     r.rank = rank;
     PyErr_Fetch(&saved_type, &saved_value, &saved_tb);
-    describe_group(arg_at(args, kwargs, spec->group_pos, "group"), &r);
+    if (recording) describe_group(arg_at(args, kwargs, spec->group_pos, "group"), &r);
     int async_op = spec->always_async;
     PyObject *flag = spec->async_pos >= 0 ? arg_at(args, kwargs, spec->async_pos, "async_op") : NULL;
     if (flag) {
@@ -345,11 +352,9 @@ static PyObject *collective_call(PyObject *self, PyObject *args, PyObject *kwarg
         if (t < 0) PyErr_Clear();
     }
     r.async_op = (uint8_t)async_op;
-    /* The collective let go of the GIL: the agent may have detached meanwhile. An async call's
-     * row and its job state (entered until the Work completes, so a rank blocked in
-     * work.wait() shows as waiting in it) go to the Work's future; a synchronous call, or a Work
-     * without a future, is done at return. */
-    int recording = atomic_load_explicit(&enabled, memory_order_relaxed) && pb_table_nccl_trace.ring;
+    /* An async call's row and its job state (entered until the Work completes, so a rank blocked
+     * in work.wait() shows as waiting in it) go to the Work's future; a synchronous call, or a
+     * Work without a future, is done at return. */
     if (!recording || !async_op || !push_on_completion(result, &r, start, slot, seq)) {
         pb_job_coll_exit_at(slot, seq, 1);
         if (recording) pb_ring_push(pb_table_nccl_trace.ring, &r);
