@@ -54,8 +54,9 @@ LAYERS = {
                           "src/common"},
     # the probing command, in the shell
     "src/cli": {"src/cli/cmd", "src/cli/client", "src/cli/out", "src/common"},  # dispatch
-    "src/cli/cmd": {"src/cli/serve", "src/cli/client", "src/cli/out", "src/report",
-                    "src/remote", "src/common"},
+    "src/cli/cmd": {"src/cli/serve", "src/cli/mcp", "src/cli/client", "src/cli/out",
+                    "src/report", "src/remote", "src/common"},
+    "src/cli/mcp": {"src/cli/client", "src/cli/out", "src/report", "src/remote", "src/common"},
     "src/cli/serve": {"src/cli/client", "src/cli/out", "src/report", "src/server",
                       "src/common"},
     "src/cli/client": {"src/cli/out", "src/report", "src/remote", "src/sql", "src/common"},

@@ -17,8 +17,23 @@ SECONDS_EACH=${1:-20}
 shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(fuzz_http fuzz_sql fuzz_cli_format)
-CC=${FUZZ_CC:-clang}
-command -v "$CC" >/dev/null || { echo "fuzz.sh: $CC not found (apt-get install clang)" >&2; exit 1; }
+# The compiler: FUZZ_CC, else the newest clang-NN whose runtime has libFuzzer (Debian's plain
+# `clang` is clang 14 and comes without its compiler-rt: libclang-rt-14-dev is not installed
+# with it; .ci/run installs clang-19 with libclang-rt-19-dev), else `clang`.
+CC=${FUZZ_CC:-}
+if [ -z "$CC" ]; then
+    CC=clang
+    for v in 21 20 19 18 17 16 15 14; do
+        if command -v "clang-$v" >/dev/null &&
+            [ -f "$("clang-$v" -print-file-name=libclang_rt.fuzzer-x86_64.a)" ]; then
+            CC=clang-$v
+            break
+        fi
+    done
+fi
+command -v "$CC" >/dev/null || { echo "fuzz.sh: $CC not found (apt-get install clang-19 libclang-rt-19-dev)" >&2; exit 1; }
+[ -f "$("$CC" -print-file-name=libclang_rt.fuzzer-x86_64.a)" ] ||
+    echo "fuzz.sh: $CC has no libFuzzer runtime (libclang_rt.fuzzer-x86_64.a); install its compiler-rt (libclang-rt-NN-dev)" >&2
 
 OUT=$PWD/build-fuzz   # absolute: fuzz_sql runs in a temporary directory
 mkdir -p "$OUT/artifacts"
@@ -26,7 +41,7 @@ CFLAGS=(-g -O1 -std=c11 -D_GNU_SOURCE -DPB_VERSION=\"fuzz\" -fsanitize=fuzzer,ad
         -fno-sanitize-recover=undefined -fno-omit-frame-pointer
         -Isrc/common -Isrc/store -Isrc/sql -Isrc/server -Isrc/report -Isrc/cli -Itests/fuzz)
 CORE=(src/common/*.c src/store/*.c src/sql/*.c src/server/*.c)
-core_libs() { pkg-config --cflags --libs sqlite3 libmicrohttpd jansson libcrypto; echo -lpthread -lm; }
+core_libs() { pkg-config --cflags --libs sqlite3 libmicrohttpd jansson; echo -lpthread -lm; }
 
 build() { # target -> $OUT/target, rebuilt when a source is newer
     local t=$1 srcs

@@ -4,7 +4,9 @@
 #     tests/integration/test_exporter.py), chromium and chromium-driver (the web view's browser
 #     tests, tests/integration/test_ui.py)
 #   - into .venv: pyarrow (export --parquet writes with it), duckdb (reads the files back),
-#     HolisticTraceAnalysis (reads `capture -o` traces), selenium (drives chromium)
+#     HolisticTraceAnalysis (reads `capture -o` traces), selenium (drives chromium), mcp (the
+#     official Model Context Protocol SDK: its client drives `probing mcp`, test_mcp.py), fastapi
+#     and uvicorn (a real ASGI server in front of a model, test_requests.py)
 # Best effort and never fatal: whatever cannot be installed is reported, and the tests that need
 # it skip with the reason. Idempotent. `make test` (its integration part) runs it after
 # scripts/setup.sh; `make demo` does not need it. PROBING_SETUP_BROWSER=0 leaves the browser out.
@@ -26,7 +28,7 @@ if [ -n "$debs" ]; then
         echo "setup-extras: could not install$debs; the tests that need them will skip"
 fi
 
-for pkg in pyarrow duckdb HolisticTraceAnalysis selenium; do
+for pkg in pyarrow duckdb HolisticTraceAnalysis selenium mcp fastapi uvicorn; do
     mod=$pkg
     [ "$pkg" = HolisticTraceAnalysis ] && mod=hta
     if [ -x "$VPY" ] && ! $VPY -c "import $mod" 2>/dev/null; then

@@ -48,6 +48,24 @@ def _is_launcher():
     return False
 
 
+# Processes torch.compile's Inductor starts for itself: its CPU-ISA probe (`python -c` that only
+# loads a test library, cpu_vec_isa.py) and its compile workers. They train nothing; an agent in
+# each would cost their start and, under `run -o`, leave a run.pid<P>.db per probe.
+_TORCH_HELPER_CODE = ("from ctypes import cdll\ncdll.LoadLibrary(",)
+_TORCH_HELPER_SCRIPTS = (os.path.join("torch", "_inductor", "compile_worker", "__main__.py"),)
+
+
+def _is_torch_helper():
+    """True in a helper process of torch's own (above), where no agent starts."""
+    argv = _command_line()
+    for i, arg in enumerate(argv[1:3], 1):
+        if arg == "-c" and i + 1 < len(argv):
+            return any(code in argv[i + 1] for code in _TORCH_HELPER_CODE)
+        if arg.endswith(_TORCH_HELPER_SCRIPTS):
+            return True
+    return False
+
+
 def _tell_where_ranks_recorded(template, started, pid):
     """At the launcher's exit: names the recordings its ranks wrote (docs/recordings.md)."""
     import glob
@@ -124,6 +142,8 @@ def init():
             init._launcher_noted = True
             atexit.register(_tell_where_ranks_recorded, template, time.time(), os.getpid())
         return None
+    if _is_torch_helper():
+        return None
     path = _agent.start()
     if path is not None:
         _note_uncaught_exceptions()
@@ -133,7 +153,14 @@ def init():
         # Before torch.distributed copies c10d's names, so both see the recording wrappers.
         _importhook.when_imported("torch.distributed.distributed_c10d", _agent.install_distributed)
         _importhook.when_imported("torch.nn.parallel.distributed", _agent.install_ddp)
+        _importhook.when_imported("transformers.generation.utils", _agent.install_generate)
+        # python.requests: the standard library's HTTP server, and uvicorn's ASGI applications
+        _importhook.when_imported("http.server", _agent.install_http_server)
+        _importhook.when_imported("uvicorn.config", _agent.install_uvicorn)
         _importhook.when_imported("torch._dynamo.config", _tell_dynamo)
+        from . import _compiles
+
+        _importhook.when_imported("torch._dynamo.utils", _compiles.install)  # python.compiles
     return path
 
 

@@ -57,6 +57,8 @@ def _backward(torch):
         return False, "python probes until probing._autograd is built: %s" % text
     if state == "failed":
         return False, "python probes: %s" % text
+    if state == "refused":
+        return False, "python probes: probing._autograd's build cache is refused: %s" % text
     return False, "python probes: probing._autograd cannot be built here: %s" % text
 
 

@@ -102,6 +102,16 @@ const pb_command pb_commands_table[] = {
      "export ...). Needs pyarrow in the Python that runs it ($PROBING_PYTHON, else python3):\n"
      "pip install pyarrow. DuckDB reads them with read_parquet('DIR/*/steps.parquet')\n"
      "(docs/exporter.md).\n"},
+    {"compare", cmd_compare, pb_options_compare, PB_CMD_TEXT,
+     "say whether AFTER is faster or slower than BEFORE, by how much, where, and if it is noise",
+     "Each side is a recording, a live target, or a window of its steps: run.db:100-200,\n"
+     "run.db:500- (from step 500), run.db:-500 (up to step 500), 12345:last200 (its last 200\n"
+     "steps). The first line is the verdict: slower, faster or no significant change, from the\n"
+     "medians of the steady steps (warm-up and outliers left out as 'report' does) with the\n"
+     "Hodges-Lehmann shift and its 95 % interval; below --min-effect it is no change. Then the\n"
+     "conditions that differ, phases, modules (self time on detail steps), throughput, memory\n"
+     "and the report findings that changed. With different batch sizes, per sample.\n"
+     "Exit status 0 whatever the verdict; 1 with --fail-if-slower PCT when slower by more.\n"},
     {"ui", cmd_ui, pb_options_ui, PB_CMD_TARGET | PB_CMD_RECORDINGS,
      "open a web view of the target: step time, modules, memory, ranks, SQL",
      "Starts a web server in this command and prints its URL with a one-time token; requests\n"
@@ -132,6 +142,15 @@ const pb_command pb_commands_table[] = {
      "it with their Python stacks (read from outside the process), the waiting ranks' stacks\n"
      "grouped, and mismatched collectives (docs/cluster.md).\n"
      "Exit status 3 when some ranks did not answer (they are named).\n"},
+    {"mcp", cmd_mcp, pb_options_mcp, 0,
+     "serve the Model Context Protocol on stdin/stdout, for AI assistants",
+     "An MCP server over stdio (JSON-RPC 2.0, one message per line) that an assistant such as\n"
+     "Claude Code, Cursor or VS Code starts as you: claude mcp add probing -- probing mcp.\n"
+     "Its tools are the commands (list_targets, query, report, tables, info, backtrace, hang,\n"
+     "stragglers, ranks, compare), run in this process with the same checks as on the\n"
+     "command line; its prompts carry the profiling method (diagnose, is_it_stuck,\n"
+     "did_my_change_help); its resources are docs/report.md's method and docs/tables.md.\n"
+     "Logs go to stderr only. It ends when stdin ends. See docs/mcp.md.\n"},
     {"doctor", cmd_doctor, pb_options_doctor, 0,
      "say which measurement paths this machine, Python and torch give, and what enables the rest",
      "No target: runs the Python that would run the training ($PROBING_PYTHON, else the python3\n"

@@ -9,6 +9,7 @@
  * cmd_<name>(). What each step says on a bad line is theirs: help.c prints help, suggest.c
  * answers an unknown command name, options.c a bad option.
  */
+#include "client/client.h"
 #include "cmd/command.h"
 #include "commands.h"
 #include "help.h"
@@ -110,7 +111,7 @@ int main(int argc, char **argv)
 {
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0)
         return pb_cli_error("cannot initialise libcurl");
-    int rc = run(argc, argv);
+    int rc = pb_client_exit_status(run(argc, argv));
     if (fflush(stdout) != 0 && rc == PB_EXIT_OK) {
         pb_cli_error("cannot write the output: %s", strerror(errno));
         rc = PB_EXIT_ERROR;

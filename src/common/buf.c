@@ -20,6 +20,7 @@ int pb_buf_reserve(pb_buf *b, size_t extra)
     }
     char *p = realloc(b->data, cap);
     if (!p) return -ENOMEM;
+    if (!b->data) p[0] = '\0'; /* a new buffer holds "" (pb_buf_steal of an empty one) */
     b->data = p;
     b->cap = cap;
     return 0;

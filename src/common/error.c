@@ -16,6 +16,7 @@ const char *pb_strerror(int err)
     case PB_EBADTOKEN: return "PROBING_TOKEN must be 16 to 256 characters without whitespace";
     case PB_ECANCELLED: return "cancelled";
     case PB_EBUSY: return "busy";
+    case PB_ESTOPPED: return "the process is stopped";
     default: break;
     }
     if (err < 0 && err > -4096) return strerror(-err); /* strerror is safe enough for static codes */

@@ -32,6 +32,7 @@ enum {
     PB_EBADTOKEN = -10006, /* a TCP token given by the user is unusable */
     PB_ECANCELLED = -10007, /* stopped on purpose: the client left or the agent is stopping */
     PB_EBUSY = -10008,     /* a shared budget (results in flight) is spent; try again later */
+    PB_ESTOPPED = -10009,  /* the process asked is stopped (SIGSTOP, Ctrl-Z, a debugger) */
 };
 
 /* Returns a static string describing err (negative errno or PB_E*). [any thread] */

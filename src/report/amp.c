@@ -286,6 +286,77 @@ static void check_alignment(pb__report *r, const amp_use *u)
                            nums, sql, NULL);
 }
 
+/* What share of the matrix-multiply work runs in reduced precision (python.layers: each GEMM or
+ * convolution layer's first forward, its work taken as rows x in x out), and the largest layers
+ * outside it (issue 50: autocast around blocks 0-1 only read as autocast off and the report said
+ * nothing). Silent when no layer computes in float16/bfloat16. */
+#define AMP_FP32_SHARE 0.25 /* float32 share of the GEMM work, beside reduced precision, to warn */
+
+static void check_coverage(pb__report *r)
+{
+    if (r->n_layers <= 0) return;
+    char sql[SQL_MAX];
+    pb__report_sqlf(sql, "SELECT module, type, compute_dtype, device,\n"
+                         "       MAX(rows, 1) * in_features * out_features AS work\n"
+                         "FROM python.layers ORDER BY work DESC");
+    json_t *rows = pb__report_run(r, sql), *row;
+    size_t i, nhalf = 0, nfull = 0;
+    double half_work = 0, total = 0;
+    char dtype[32] = "";
+    json_array_foreach(rows, i, row) {
+        double w = pb__report_num(row, "work", NULL);
+        const char *d = json_string_value(json_object_get(row, "compute_dtype"));
+        if (!(w > 0)) continue;
+        total += w;
+        if (half(d)) {
+            half_work += w;
+            nhalf++;
+            if (!dtype[0]) snprintf(dtype, sizeof dtype, "%s", d);
+        } else {
+            nfull++;
+        }
+    }
+    if (!nhalf || !(total > 0)) {
+        json_decref(rows);
+        return;
+    }
+    double share = half_work / total;
+    json_t *outside = json_array();
+    char names[400] = "";
+    size_t len = 0, named = 0;
+    json_array_foreach(rows, i, row) {
+        const char *d = json_string_value(json_object_get(row, "compute_dtype"));
+        const char *m = json_string_value(json_object_get(row, "module"));
+        if (half(d) || !m || named >= TC_LIST) continue;
+        json_array_append_new(outside, json_string(m));
+        if (len < sizeof names)
+            len += (size_t)snprintf(names + len, sizeof names - len, "%s%s (%s)",
+                                    named ? ", " : "", m, d ? d : "?");
+        named++;
+    }
+    json_t *nums = json_object();
+    json_object_set_new(nums, "reduced_share", pb__report_real(share));
+    json_object_set_new(nums, "reduced_dtype", json_string(dtype));
+    json_object_set_new(nums, "reduced_layers", json_integer((json_int_t)nhalf));
+    json_object_set_new(nums, "full_layers", json_integer((json_int_t)nfull));
+    json_object_set_new(nums, "largest_outside", outside);
+    int warn = nfull && 1 - share >= AMP_FP32_SHARE;
+    pb__report_finding(
+        r, "amp_coverage", "check", warn ? "warning" : nfull ? "info" : "ok",
+        nfull ? pb__report_textf("%.0f%% of the matrix-multiply work runs in %s (%zu of %zu "
+                                 "layers); the rest in full precision, the largest: %s%s",
+                                 100 * share, dtype, nhalf, nhalf + nfull, names,
+                                 nfull > named ? ", ..." : "")
+              : pb__report_textf("every matrix-multiply layer runs in %s (%zu layers)", dtype,
+                                 nhalf),
+        nums, sql,
+        warn ? "Autocast covers only part of the model: widen the torch.autocast block to the "
+               "whole forward (the loss too), or, if these layers are meant to run in float32, "
+               "nothing to do (docs/report.md, \"Mixed precision\")."
+             : NULL);
+    json_decref(rows);
+}
+
 void pb__report_amp_hardware(pb__report *r)
 {
     amp_use u;
@@ -293,5 +364,6 @@ void pb__report_amp_hardware(pb__report *r)
     read_use(r, &u);
     check_bf16(r, &u);
     check_alignment(r, &u);
+    check_coverage(r);
     free(u.amp_error);
 }

@@ -188,12 +188,22 @@ void pb__report_baseline(pb__report *r)
             json_object_set_new(nums, "steady_median_s", pb__report_real(median));
             json_object_set_new(nums, "ratio", pb__report_real(r->steps[0].wall / median));
             json_object_set_new(nums, "warmup_steps", json_integer((json_int_t)r->warmup));
+            /* torch.compile's first compiles are most of a compiled model's warm-up: say so */
+            double compiling = 0;
+            for (size_t i = 0; i < r->warmup; i++) compiling += r->steps[i].compile_time;
+            char compiled[160] = "";
+            if (compiling > 0) {
+                json_object_set_new(nums, "warmup_compile_s", pb__report_real(compiling));
+                snprintf(compiled, sizeof compiled,
+                         "; torch.compile compiled for %.3g s in %s (python.steps.compile_time)",
+                         compiling, r->warmup == 1 ? "it" : "them");
+            }
             pb__report_finding(
                 r, "first_iteration", "baseline", "info",
                 pb__report_textf(
                     "first step took %.1fx the steady median; %zu warm-up step%s left out "
-                    "of the statistics",
-                    r->steps[0].wall / median, r->warmup, r->warmup == 1 ? "" : "s"),
+                    "of the statistics%s",
+                    r->steps[0].wall / median, r->warmup, r->warmup == 1 ? "" : "s", compiled),
                 nums, pb__report_steps_sql(r),
                 "Expected: the first iterations include one-time costs (lazy init, "
                 "allocator warm-up, JIT/cudnn autotuning). Always warm up before timing "
@@ -374,6 +384,98 @@ static int descheduled(const pb__report *r, int kind, const size_t *slow, size_t
     return found;
 }
 
+/* An evaluation in many of the steps (every 2nd, every 3rd) raises the median with it, so its
+ * steps are not slow against the median and the slow-step rule is silent (issue 50: evaluation
+ * every 2 steps, "primary finding: none"). The steps that took over EXTRA_SAMPLES_FACTOR x the
+ * lower quartile of the steps' samples (the training batch, however many steps evaluate) are
+ * compared with the others: when they take over EVAL_WALL_FACTOR x as long and the forward holds
+ * at least half of the difference (an evaluation is forwards), it is a finding, with its share
+ * of the wall time as the slow steps' severity. */
+#define EVAL_WALL_FACTOR 1.3
+#define EVAL_MIN_STEPS 3
+
+static void frequent_evaluation(pb__report *r, int kind)
+{
+    size_t cap = r->count + 1, n = 0, ne = 0, no = 0;
+    double *smp = malloc(cap * sizeof *smp), *we = malloc(cap * sizeof *we),
+           *wo = malloc(cap * sizeof *wo), *fe = malloc(cap * sizeof *fe),
+           *fo = malloc(cap * sizeof *fo);
+    if (!smp || !we || !wo || !fe || !fo) goto done;
+    for (size_t i = r->warmup; i < r->count; i++)
+        if (pb__report_timing_step(r, i) && (kind < 0 || r->steps[i].detail == kind) &&
+            r->steps[i].samples > 0)
+            smp[n++] = r->steps[i].samples;
+    if (n < 2 * EVAL_MIN_STEPS) goto done;
+    qsort(smp, n, sizeof *smp, pb__report_cmp_double);
+    double batch = pb__report_percentile(smp, n, 25), total = 0, extra_samples = 0;
+    long long first = -1, gap = 0, prev = -1;
+    int regular = 1;
+    for (size_t i = r->warmup; i < r->count; i++) {
+        const pb__step_row *s = &r->steps[i];
+        if (!pb__report_timing_step(r, i) || (kind >= 0 && s->detail != kind)) continue;
+        total += s->wall;
+        if (s->samples > EXTRA_SAMPLES_FACTOR * batch) {
+            we[ne] = s->wall;
+            fe[ne++] = s->forward;
+            extra_samples += s->samples - batch;
+            if (first < 0) first = s->step;
+            if (prev >= 0) {
+                if (!gap) gap = s->step - prev;
+                else if (s->step - prev != gap) regular = 0;
+            }
+            prev = s->step;
+        } else {
+            wo[no] = s->wall;
+            fo[no++] = s->forward;
+        }
+    }
+    if (ne < EVAL_MIN_STEPS || no < EVAL_MIN_STEPS || !(total > 0)) goto done;
+    qsort(we, ne, sizeof *we, pb__report_cmp_double);
+    qsort(wo, no, sizeof *wo, pb__report_cmp_double);
+    qsort(fe, ne, sizeof *fe, pb__report_cmp_double);
+    qsort(fo, no, sizeof *fo, pb__report_cmp_double);
+    double w_eval = pb__report_percentile(we, ne, 50), w_other = pb__report_percentile(wo, no, 50);
+    double more = w_eval - w_other;
+    double fwd_more = pb__report_percentile(fe, ne, 50) - pb__report_percentile(fo, no, 50);
+    if (!(w_other > 0) || !(w_eval > EVAL_WALL_FACTOR * w_other) || !(fwd_more >= 0.5 * more))
+        goto done;
+    double share = (double)ne * more / total;
+    const char *severity = share >= SLOW_CRITICAL_SHARE && regular ? "critical"
+                           : share >= SLOW_WARNING_SHARE           ? "warning"
+                                                                   : "info";
+    char every[48] = "";
+    if (regular && gap > 0) snprintf(every, sizeof every, ", every %lld steps", gap);
+    json_t *nums = json_object();
+    json_object_set_new(nums, "eval_steps", json_integer((json_int_t)ne));
+    json_object_set_new(nums, "other_steps", json_integer((json_int_t)no));
+    json_object_set_new(nums, "period_steps", regular && gap > 0 ? json_integer(gap) : json_null());
+    json_object_set_new(nums, "extra_samples", pb__report_real(extra_samples / (double)ne));
+    json_object_set_new(nums, "eval_step_median_s", pb__report_real(w_eval));
+    json_object_set_new(nums, "other_step_median_s", pb__report_real(w_other));
+    json_object_set_new(nums, "share_of_wall", pb__report_real(share));
+    char sql[SQL_MAX];
+    pb__report_sqlf(sql,
+                    "SELECT step, wall, forward, backward, samples FROM python.steps WHERE step "
+                    "BETWEEN %lld AND %lld AND samples > %.6g ORDER BY step",
+                    pb__report_steady_first(r), r->hi, EXTRA_SAMPLES_FACTOR * batch);
+    pb__report_finding(
+        r, "frequent_evaluation", "baseline", severity,
+        pb__report_textf("an evaluation runs in %zu of %zu steps%s (%.0f more samples than a "
+                         "training step's, forwards): those steps take %.3g ms more (%.1fx the "
+                         "others), %.0f%% of the wall time",
+                         ne, ne + no, every, extra_samples / (double)ne, 1e3 * more,
+                         w_eval / w_other, 100 * share),
+        nums, r->from_steps_table ? sql : NULL,
+        "Evaluate less often or on fewer batches, or run evaluation in its own process; the "
+        "step-time figures above mix both kinds of step (docs/report.md, \"Slow steps\").");
+done:
+    free(smp);
+    free(we);
+    free(wo);
+    free(fe);
+    free(fo);
+}
+
 /* Slow steady steps: every timing step over SLOW_FACTOR x their median, whether their step
  * numbers repeat with a period, their share of the wall time, and which part of the step grew
  * in them. Over OUTLIER_FACTOR x the median they are also left out of the bottleneck's means.
@@ -381,7 +483,7 @@ static int descheduled(const pb__report *r, int kind, const size_t *slow, size_t
 void pb__report_slow_steps(pb__report *r)
 {
     /* the timing steps: summary steps only when detail steps are left out (windows), else all */
-    int kind = r->skip_detail ? 0 : -1;
+    int kind = r->skip_detail ? 0 : -1, reported = 0;
     size_t cap = r->count + 1, n = 0, nslow = 0;
     double *v = malloc(cap * sizeof *v);
     size_t *slow = malloc(cap * sizeof *slow);
@@ -445,10 +547,22 @@ void pb__report_slow_steps(pb__report *r)
     double mach[4];
     int machine = !evaluation && descheduled(r, kind, slow, nslow, mach);
     double share = total > 0 ? slow_wall / total : 0;
+    /* Steps that compiled (python.steps.compile_time): when the compiles are most of what the
+     * slow steps took over the median, they are the compile rule's (compile.c), not outliers of
+     * unknown cause. */
+    size_t compiled = 0;
+    double compile_s = 0, excess_s = 0;
+    for (size_t a = 0; a < nslow; a++) {
+        const pb__step_row *s = &r->steps[slow[a]];
+        compiled += s->compile_time > 0;
+        compile_s += s->compile_time;
+        excess_s += s->wall - median;
+    }
+    int compiling = compiled > 0 && compile_s >= 0.5 * excess_s;
     /* one or two slow steps without a period are a one-off (a GC pause, the machine), not a
      * pattern of the program; without a period they can be the machine's (other processes on
      * the cores), so never more than a warning */
-    const char *severity = machine ? "info"
+    const char *severity = machine || compiling ? "info"
                            : !periodic && nslow < PERIOD_MIN ? "info"
                            : share >= SLOW_CRITICAL_SHARE && periodic ? "critical"
                            : share >= SLOW_WARNING_SHARE              ? "warning"
@@ -465,6 +579,8 @@ void pb__report_slow_steps(pb__report *r)
     json_object_set_new(nums, "grew_s", pb__report_real(delta[grew]));
     json_object_set_new(nums, "extra_samples", pb__report_real(extra_samples));
     json_object_set_new(nums, "machine", json_boolean(machine));
+    json_object_set_new(nums, "compiled_steps", json_integer((json_int_t)compiled));
+    json_object_set_new(nums, "compile_s", pb__report_real(compile_s));
     if (machine) {
         json_object_set_new(nums, "cpu_share_slow", pb__report_real(mach[0]));
         json_object_set_new(nums, "cpu_share_other", pb__report_real(mach[1]));
@@ -502,7 +618,16 @@ void pb__report_slow_steps(pb__report *r)
             "step %lld, took %.1fx; in them %s takes %.3g ms more",
             nslow, nslow == 1 ? "" : "s", OUTLIER_FACTOR, 100 * share, r->steps[worst].step,
             r->steps[worst].wall / median, grew_text, 1e3 * delta[grew]);
-    if (machine) {
+    if (compiling) {
+        /* what grew is the compile's part (the forward, or backward for a lazy backward graph) */
+        free(claim);
+        claim = pb__report_textf(
+            "%zu steady step%s took over %.1fx the median (%.0f%% of the wall time); the worst, "
+            "step %lld, took %.1fx: torch.compile compiled in %zu of them (%.3g s of compiling, "
+            "python.steps.compile_time; the compile findings above say why)",
+            nslow, nslow == 1 ? "" : "s", periodic ? SLOW_FACTOR : OUTLIER_FACTOR, 100 * share,
+            r->steps[worst].step, r->steps[worst].wall / median, compiled, compile_s);
+    } else if (machine) {
         /* The part that grew is where the thread was when the kernel took its core: not a
          * cause. */
         free(claim);
@@ -514,9 +639,12 @@ void pb__report_slow_steps(pb__report *r)
             nslow, nslow == 1 ? "" : "s", periodic ? SLOW_FACTOR : OUTLIER_FACTOR, 100 * share,
             100 * mach[0], 100 * mach[1], mach[2], mach[3]);
     }
+    reported = 1;
     pb__report_finding(
         r, "outlier_steps", "baseline", severity, claim, nums, sql,
-        machine ? "Nothing to change in the job for these steps: the median and p95 above "
+        compiling ? "These steps compiled: the compile findings say why and what to change "
+                    "(docs/report.md, \"Compilation\")."
+        : machine ? "Nothing to change in the job for these steps: the median and p95 above "
                   "describe it; compare runs on a quiet machine, or give the job its own cores "
                   "(taskset, cgroup cpusets) (docs/report.md, \"Slow steps\")."
         : evaluation ? "Evaluate less often or on fewer batches, or run evaluation in its own "
@@ -532,6 +660,7 @@ void pb__report_slow_steps(pb__report *r)
 done:
     free(v);
     free(slow);
+    if (!reported) frequent_evaluation(r, kind);
 }
 
 void pb__report_sample_size(pb__report *r)

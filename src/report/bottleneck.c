@@ -339,14 +339,32 @@ static void communication(pb__report *r, const verdict *v, json_t *nums)
             : pb__report_textf("%.0f%% of the step (%.3g ms) is spent in collectives%s%s%s",
                                100 * comm / wall, comm * 1e3, payload[0] ? " (" : "",
                                payload, payload[0] ? ")" : "");
+    const char *framework =
+        json_string_value(json_object_get(r->src->conditions, "framework"));
+    json_t *stage = json_object_get(r->src->conditions, "zero_stage");
+    char *deepspeed = NULL;
+    if (framework && !strcmp(framework, "deepspeed"))
+        deepspeed = pb__report_textf(
+            "A wait for communication is also a wait for the slowest rank: check load "
+            "imbalance below first. If the ranks are balanced, overlap communication with "
+            "the backward pass (DeepSpeed's \"overlap_comm\": true, larger "
+            "\"reduce_bucket_size\" and \"allgather_bucket_size\"), send less "
+            "(\"communication_data_type\": \"bf16\"%s) or check the interconnect "
+            "(docs/report.md, \"Communication\").",
+            json_integer_value(stage) >= 2
+                ? "; ZeRO stage 2 and 3 move more per step than stage 1: the lowest stage "
+                  "whose memory fits"
+                : "");
     pb__report_finding(
         r, "communication", "bottleneck", comm > 0.5 * m.wall ? "critical" : "warning",
         claim, nums, step_sql,
-        "A wait for communication is also a wait for the slowest rank: check load "
-        "imbalance below first. If the ranks are balanced, overlap communication with "
-        "the backward pass (DDP's bucket_cap_mb, no_sync() with gradient accumulation), "
-        "send less (bf16 gradients with a DDP communication hook) or check the "
-        "interconnect (docs/report.md, \"Communication\").");
+        deepspeed ? deepspeed
+                  : "A wait for communication is also a wait for the slowest rank: check load "
+                    "imbalance below first. If the ranks are balanced, overlap communication "
+                    "with the backward pass (DDP's bucket_cap_mb, no_sync() with gradient "
+                    "accumulation), send less (bf16 gradients with a DDP communication hook) "
+                    "or check the interconnect (docs/report.md, \"Communication\").");
+    free(deepspeed);
 }
 
 static void optimizer_heavy(pb__report *r, const verdict *v, json_t *nums)

@@ -36,6 +36,8 @@
 #define LEAK_SHORT_MIN_STEPS 10  /* ... and over at least this many fitted steps */
 #define LEAK_MIN_R2 0.9         /* a steady climb: the robust line explains it */
 #define LEAK_SETTLE 0.1         /* share of the steady steps left out of the fit (caches fill) */
+#define LEAK_TAIL_MIN_POINTS 5  /* the last third's own line needs this many points */
+#define LEAK_TAIL_FRACTION 0.5  /* ... and a slope under this share of the whole's: slowing */
 #define LEAK_CRITICAL_H 6.0     /* out of memory sooner than this: critical */
 #define LEAK_WARNING_H 72.0     /* ... sooner than this: warning; later: info */
 #define MEMORY_PRESSURE 0.90    /* peak reserved / device memory from which memory is the limit */
@@ -554,27 +556,52 @@ void pb__report_memory_growth(pb__report *r)
         return;
     }
     /* The fit skips the warm-up and the first LEAK_SETTLE of the steady steps: allocators and
-     * caches grow at the start of every run without leaking. */
-    size_t from = r->warmup, avail = 0;
-    for (size_t i = r->warmup; i < r->count; i++) avail += r->steps[i].has_memory;
+     * caches grow at the start of every run without leaking. torch.compile allocates while it
+     * compiles (its caches, the new graph's code and buffers): a steady step that compiled
+     * (python.steps.compile_time) is left out too, and what memory grew in it is taken off the
+     * steps after it, so recompiles are never read as a leak. */
+    size_t from = r->warmup, avail = 0, compiled = 0;
+    for (size_t i = r->warmup; i < r->count; i++) {
+        avail += r->steps[i].has_memory && !(r->steps[i].compile_time > 0);
+        compiled += r->steps[i].has_memory && r->steps[i].compile_time > 0;
+    }
     size_t settle = (size_t)(LEAK_SETTLE * (double)avail), seen = 0;
     double *xs = malloc((r->count + 1) * sizeof *xs), *ys = malloc((r->count + 1) * sizeof *ys);
     size_t n = 0;
-    double first = 0, last = 0;
-    for (size_t i = from; xs && ys && i < r->count; i++) {
+    double first = 0, last = 0, compile_growth = 0, prev = NAN;
+    for (size_t i = 0; xs && ys && i < r->count; i++) {
         const pb__step_row *s = &r->steps[i];
-        if (!s->has_memory || seen++ < settle) continue;
-        if (!n) first = s->memory_mb;
-        last = s->memory_mb;
+        if (!s->has_memory) continue;
+        double before = prev;
+        prev = s->memory_mb;
+        if (i < from) continue;
+        if (s->compile_time > 0) {
+            if (!isnan(before) && s->memory_mb > before) compile_growth += s->memory_mb - before;
+            continue;
+        }
+        if (seen++ < settle) continue;
+        double y = s->memory_mb - compile_growth;
+        if (!n) first = y;
+        last = y;
         xs[n] = (double)s->step;
-        ys[n++] = s->memory_mb;
+        ys[n++] = y;
     }
+    char compiled_note[200] = "";
+    if (compiled)
+        snprintf(compiled_note, sizeof compiled_note,
+                 " (the %zu steady step%s that torch.compile compiled in left out, with the "
+                 "%+.1f MB memory grew in them)",
+                 compiled, compiled == 1 ? "" : "s", compile_growth);
     if (n < LEAK_MIN_STEPS) {
         pb__report_finding(
             r, "memory_growth", "memory", "skipped",
-            pb__report_textf("memory growth not checked: %zu steady step%s with memory figures, %d "
-                             "needed",
-                             n, n == 1 ? "" : "s", LEAK_MIN_STEPS),
+            compiled ? pb__report_textf("memory growth not checked: torch.compile compiled in %zu "
+                                        "of the steady steps (it allocates while it compiles), "
+                                        "%zu without a compile have memory figures, %d needed",
+                                        compiled, n, LEAK_MIN_STEPS)
+                     : pb__report_textf("memory growth not checked: %zu steady step%s with "
+                                        "memory figures, %d needed",
+                                        n, n == 1 ? "" : "s", LEAK_MIN_STEPS),
             NULL, sql, NULL);
         free(xs);
         free(ys);
@@ -582,6 +609,16 @@ void pb__report_memory_growth(pb__report *r)
     }
     double slope, intercept, r2;
     pb__report_theil_sen(xs, ys, n, &slope, &intercept, &r2);
+    /* The same line through the last third of the points: a climb that slows there (caches
+     * and allocator pools filling, which flatten out) is not steady yet, however well one
+     * line fits the whole (issue 50: a healthy Trainer run read at step 200 as "out of memory
+     * in ~4 h", later reports of the same process nothing). */
+    double tail_slope = NAN, tail_icept, tail_r2;
+    size_t tail = n / 3;
+    if (tail >= LEAK_TAIL_MIN_POINTS)
+        pb__report_theil_sen(xs + (n - tail), ys + (n - tail), tail, &tail_slope, &tail_icept,
+                             &tail_r2);
+    int slowing = !isnan(tail_slope) && slope > 0 && tail_slope < LEAK_TAIL_FRACTION * slope;
     free(xs);
     free(ys);
     double growth = last - first;
@@ -619,8 +656,23 @@ void pb__report_memory_growth(pb__report *r)
     json_object_set_new(nums, "limit_mb", pb__report_real(limit));
     json_object_set_new(nums, "hours_to_limit", pb__report_real(hours));
     json_object_set_new(nums, "source", json_string(source));
+    json_object_set_new(nums, "tail_slope_mb_per_step", pb__report_real(tail_slope));
+    json_object_set_new(nums, "slowing", json_boolean(slowing));
+    json_object_set_new(nums, "compile_steps_left_out", json_integer((json_int_t)compiled));
+    json_object_set_new(nums, "compile_growth_mb", pb__report_real(compile_growth));
     int steady = slope > 0 && r2 >= LEAK_MIN_R2;
-    if (growth >= LEAK_MIN_GROWTH_MB && steady) {
+    if (steady && slowing && growth > 0) {
+        pb__report_finding(
+            r, "memory_growth", "memory", "info",
+            pb__report_textf("memory climbed %+.1f MB over %zu steps%s (%+.3g MB/step), but "
+                             "the climb is slowing: %+.3g MB/step over the last third; not "
+                             "steady yet, as caches and allocator pools filling up look: no "
+                             "projection",
+                             growth, n, compiled_note, slope, tail_slope),
+            nums, sql,
+            "Report again later (probing <target> report): a climb that keeps its pace is "
+            "worth a look, a cache filling up flattens (docs/report.md, \"Memory\").");
+    } else if (growth >= LEAK_MIN_GROWTH_MB && steady) {
         /* Severity from the time to exhaustion: a leak that ends the job soon is critical, one
          * that would take days is worth knowing, not a bottleneck. */
         const char *severity = isnan(hours) ? "warning"
@@ -638,9 +690,9 @@ void pb__report_memory_growth(pb__report *r)
                      limit);
         pb__report_finding(
             r, "memory_growth", "memory", severity,
-            pb__report_textf("memory grows steadily: %+.3g MB/step (r² %.2f over %zu steps): "
+            pb__report_textf("memory grows steadily: %+.3g MB/step (r² %.2f over %zu steps%s): "
                              "%+.1f GB per hour at this pace; %s",
-                             slope, r2, n, per_hour / 1024.0, when),
+                             slope, r2, n, compiled_note, per_hour / 1024.0, when),
             nums, sql,
             "Something keeps a reference each step: look for tensors appended to lists "
             "or dicts (losses kept without .detach() or .item(), caches, metrics) "
@@ -662,7 +714,10 @@ void pb__report_memory_growth(pb__report *r)
          * 20-step run's RSS climbs +1 MB as steadily (r² 1.00) as a leak does. */
         /* ... and a line through a handful of points: a healthy run's RSS still filling fits
          * one as well (report --last 5: +3.6 MB a step, r² 0.91) */
-        int near = !isnan(hours) && hours < LEAK_WARNING_H && growth >= LEAK_SHORT_GROWTH_MB &&
+        /* ... and a pace that ends the job soon (under LEAK_CRITICAL_H): a climb its own numbers
+         * put under the leak threshold is no warning beside a cause of days away (a DDP rank's
+         * +0.0055 MB/step, +13.5 MB, ~50 h from the limit, outranked the straggler; issue 50) */
+        int near = !isnan(hours) && hours < LEAK_CRITICAL_H && growth >= LEAK_SHORT_GROWTH_MB &&
                    n >= LEAK_SHORT_MIN_STEPS;
         char when[160];
         if (isnan(hours))
@@ -675,11 +730,11 @@ void pb__report_memory_growth(pb__report *r)
                      "available)", hours, limit);
         pb__report_finding(
             r, "memory_growth", "memory", near ? "warning" : "info",
-            pb__report_textf("%smemory climbs steadily: %+.3g MB/step (r² %.2f over %zu steps), "
+            pb__report_textf("%smemory climbs steadily: %+.3g MB/step (r² %.2f over %zu steps%s), "
                              "%+.1f MB so far, under the %.0f MB that tells a leak from caches "
                              "filling; %s",
-                             near ? "" : "too few steps to tell: ", slope, r2, n, growth,
-                             LEAK_MIN_GROWTH_MB, when),
+                             near ? "" : "too few steps to tell: ", slope, r2, n, compiled_note,
+                             growth, LEAK_MIN_GROWTH_MB, when),
             nums, sql,
             near ? "Watch it over more steps (probing <target> report again later); if the climb "
                    "goes on, something keeps a reference each step: tensors appended to lists or "
@@ -692,10 +747,10 @@ void pb__report_memory_growth(pb__report *r)
          * projection (the line does not fit), and never "no growth" beside +GBs. */
         pb__report_finding(
             r, "memory_growth", "memory", "info",
-            pb__report_textf("memory grew %+.1f MB over %zu steps, but not steadily (r² %.2f): "
+            pb__report_textf("memory grew %+.1f MB over %zu steps%s, but not steadily (r² %.2f): "
                              "in jumps, as a cache or buffer growing once or a leak every few "
                              "steps does; no projection",
-                             growth, n, r2),
+                             growth, n, compiled_note, r2),
             nums, sql,
             "See where it jumped: the finding's SQL lists the memory of every step. If the "
             "jumps go on (probing <target> report again later), look for what a step keeps "
@@ -704,7 +759,9 @@ void pb__report_memory_growth(pb__report *r)
     } else {
         pb__report_finding(
             r, "memory_growth", "memory", "ok",
-            pb__report_textf("no steady memory growth: %+.1f MB over %zu steps", growth, n), nums,
+            pb__report_textf("no steady memory growth: %+.1f MB over %zu steps%s", growth, n,
+                             compiled_note),
+            nums,
             sql, NULL);
     }
 }

@@ -160,6 +160,7 @@ static void print_baseline(FILE *out, json_t *doc)
         fprintf(out, "  conditions: %s\n", json_string_value(json_object_get(b, "conditions_note")));
     print_sql(out, json_string_value(json_object_get(b, "sql")));
     print_findings(out, json_object_get(doc, "findings"), "baseline");
+    print_findings(out, json_object_get(doc, "findings"), "compile"); /* compile.c: torch.compile */
 }
 
 static void print_part(FILE *out, const char *name, json_t *mem, const char *key,
@@ -255,6 +256,136 @@ static void print_hang(FILE *out, json_t *hang)
         fprintf(out, "  %s\n", json_string_value(line) ? json_string_value(line) : "");
 }
 
+/* "x.xxx" milliseconds of a seconds member, or "n/a" (null: no rows). */
+static const char *ms(char *buf, size_t size, json_t *o, const char *key)
+{
+    json_t *v = json_object_get(o, key);
+    if (json_is_number(v))
+        snprintf(buf, size, "%.3f", json_number_value(v) * 1e3);
+    else
+        snprintf(buf, size, "n/a");
+    return buf;
+}
+
+/* The "requests" section (docs/report.md, "Inference", "Requests") as section `number`, then its
+ * findings. */
+static void print_requests(FILE *out, json_t *doc, int number)
+{
+    json_t *s = json_object_get(doc, "requests");
+    char a[32], b[32], c[32];
+    fprintf(out, "\n%d. Serving: requests (python.requests)\n", number);
+    if (!json_is_object(s)) return;
+    long long n = (long long)num(s, "requests"), threads = (long long)num(s, "threads");
+    fprintf(out, "  %lld request%s to %s (%lld answered 2xx/3xx, %lld 4xx, %lld 5xx, %lld without a status) in %.3f s",
+            n, n == 1 ? "" : "s", json_string_value(json_object_get(s, "server")), (long long)num(s, "ok"),
+            (long long)num(s, "client_errors"), (long long)num(s, "server_errors"), (long long)num(s, "no_status"),
+            num(s, "span_s"));
+    if (json_is_number(json_object_get(s, "requests_per_s"))) fprintf(out, ": %.1f requests/s", num(s, "requests_per_s"));
+    fprintf(out, ", begun on %lld thread%s\n", threads, threads == 1 ? "" : "s");
+    fprintf(out, "  latency (ms): p50 %s  p95 %s  p99 %s\n", ms(a, sizeof a, s, "latency_p50_s"),
+            ms(b, sizeof b, s, "latency_p95_s"), ms(c, sizeof c, s, "latency_p99_s"));
+    fprintf(out, "  in flight: max %lld, mean ", (long long)num(s, "in_flight_max"));
+    if (json_is_number(json_object_get(s, "in_flight_mean"))) fprintf(out, "%.2f", num(s, "in_flight_mean"));
+    else fputs("n/a", out);
+    fprintf(out, "; in the model at once: at most %lld\n", (long long)num(s, "model_concurrency_max"));
+    fprintf(out, "  per request that ran the model (%lld; p50, ms): in the model %s, outside it %s, before its first forward %s",
+            (long long)num(s, "model_requests"), ms(a, sizeof a, s, "model_p50_s"), ms(b, sizeof b, s, "outside_p50_s"),
+            ms(c, sizeof c, s, "first_forward_p50_s"));
+    if (json_is_number(json_object_get(s, "model_share")))
+        fprintf(out, "; %.1f%% of their time in the model", 100 * num(s, "model_share"));
+    fputc('\n', out);
+    if (json_is_integer(json_object_get(s, "tokens")))
+        fprintf(out, "  %lld tokens generated for them, %.1f tokens/s\n", (long long)num(s, "tokens"),
+                num(s, "tokens_per_s"));
+    if (json_is_true(json_object_get(s, "truncated")))
+        fputs("  (the oldest requests have left the ring: the figures are of the latest ones)\n", out);
+    print_sql(out, json_string_value(json_object_get(s, "sql")));
+    print_findings(out, json_object_get(doc, "findings"), "serving");
+}
+
+/* The "inference" section (docs/report.md, "Inference") as section `number`, then its findings. */
+static void print_inference(FILE *out, json_t *doc, int number)
+{
+    json_t *s = json_object_get(doc, "inference");
+    char a[32], b[32];
+    fprintf(out, "\n%d. Inference: generate() calls (python.generations, python.tokens)\n", number);
+    if (!json_is_object(s)) return;
+    long long threads = (long long)num(s, "threads");
+    fprintf(out, "  %lld generation%s of %lld sequence%s on %lld thread%s: %lld new tokens in %.3f s of generation",
+            (long long)num(s, "generations"), num(s, "generations") == 1 ? "" : "s", (long long)num(s, "sequences"),
+            num(s, "sequences") == 1 ? "" : "s", threads, threads == 1 ? "" : "s", (long long)num(s, "new_tokens"),
+            num(s, "generating_s"));
+    if (json_is_number(json_object_get(s, "tokens_per_s"))) fprintf(out, ", %.1f tokens/s", num(s, "tokens_per_s"));
+    fputc('\n', out);
+    fprintf(out, "  time to first token (ms): p50 %s", ms(a, sizeof a, s, "ttft_p50_s"));
+    fprintf(out, "  p95 %s\n", ms(b, sizeof b, s, "ttft_p95_s"));
+    fprintf(out, "  time per output token (ms): p50 %s", ms(a, sizeof a, s, "tpot_p50_s"));
+    fprintf(out, "  p99 %s", ms(b, sizeof b, s, "tpot_p99_s"));
+    fprintf(out, "; inter-token latency p50 %s", ms(a, sizeof a, s, "itl_p50_s"));
+    fprintf(out, "  p99 %s\n", ms(b, sizeof b, s, "itl_p99_s"));
+    fprintf(out, "  prefill (ms): p50 %s", ms(a, sizeof a, s, "prefill_p50_s"));
+    if (json_is_number(json_object_get(s, "prefill_share")))
+        fprintf(out, " (%.1f%% of generation time)", 100 * num(s, "prefill_share"));
+    fprintf(out, "; %lld decode forwards (ms): p50 %s", (long long)num(s, "decode_forwards"),
+            ms(a, sizeof a, s, "decode_forward_p50_s"));
+    fprintf(out, "  p99 %s\n", ms(b, sizeof b, s, "decode_forward_p99_s"));
+    if (json_is_integer(json_object_get(s, "kv_cache_last_bytes")))
+        fprintf(out, "  KV cache at the end of the last generation: %.3f MB (largest %.3f MB)\n",
+                num(s, "kv_cache_last_bytes") / 1e6, num(s, "kv_cache_max_bytes") / 1e6);
+    else
+        fputs("  KV cache at the end of the last generation: none read (use_cache=False, or a cache of another kind)\n",
+              out);
+    if (json_is_true(json_object_get(s, "truncated")))
+        fputs("  (the oldest generations have left the ring: the figures are of the latest ones)\n", out);
+    print_sql(out, json_string_value(json_object_get(s, "sql")));
+    print_findings(out, json_object_get(doc, "findings"), "inference");
+}
+
+/* Sections 1 to 3 of a training job's report: baseline, bottleneck type, component. */
+static void print_training(FILE *out, json_t *doc)
+{
+    json_t *findings = json_object_get(doc, "findings");
+    print_baseline(out, doc);
+
+    json_t *bn = json_object_get(doc, "bottleneck");
+    fputs("\n2. Bottleneck type\n", out);
+    if (json_is_object(bn)) {
+        fprintf(out, "  %s\n  decided by: %s\n", json_string_value(json_object_get(bn, "label")),
+                json_string_value(json_object_get(bn, "decided_by")));
+        if (json_is_number(json_object_get(bn, "gpu_utilization")))
+            fprintf(out, "  GPU utilisation: %.0f%%\n", num(bn, "gpu_utilization"));
+    }
+    print_findings(out, findings, "bottleneck");
+
+    json_t *comp = json_object_get(doc, "component");
+    fputs("\n3. Component\n", out);
+    if (json_is_object(comp)) {
+        const char *key;
+        json_t *v;
+        fputs("  share of the mean step:", out);
+        json_object_foreach(json_object_get(comp, "shares"), key, v) {
+            if (json_is_number(v))
+                fprintf(out, " %s %.1f%%", key, 100 * json_number_value(v));
+            else
+                fprintf(out, " %s n/a", key);
+        }
+        fputc('\n', out);
+        if (json_is_string(json_object_get(comp, "unaccounted_means")))
+            fprintf(out, "  unaccounted = %s\n",
+                    json_string_value(json_object_get(comp, "unaccounted_means")));
+        if (json_is_string(json_object_get(comp, "module_steps_note")))
+            fprintf(out, "  modules: steps %lld..%lld; %s\n", (long long)num(comp, "module_first_step"),
+                    (long long)num(comp, "module_last_step"),
+                    json_string_value(json_object_get(comp, "module_steps_note")));
+        print_modules(out, "top modules by self time", json_object_get(comp, "top_by_self"),
+                      json_string_value(json_object_get(comp, "top_by_self_sql")));
+        print_modules(out, "top modules by total time", json_object_get(comp, "top_by_total"),
+                      json_string_value(json_object_get(comp, "top_by_total_sql")));
+    }
+    print_findings(out, findings, "component");
+
+}
+
 int pb_report_render(FILE *out, json_t *doc)
 {
     json_t *target = json_object_get(doc, "target");
@@ -305,52 +436,22 @@ int pb_report_render(FILE *out, json_t *doc)
         also++;
     }
     print_hang(out, json_object_get(doc, "hang"));
-    print_baseline(out, doc);
-
-    json_t *bn = json_object_get(doc, "bottleneck");
-    fputs("\n2. Bottleneck type\n", out);
-    if (json_is_object(bn)) {
-        fprintf(out, "  %s\n  decided by: %s\n", json_string_value(json_object_get(bn, "label")),
-                json_string_value(json_object_get(bn, "decided_by")));
-        if (json_is_number(json_object_get(bn, "gpu_utilization")))
-            fprintf(out, "  GPU utilisation: %.0f%%\n", num(bn, "gpu_utilization"));
+    const char *workload = json_string_value(json_object_get(doc, "workload"));
+    int inference = workload && !strcmp(workload, "inference"), section = 4;
+    if (inference) { /* a server's requests, then its generations: each section when it has rows */
+        section = 1;
+        if (json_is_object(json_object_get(doc, "requests"))) print_requests(out, doc, section++);
+        if (json_is_object(json_object_get(doc, "inference")) || section == 1) print_inference(out, doc, section++);
+    } else {
+        print_training(out, doc);
     }
-    print_findings(out, findings, "bottleneck");
-
-    json_t *comp = json_object_get(doc, "component");
-    fputs("\n3. Component\n", out);
-    if (json_is_object(comp)) {
-        const char *key;
-        json_t *v;
-        fputs("  share of the mean step:", out);
-        json_object_foreach(json_object_get(comp, "shares"), key, v) {
-            if (json_is_number(v))
-                fprintf(out, " %s %.1f%%", key, 100 * json_number_value(v));
-            else
-                fprintf(out, " %s n/a", key);
-        }
-        fputc('\n', out);
-        if (json_is_string(json_object_get(comp, "unaccounted_means")))
-            fprintf(out, "  unaccounted = %s\n",
-                    json_string_value(json_object_get(comp, "unaccounted_means")));
-        if (json_is_string(json_object_get(comp, "module_steps_note")))
-            fprintf(out, "  modules: steps %lld..%lld; %s\n", (long long)num(comp, "module_first_step"),
-                    (long long)num(comp, "module_last_step"),
-                    json_string_value(json_object_get(comp, "module_steps_note")));
-        print_modules(out, "top modules by self time", json_object_get(comp, "top_by_self"),
-                      json_string_value(json_object_get(comp, "top_by_self_sql")));
-        print_modules(out, "top modules by total time", json_object_get(comp, "top_by_total"),
-                      json_string_value(json_object_get(comp, "top_by_total_sql")));
-    }
-    print_findings(out, findings, "component");
-
-    fputs("\n4. Operation: what to look at next\n", out);
+    fprintf(out, "\n%d. Operation: what to look at next\n", section);
     json_array_foreach(json_object_get(doc, "next"), i, f) {
         fprintf(out, "  - %s:\n      $ %s\n", json_string_value(json_object_get(f, "why")),
                 json_string_value(json_object_get(f, "command")));
     }
 
-    print_memory(out, doc);
+    if (!inference) print_memory(out, doc);
 
     fputs("\nChecks\n", out);
     print_findings(out, findings, "check");

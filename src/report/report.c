@@ -24,6 +24,7 @@
 #include "rules.h"
 #include "toolkit.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,14 +34,16 @@
  * for in the main thread's running frames, innermost first (training code mostly keeps them
  * inside main() or a Trainer method), then in __main__'s globals: the model is the module with
  * the most parameters among those found (a frame inside forward() holds a submodule as `self`),
- * the loader the first one found. */
+ * the loader the first one found; a DeepSpeed engine among them gives the framework and its ZeRO
+ * stage (the communication finding names DeepSpeed's knobs, not DDP's). */
 const char pb_report_conditions_code[] =
     "import json as _j, sys as _s\n"
     "def _pb_conditions():\n"
     "    import threading, torch\n"
     "    r = {'python': _s.version.split()[0], 'torch': torch.__version__,\n"
     "         'cudnn_benchmark': bool(torch.backends.cudnn.benchmark),\n"
-    "         'cuda_available': bool(torch.cuda.is_available())}\n"
+    "         'cuda_available': bool(torch.cuda.is_available()),\n"
+    "         'threads': torch.get_num_threads()}\n"
     "    spaces = []\n"
     "    f = _s._current_frames().get(threading.main_thread().ident)\n"
     "    while f is not None:\n"
@@ -51,6 +54,12 @@ const char pb_report_conditions_code[] =
     "    for v in [v for ns in spaces for v in list(ns.values())]:\n"
     "        if isinstance(v, torch.nn.Module) and id(v) not in seen:\n"
     "            seen.add(id(v))\n"
+    "            if 'zero_stage' not in r and hasattr(type(v), 'zero_optimization_stage'):\n"
+    "                try:\n"
+    "                    r['zero_stage'] = int(v.zero_optimization_stage())\n"
+    "                    r['framework'] = 'deepspeed'\n"
+    "                except Exception:\n"
+    "                    pass\n"
     "            n = sum(p.numel() for p in v.parameters())\n"
     "            if n > size:\n"
     "                model, size = v, n\n"
@@ -93,10 +102,13 @@ static long long probe_table(pb__report *r, const char *table, const char *purpo
     return n;
 }
 
-/* Loads every complete step, keeps the last `last` (0: all). Returns 0, or -1 when
+/* Loads every complete step of the window w (first..last, then its last last_n; NULL: all).
+ * *cut_before says whether steps before the window's first were left out. Returns 0, or -1 when
  * python.torch_trace cannot be read (*error set). */
-static int load_steps(pb__report *r, int last, char **error)
+static int load_steps(pb__report *r, const pb_report_window *w, int *cut_before, char **error)
 {
+    int last = w ? w->last_n : 0;
+    *cut_before = 0;
     json_t *rows = NULL;
     char *err = NULL;
     const char *sql = pb__report_steps_sql(r);
@@ -154,6 +166,7 @@ static int load_steps(pb__report *r, int last, char **error)
             s.cpu = pb__report_num(row, "cpu", &s.has_cpu);
             s.switches = pb__report_num(row, "involuntary_switches", &has_switches);
             s.has_cpu = s.has_cpu && has_switches;
+            s.compile_time = pb__report_num(row, "compile_time", NULL);
         } else if (r->have_optimizer) {
             s.wall = pb__report_num(row, "optimizer_end", &ok); /* no step row: not complete */
             s.memory_mb = pb__report_num(row, "memory_mb", &s.has_memory);
@@ -162,6 +175,11 @@ static int load_steps(pb__report *r, int last, char **error)
             s.memory_mb = pb__report_num(row, "memory_mb", &s.has_memory);
         }
         if (!ok || !(s.wall > 0)) continue;
+        if (w && w->last >= 0 && s.step > w->last) continue;
+        if (w && w->first >= 0 && s.step < w->first) {
+            *cut_before = 1;
+            continue;
+        }
         r->steps[k++] = s;
     }
     json_decref(rows);
@@ -249,6 +267,94 @@ static json_t *find(json_t *findings, const char *id)
         if (!strcmp(json_string_value(json_object_get(f, "id")), id)) return f;
     }
     return NULL;
+}
+
+/* Slow steps whose extra time lies in the part the bottleneck already names (the optimizer step
+ * of an optimizer-heavy job, the data wait of a data-bound one) are that bottleneck, slower
+ * still in some steps: one fix is the same for both, so the bottleneck finding goes first and
+ * the slow steps' claim points to it. Seen on a loaded machine, where a memory-bound optimizer
+ * step of a planted big_optimizer case varies 2x every few steps. */
+static void slow_steps_in_bottleneck(pb__report *r)
+{
+    static const char *const same[][2] = {{"optimizer", "optimizer_heavy"},
+                                          {"data", "data_bound"},
+                                          {"communication", "communication"},
+                                          {"other", "unaccounted_time"}};
+    json_t *slow = find(r->findings, "outlier_steps");
+    if (!slow) return;
+    json_t *nums = json_object_get(slow, "numbers");
+    const char *grew = json_string_value(json_object_get(nums, "grew"));
+    if (!grew || json_is_true(json_object_get(nums, "machine"))) return;
+    json_t *cause = NULL;
+    for (size_t k = 0; k < sizeof same / sizeof same[0] && !cause; k++)
+        if (!strcmp(grew, same[k][0])) cause = find(r->findings, same[k][1]);
+    if (!cause) return;
+    const char *sev = json_string_value(json_object_get(cause, "severity"));
+    const char *slow_sev = json_string_value(json_object_get(slow, "severity"));
+    /* only when the bottleneck is at least as severe: critical slow steps stay first */
+    if ((strcmp(sev, "warning") && strcmp(sev, "critical")) ||
+        (!strcmp(slow_sev, "critical") && strcmp(sev, "critical")))
+        return;
+    char *claim = pb__report_textf("%s (the part the bottleneck names: see %s)",
+                                   json_string_value(json_object_get(slow, "claim")),
+                                   json_string_value(json_object_get(cause, "id")));
+    if (claim) json_object_set_new(slow, "claim", json_string(claim));
+    free(claim);
+    size_t at = 0, from = 0, i;
+    json_t *f;
+    json_array_foreach(r->findings, i, f) {
+        if (f == slow) at = i;
+        if (f == cause) from = i;
+    }
+    if (from < at) return; /* already first */
+    json_incref(cause);
+    json_array_remove(r->findings, from);
+    json_array_insert_new(r->findings, at, cause);
+}
+
+/* Findings that explain others go before them (issue 50: on a job whose background thread
+ * held the GIL 89% of the time, and on one of many tiny module calls, "the optimizer step takes
+ * 46-59% of each step" was primary, with the cause beside it as a second warning): a thread
+ * holding the GIL slows every part of the step the training thread runs; per-call overhead
+ * slows the optimizer's per-parameter loop and the host time as it slows the modules; a rank
+ * the others wait for (load imbalance, a rank or node that enters the collectives last) is the
+ * cause on every rank's report, its own included, of their waits and slow steps (issue 50: on
+ * an 8-rank FSDP2 job rank 6 was named but another finding was primary). A cause that is a
+ * warning or critical moves to just before the first finding it explains. */
+static void causes_first(pb__report *r)
+{
+    static const char *const explains[][2] = {
+        {"gil_contention", "optimizer_heavy"},  {"gil_contention", "unaccounted_time"},
+        {"gil_contention", "host_overhead"},    {"gil_contention", "outlier_steps"},
+        {"host_overhead", "optimizer_heavy"},   {"host_overhead", "unaccounted_time"},
+        {"load_imbalance", "communication"},    {"load_imbalance", "data_bound"},
+        {"load_imbalance", "optimizer_heavy"},  {"load_imbalance", "unaccounted_time"},
+        {"load_imbalance", "host_overhead"},    {"load_imbalance", "outlier_steps"},
+        {"arrival_order", "communication"},     {"arrival_order", "data_bound"},
+        {"arrival_order", "optimizer_heavy"},   {"arrival_order", "unaccounted_time"},
+        {"arrival_order", "host_overhead"},     {"arrival_order", "outlier_steps"}};
+    for (size_t k = 0; k < sizeof explains / sizeof explains[0]; k++) {
+        json_t *cause = find(r->findings, explains[k][0]);
+        json_t *effect = find(r->findings, explains[k][1]);
+        if (!cause || !effect) continue;
+        const char *sev = json_string_value(json_object_get(cause, "severity"));
+        if (strcmp(sev, "warning") && strcmp(sev, "critical")) continue;
+        json_t *on = json_object_get(cause, "numbers");
+        if (!strcmp(explains[k][0], "arrival_order") &&
+            !json_is_integer(json_object_get(on, "culprit")) &&
+            !json_is_string(json_object_get(on, "late_host")))
+            continue; /* nobody late: the collectives themselves slowed, no rank to blame */
+        size_t at = 0, from = 0, i;
+        json_t *f;
+        json_array_foreach(r->findings, i, f) {
+            if (f == effect) at = i;
+            if (f == cause) from = i;
+        }
+        if (from < at) continue;
+        json_incref(cause);
+        json_array_remove(r->findings, from);
+        json_array_insert_new(r->findings, at, cause);
+    }
 }
 
 /* A rank that waits for a slower one shows the wait as communication; when load imbalance
@@ -446,9 +552,132 @@ static void finish_document(pb__report *r)
     json_object_set(r->doc, "query_errors", r->errors);
 }
 
+/* The rules of a training job (docs/report.md, "Method"), in the method's order. */
+static void training_rules(pb__report *r, int last_steps, long long n_trace, int cut_before)
+{
+    /* Phases 1 to 3 (docs/report.md, "Method"), then the GIL. */
+    if (r->count == 0) {
+        no_steps(r, n_trace);
+    } else {
+        merge_optional_tables(r);
+        /* Warm-up happens at the start of a run: a --last window that starts later has none,
+         * and a slow step in it is an outlier, not warm-up. */
+        if ((last_steps > 0 && r->lo > 0) || cut_before)
+            r->warmup = 0;
+        else
+            detect_warmup(r);
+        detail_window(r);
+        pb__report_compiles(r); /* first: a recompile in steady state is the primary finding */
+        pb__report_baseline(r);
+        pb__report_slow_steps(r);
+        pb__report_bottleneck(r);
+        pb__report_device_time(r);
+        pb__report_check_gil(r);
+        pb__report_sample_size(r);
+    }
+    /* Memory, the ranks of the job, then the checks. */
+    if (r->count) {
+        pb__report_memory_growth(r);
+        pb__report_memory(r);
+        pb__report_check_collectives(r);
+    } else {
+        json_object_set_new(r->doc, "memory", json_null());
+    }
+    pb__report_ranks(r);
+    pb__report_cluster(r);
+    pb__report_arrival_order(r);
+    waiting_for_slow_rank(r);
+    waiting_for_late_rank(r);
+    slow_steps_in_bottleneck(r);
+    causes_first(r);
+    pb__report_check_amp(r);
+    if (r->count) {
+        pb__report_amp_hardware(r);
+        pb__report_check_syncs(r);
+    }
+    pb__report_suggest(
+        r, "the slowest modules over everything recorded",
+        "probing %s query \"SELECT module, stage, COUNT(*) AS calls, AVG(duration) AS "
+        "avg_self_s FROM python.torch_trace GROUP BY module, stage ORDER BY SUM(duration) "
+        "DESC LIMIT 10\"",
+        pb__report_target(r));
+}
+
+/* The report of a process that generates or serves and does not train (docs/report.md,
+ * "Inference"): the requests, then the generations; the training rules and their missing tables
+ * (data loader, optimizer state) do not apply. */
+static void inference_rules(pb__report *r)
+{
+    json_object_set_new(r->doc, "workload", json_string("inference"));
+    json_array_clear(r->missing);
+    json_object_set_new(r->doc, "baseline", json_null());
+    json_object_set_new(r->doc, "bottleneck", json_null());
+    json_object_set_new(r->doc, "component", json_null());
+    json_object_set_new(r->doc, "memory", json_null());
+    pb__report_requests(r);
+    pb__report_inference(r);
+}
+
+/* The steady steps of the built report r into *out (see report.h). Returns 0 or -ENOMEM. */
+static int export_steady(const pb__report *r, pb_report_steps *out)
+{
+    memset(out, 0, sizeof *out);
+    out->in_window = r->count;
+    out->warmup = r->warmup;
+    out->first = r->count ? r->lo : -1;
+    out->last = r->count ? r->hi : -1;
+    out->steps = calloc(r->count + 1, sizeof *out->steps);
+    if (!out->steps) return -ENOMEM;
+    /* an outlier is judged against the steps of its kind: detail steps are slower by probing's
+     * own recording when the report times the job on summary steps */
+    double median_all = pb__report_median_wall(r->steps, r->warmup, r->count, -1);
+    double median_kind[2] = {pb__report_median_wall(r->steps, r->warmup, r->count, 0),
+                             pb__report_median_wall(r->steps, r->warmup, r->count, 1)};
+    for (size_t i = r->warmup; i < r->count; i++) {
+        const pb__step_row *s = &r->steps[i];
+        double median = r->skip_detail ? median_kind[s->detail ? 1 : 0] : median_all;
+        if (s->wall > OUTLIER_FACTOR * median) {
+            out->outliers++;
+            continue;
+        }
+        pb_report_step *o = &out->steps[out->count++];
+        o->step = s->step;
+        o->wall = s->wall;
+        o->samples = s->samples;
+        o->phase[PB_PHASE_DATA_WAIT] = s->data;
+        o->phase[PB_PHASE_FORWARD] = s->forward;
+        o->phase[PB_PHASE_BACKWARD] = s->backward;
+        o->phase[PB_PHASE_OPTIMIZER] = s->optimizer;
+        o->phase[PB_PHASE_COLLECTIVES] = s->collectives;
+        o->phase[PB_PHASE_GRAD_SYNC] = s->grad_sync;
+        double other = s->wall;
+        for (int p = 0; p < PB_PHASE_OTHER; p++) other -= o->phase[p];
+        o->phase[PB_PHASE_OTHER] = other > 0 ? other : 0;
+        o->timing = pb__report_timing_step(r, i);
+        o->detail = r->have_detail ? s->detail : 1;
+    }
+    return 0;
+}
+
+void pb_report_steps_free(pb_report_steps *s)
+{
+    if (!s) return;
+    free(s->steps);
+    memset(s, 0, sizeof *s);
+}
+
 int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, char **error)
 {
+    pb_report_window w = {-1, -1, last_steps};
+    return pb_report_build_window(src, &w, out, NULL, error);
+}
+
+int pb_report_build_window(const pb_report_source *src, const pb_report_window *w, json_t **out,
+                           pb_report_steps *steady, char **error)
+{
     pb__report r;
+    int last_steps = w ? w->last_n : 0, cut_before = 0;
+    if (steady) memset(steady, 0, sizeof *steady);
     int rc = -1;
     memset(&r, 0, sizeof r);
     r.src = src;
@@ -466,53 +695,17 @@ int pb_report_build(const pb_report_source *src, int last_steps, json_t **out, c
     long long n_trace = probe_tables(&r, error);
     if (n_trace < 0) goto fail;
     detect_device(&r);
-    if (load_steps(&r, last_steps, error)) goto fail;
+    if (load_steps(&r, w, &cut_before, error)) goto fail;
     describe_window(&r, last_steps);
-
-    /* Phases 1 to 3 (docs/report.md, "Method"), then the GIL. */
-    if (r.count == 0) {
-        no_steps(&r, n_trace);
-    } else {
-        merge_optional_tables(&r);
-        /* Warm-up happens at the start of a run: a --last window that starts later has none,
-         * and a slow step in it is an outlier, not warm-up. */
-        if (last_steps > 0 && r.lo > 0)
-            r.warmup = 0;
-        else
-            detect_warmup(&r);
-        detail_window(&r);
-        pb__report_baseline(&r);
-        pb__report_slow_steps(&r);
-        pb__report_bottleneck(&r);
-        pb__report_device_time(&r);
-        pb__report_check_gil(&r);
-        pb__report_sample_size(&r);
-    }
-    /* Memory, the ranks of the job, then the checks. */
-    if (r.count) {
-        pb__report_memory_growth(&r);
-        pb__report_memory(&r);
-        pb__report_check_collectives(&r);
-    } else {
-        json_object_set_new(r.doc, "memory", json_null());
-    }
-    pb__report_ranks(&r);
-    pb__report_cluster(&r);
-    pb__report_arrival_order(&r);
-    waiting_for_slow_rank(&r);
-    waiting_for_late_rank(&r);
-    pb__report_check_amp(&r);
-    if (r.count) {
-        pb__report_amp_hardware(&r);
-        pb__report_check_syncs(&r);
-    }
-    pb__report_suggest(
-        &r, "the slowest modules over everything recorded",
-        "probing %s query \"SELECT module, stage, COUNT(*) AS calls, AVG(duration) AS "
-        "avg_self_s FROM python.torch_trace GROUP BY module, stage ORDER BY SUM(duration) "
-        "DESC LIMIT 10\"",
-        pb__report_target(&r));
+    if (pb__report_is_inference(&r))
+        inference_rules(&r);
+    else
+        training_rules(&r, last_steps, n_trace, cut_before);
     finish_document(&r);
+    if (steady && export_steady(&r, steady)) {
+        *error = pb__report_textf("out of memory");
+        goto fail;
+    }
     *out = r.doc;
     r.doc = NULL;
     rc = 0;

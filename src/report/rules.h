@@ -19,6 +19,10 @@ void pb__report_baseline(pb__report *r);    /* the "baseline" section; first_ite
 void pb__report_slow_steps(pb__report *r);  /* outlier_steps: slow steps, their period */
 void pb__report_sample_size(pb__report *r); /* small_sample, one_step */
 
+/* compile.c (docs/report.md, "Compilation"): recompiles, the recompile limit, graph breaks,
+ * compile time at the start, from python.compiles; silent without compiles. */
+void pb__report_compiles(pb__report *r);
+
 /* bottleneck.c, phases 2 and 3 (docs/report.md, "Bottleneck type"): the "bottleneck" and
  * "component" sections and one finding per cause of lost time; only with steps in the window. */
 void pb__report_bottleneck(pb__report *r);
@@ -49,5 +53,17 @@ void pb__report_cluster(pb__report *r);
 /* arrival_order.c (docs/report.md, "Distributed"; docs/cluster.md): the rank, or the node, that
  * enters the job's collectives last, from every rank's arrivals (pb_report_source.arrivals). */
 void pb__report_arrival_order(pb__report *r);
+
+/* inference.c (docs/report.md, "Inference"): whether the process generates or serves and does
+ * not train (python.generations or python.requests has rows, python.steps no optimizer or
+ * backward time), and the "inference" section with its findings (no_kv_cache); null without
+ * generations. */
+int pb__report_is_inference(pb__report *r);
+void pb__report_inference(pb__report *r);
+
+/* serving.c (docs/report.md, "Inference", "Requests"): the "requests" section of a process that
+ * serves (python.requests) and its findings (serialised_requests, host_work_per_request);
+ * null without requests. */
+void pb__report_requests(pb__report *r);
 
 #endif

@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 /* The phases a culprit's time is looked for in: python.steps' phases (phases.h) but the waits
@@ -171,5 +172,11 @@ int pb_stragglers_late_kind_text(const pb_sg_result *r, const char *const *group
  * 0, or -1 (buf empty) when the collectives did not slow. Names as pb_stragglers_json. */
 int pb_stragglers_comm_text(const pb_sg_result *r, const char *const *group_names,
                             size_t n_groups, char *buf, size_t len);
+
+/* The analysis as text to out (stragglers_render.c): the verdict ("rank 3 (node-b) makes the
+ * others wait: ..."), a line per rank, the collectives that take longest once every rank is in.
+ * Names as pb_stragglers_json; host names and group names sanitised. [any thread] */
+void pb_stragglers_render(FILE *out, const pb_sg_result *r, const char *const *group_names,
+                          size_t n_groups);
 
 #endif

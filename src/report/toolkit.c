@@ -276,3 +276,20 @@ pb__shares pb__report_mean_shares(const pb__report *r)
     if (m.other < 0) m.other = 0;
     return m;
 }
+
+double *pb__report_sorted_column(json_t *rows, const char *key, size_t *n)
+{
+    size_t i, k = 0;
+    json_t *row;
+    double *v = malloc((json_array_size(rows) + 1) * sizeof *v);
+    *n = 0;
+    if (!v) return NULL;
+    json_array_foreach(rows, i, row) {
+        int ok;
+        double x = pb__report_num(row, key, &ok);
+        if (ok && isfinite(x)) v[k++] = x;
+    }
+    qsort(v, k, sizeof *v, pb__report_cmp_double);
+    *n = k;
+    return v;
+}

@@ -36,6 +36,9 @@ typedef struct pb__step_row {
      * how often the kernel descheduled it (has_cpu: both known) */
     double cpu, switches;
     int has_cpu;
+    /* python.steps.compile_time: seconds of torch.compile compiles that ended in the step (0
+     * without torch.compile or the column) */
+    double compile_time;
 } pb__step_row;
 
 typedef struct pb__report {
@@ -109,6 +112,10 @@ const char *pb__report_target(pb__report *r);
  * n sorted values; NaN when n is 0. */
 int pb__report_cmp_double(const void *a, const void *b);
 double pb__report_percentile(const double *v, size_t n, double p);
+
+/* A sorted copy (malloc'ed) of column `key` of rows, its numbers only (NULL and text left out);
+ * *n set to how many. NULL when out of memory. */
+double *pb__report_sorted_column(json_t *rows, const char *key, size_t *n);
 
 /* Theil-Sen line through (x[i], y[i]): slope = median of the pairwise slopes (over at most
  * 256 evenly spaced points), intercept = median of y - slope x; *r2 = 1 - residual / total sum

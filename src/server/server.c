@@ -20,6 +20,7 @@
 #include "http.h"
 #include "log.h"
 #include "netaddr.h"
+#include "nonces.h"
 #include "pool.h"
 #include "reaper.h"
 #include "routes.h"
@@ -53,7 +54,6 @@
                                       * stuck clients); a running handler is not idle */
 #define CONNECTION_SPARE 8          /* connections over max_connections still answered (503) */
 #define TCP_PER_PEER 8              /* TCP connections one address may hold (slowloris) */
-#define SEEN_NONCES 2048            /* signed requests remembered, so that none is served twice */
 
 typedef struct listener {
     pb_server *server;
@@ -77,11 +77,10 @@ struct pb_server {
     ino_t token_ino;
     int rank;                            /* RANK (0 when unset): a signed request names it, when
                                           * opts.self_rank does not know the job's rank */
-    /* The nonces of the last SEEN_NONCES signed requests (auth.h): a request seen once is
-     * refused the next time, so one that was overheard cannot be replayed. */
-    pthread_mutex_t nonce_lock;
-    char seen_nonce[SEEN_NONCES][PB_AUTH_NONCE_HEX + 1];
-    int seen_next;
+    char agent_id[PB_AUTH_AGENT_HEX + 1]; /* drawn at start (TCP): a signed request names it */
+    /* The nonce of every signed request served whose time is within the window (auth.h): one
+     * served once is refused the next time, so one that was overheard cannot be replayed. */
+    pb__nonces *nonces;
     listener unix_l, tcp_l;
     pb__pool *pool;            /* SQL connections, query slots and the result budget */
     pb__routes_env routes;     /* what the routes get: opts' callbacks and limits, the pool */
@@ -102,6 +101,7 @@ typedef struct request_state {
     size_t results_reserved; /* bytes of the result budget this request holds (pool.c) */
     int signed_request;      /* 1: TCP with a valid HMAC header (auth.h): the answer is signed */
     pb_auth_request auth;    /* that header */
+    int rank;                /* the rank the request was checked against (the answer names it) */
 } request_state;
 
 /* ---- peer credentials ---- */
@@ -234,11 +234,15 @@ static enum MHD_Result respond_signed(struct MHD_Connection *conn, int status, p
                                 "application/json", headers);
         if (!resp) return MHD_NO;
     }
-    char signature[PB_AUTH_HASH_HEX + 1];
+    char signature[PB_AUTH_HASH_HEX + 1], agent[PB_AUTH_AGENT_HEX + 24];
+    const pb_server *s = request ? request->server : NULL;
     if (request && request->signed_request &&
-        pb_auth_sign_answer(request->server->token, request->auth.nonce, status, data, len,
-                            signature) == 0)
+        pb_auth_sign_answer(s->token, s->agent_id, request->rank, request->auth.nonce, status, data,
+                            len, signature) == 0) {
+        snprintf(agent, sizeof agent, "%s %d", s->agent_id, request->rank);
+        MHD_add_response_header(resp, PB_AUTH_AGENT_HEADER, agent);
         MHD_add_response_header(resp, PB_AUTH_ANSWER_HEADER, signature);
+    }
     return pb_http_queue(conn, (unsigned)status, resp);
 }
 
@@ -267,25 +271,20 @@ static enum MHD_Result respond_request_error(struct MHD_Connection *conn, const 
     return respond_signed(conn, status, &out, NULL, r);
 }
 
-/* Remembers nonce; 0 when it is new, -1 when it was seen (a replay). */
-static int nonce_fresh(pb_server *s, const char *nonce)
+/* The rank this agent is now: the job's, else RANK (auth.h). [server thread] */
+static int server_rank(pb_server *s)
 {
-    int fresh = 1;
-    pthread_mutex_lock(&s->nonce_lock);
-    for (int i = 0; i < SEEN_NONCES && fresh; i++)
-        fresh = strcmp(s->seen_nonce[i], nonce) != 0;
-    if (fresh) {
-        memcpy(s->seen_nonce[s->seen_next], nonce, PB_AUTH_NONCE_HEX + 1);
-        s->seen_next = (s->seen_next + 1) % SEEN_NONCES;
-    }
-    pthread_mutex_unlock(&s->nonce_lock);
-    return fresh ? 0 : -1;
+    int self = s->opts.self_rank ? s->opts.self_rank(s->opts.ctx) : -1;
+    return self < 0 ? s->rank : self;
 }
 
 /* Whether a TCP request proves it holds our token: a valid "Probing-HMAC-SHA256" header for its
- * method and path (its body is checked once read), within PB_AUTH_WINDOW_S of our clock, with a
- * nonce not seen before and meant for our rank (r stores it, so that the answer is signed); or,
- * for curl and scripts, "Bearer <our token>" (answered unsigned). Returns 1, or 0 with why. */
+ * method and path (its body is checked once read), within PB_AUTH_WINDOW_S of our clock, meant
+ * for this agent (its id and rank; only GET PB_AUTH_IDENTITY_PATH may name no agent), with a
+ * nonce not served within the window (r stores it, so that the answer is signed); or, for curl
+ * and scripts, "Bearer <our token>" (answered unsigned). Returns 0; 401 with why; or 503 with
+ * why when the request is good but the nonce store is full (r->signed_request is then set: the
+ * refusal is signed, so that the CLI shows it). */
 static int authorized(pb_server *s, struct MHD_Connection *conn, const char *method,
                       const char *url, request_state *r, char *why, size_t whylen)
 {
@@ -294,19 +293,27 @@ static int authorized(pb_server *s, struct MHD_Connection *conn, const char *met
              "signs each request with it (--token, PROBING_TOKEN, PROBING_TOKEN_FILE or the token "
              "file in the agent's socket directory when it may read it); curl may send "
              "'Authorization: Bearer <token>'");
-    if (!auth) return 0;
+    if (!auth) return 401;
     if (strncasecmp(auth, "Bearer ", 7) == 0) {
         auth += 7;
         while (*auth == ' ') auth++;
         size_t len = strlen(auth);
         while (len && auth[len - 1] == ' ') len--;
-        return pb_auth_token_equal(auth, len, s->token);
+        return pb_auth_token_equal(auth, len, s->token) ? 0 : 401;
     }
-    if (pb_auth_parse(auth, &r->auth) != 0) return 0;
+    int parsed = pb_auth_parse(auth, &r->auth);
+    if (parsed == -EPROTO) {
+        snprintf(why, whylen, "the request is signed in the form of an older probing "
+                 "(probing-request-v1), which binds it to no one agent, so that it could be "
+                 "replayed to every agent that has the token; this agent serves only requests "
+                 "signed for it: use a probing CLI of version " PB_VERSION " or newer");
+        return 401;
+    }
+    if (parsed != 0) return 401;
     if (!pb_auth_verify_request(s->token, &r->auth, method, url)) {
         snprintf(why, whylen, "the request is not signed with this agent's token (the token "
                  "given to probing is not the one this process was started with)");
-        return 0;
+        return 401;
     }
     int64_t now = (int64_t)time(NULL), skew = now - r->auth.time_s;
     if (skew > PB_AUTH_WINDOW_S || skew < -PB_AUTH_WINDOW_S) {
@@ -314,22 +321,46 @@ static int authorized(pb_server *s, struct MHD_Connection *conn, const char *met
                  "apart are accepted): set the clocks of the two machines right",
                  (long long)(skew < 0 ? -skew : skew), skew < 0 ? "ahead of" : "behind",
                  PB_AUTH_WINDOW_S);
-        return 0;
+        return 401;
     }
-    int self = s->opts.self_rank ? s->opts.self_rank(s->opts.ctx) : -1;
-    if (self < 0) self = s->rank;
+    int self = server_rank(s);
+    if (!r->auth.agent[0]) {
+        if (strcmp(method, "GET") != 0 || strcmp(url, PB_AUTH_IDENTITY_PATH) != 0) {
+            snprintf(why, whylen, "the request names no agent: only GET " PB_AUTH_IDENTITY_PATH
+                     " may (it tells which agent this is); a request must be signed for the one "
+                     "agent that serves it");
+            return 401;
+        }
+    } else if (strcmp(r->auth.agent, s->agent_id) != 0 || r->auth.rank < 0) {
+        snprintf(why, whylen, "the request was signed for another agent (%.8s..., rank %d) and "
+                 "this is agent %.8s..., rank %d: it is not served here (a request is bound to the "
+                 "one agent it was signed for; an agent that restarted has a new id)",
+                 r->auth.agent, r->auth.rank, s->agent_id, self);
+        return 401;
+    }
     if (r->auth.rank >= 0 && r->auth.rank != self) {
         snprintf(why, whylen, "the request is meant for rank %d and this agent is rank %d: the "
                  "job's roster names the wrong endpoint for rank %d", r->auth.rank, self,
                  r->auth.rank);
-        return 0;
+        return 401;
     }
-    if (nonce_fresh(s, r->auth.nonce)) {
+    int64_t retry = 0;
+    int seen = pb__nonces_add(s->nonces, r->auth.nonce, r->auth.time_s + PB_AUTH_WINDOW_S, now,
+                              &retry);
+    if (seen == -EEXIST) {
         snprintf(why, whylen, "this signed request was already served once (a replay)");
-        return 0;
+        return 401;
     }
+    r->rank = self;
     r->signed_request = 1;
-    return 1;
+    if (seen == -ENOSPC) {
+        snprintf(why, whylen, "busy: this agent has served %d signed requests in the last %d s, "
+                 "as many as it remembers; it refuses more rather than forget one (a forgotten "
+                 "request could be replayed); this one was not served, try again in %lld s",
+                 PB__NONCES_DEFAULT, PB_AUTH_WINDOW_S, (long long)retry);
+        return 503;
+    }
+    return seen == 0 ? 0 : 401;
 }
 
 /* First call for a request: may answer at once (401, 403, 413) before any body is read.
@@ -340,7 +371,12 @@ static int check_request_start(listener *l, struct MHD_Connection *conn, const c
     pb_server *s = l->server;
     /* TCP: the token first, so that every later answer, 503 included, is signed (auth.h) */
     char why[400];
-    if (!l->is_unix && !authorized(s, conn, method, url, r, why, sizeof why)) {
+    int refused = l->is_unix ? 0 : authorized(s, conn, method, url, r, why, sizeof why);
+    if (refused == 503) {
+        *ret = respond_request_error(conn, r, 503, why);
+        return 1;
+    }
+    if (refused) {
         *ret = respond_error(conn, 401, "unauthorized: %s", why);
         return 1;
     }
@@ -444,6 +480,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     pb_buf out = PB_BUF_INIT;
     const char *allow = NULL;
+    if (!l->is_unix && strcmp(url, PB_AUTH_IDENTITY_PATH) == 0) { /* the transport's own */
+        int ok = strcmp(method, "GET") == 0;
+        if (ok)
+            pb_buf_printf(&out, "{\"agent\":\"%s\",\"rank\":%d}", s->agent_id, server_rank(s));
+        else
+            pb_api_error(&out, 405, "method %s not allowed for %s (use GET)", method, url);
+        return respond_signed(conn, ok ? 200 : 405, &out, ok ? NULL : "GET", r);
+    }
     pb__routes_request req = {.method = method, .path = url, .body = r->body.data,
                               .body_len = r->body.len, .cancelled = request_cancelled,
                               .cancel_ctx = r, .results_reserved = &r->results_reserved};
@@ -586,7 +630,6 @@ int pb_server_start(pb_server **out, const pb_server_opts *opts)
     pb_server *s = calloc(1, sizeof *s);
     if (!s) return -ENOMEM;
     s->unix_l.fd = s->tcp_l.fd = -1;
-    pthread_mutex_init(&s->nonce_lock, NULL);
     if ((rc = pb__pool_new(&s->pool))) goto fail;
     s->nice = (int)pb_config_int("PROBING_SERVER_NICE", 19);
     s->request_deadline_s = pb_config_double("PROBING_REQUEST_DEADLINE", 10);
@@ -616,6 +659,8 @@ int pb_server_start(pb_server **out, const pb_server_opts *opts)
         const char *tcp_eval = pb_config_str("PROBING_TCP_EVAL");
         s->tcp_eval = s->opts.tcp_eval || (tcp_eval && strcmp(tcp_eval, "1") == 0);
         if ((rc = setup_token(s))) goto fail;
+        if ((rc = pb_auth_new_agent_id(s->agent_id))) goto fail;
+        if ((rc = pb__nonces_new(&s->nonces, PB__NONCES_DEFAULT))) goto fail;
         /* The rank a signed request must name (auth.h), as /api/info reports it. */
         const char *rank = getenv("RANK");
         s->rank = rank && *rank ? atoi(rank) : 0;
@@ -670,7 +715,7 @@ void pb_server_stop(pb_server *s)
             unlink(s->token_path);
     }
     pb__pool_free(s->pool);
-    pthread_mutex_destroy(&s->nonce_lock);
+    pb__nonces_free(s->nonces);
     free(s->unix_path);
     free(s->tcp_listen);
     free(s->token_path);
@@ -689,3 +734,8 @@ void pb_server_forget_after_fork(pb_server *s)
 int pb_server_tcp_port(const pb_server *s) { return s ? s->tcp_port : 0; }
 
 const char *pb_server_token_path(const pb_server *s) { return s ? s->token_path : NULL; }
+
+const char *pb_server_agent_id(const pb_server *s)
+{
+    return s && s->agent_id[0] ? s->agent_id : NULL;
+}

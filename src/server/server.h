@@ -94,6 +94,10 @@ void pb_server_forget_after_fork(pb_server *s);
 /* The TCP port actually bound (useful with port 0), or 0 without TCP. [any thread] */
 int pb_server_tcp_port(const pb_server *s);
 
+/* The agent id signed requests must name (common/auth.h: PB_AUTH_AGENT_HEX hex digits, drawn
+ * at start), or NULL without TCP. Borrowed; valid until pb_server_stop(). [any thread] */
+const char *pb_server_agent_id(const pb_server *s);
+
 /* The token file written for TCP (<dir>/<pid>.token), or NULL when none was written (no TCP,
  * or the token was given). Borrowed; valid until pb_server_stop(). [any thread] */
 const char *pb_server_token_path(const pb_server *s);

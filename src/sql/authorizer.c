@@ -72,12 +72,29 @@ static int is_schema_table(const char *name)
     return name && (strcmp(name, "sqlite_master") == 0 || strcmp(name, "sqlite_temp_master") == 0);
 }
 
+/* The file object named name, or NULL. */
+static const pb__file_object *file_object(const pb__auth *auth, const char *name)
+{
+    for (size_t i = 0; name && i < auth->n_file_objects; i++)
+        if (strcasecmp(auth->file_objects[i].name, name) == 0) return &auth->file_objects[i];
+    return NULL;
+}
+
 int pb__authorize(void *ctx, int action, const char *arg1, const char *arg2, const char *dbname,
                   const char *trigger)
 {
     pb__auth *auth = ctx;
     (void)dbname;
-    (void)trigger;
+    /* A view is expanded where it is used: what it runs is asked for with its name as the
+     * innermost view (trigger); a virtual table is read by name (arg1). */
+    const pb__file_object *o = auth->n_file_objects ? file_object(auth, trigger) : NULL;
+    if (!o && auth->n_file_objects && action == SQLITE_READ) o = file_object(auth, arg1);
+    if (o) {
+        snprintf(auth->reason, sizeof auth->reason, "%.60s is a %s defined by the recording "
+                 "file: probing runs no SQL that a file brings", o->name,
+                 o->is_view ? "view" : "virtual table");
+        return SQLITE_DENY;
+    }
     switch (action) {
     case SQLITE_SELECT:
     case SQLITE_READ:

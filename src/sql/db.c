@@ -155,6 +155,57 @@ fail:
     return (rc & 0xff) == SQLITE_NOMEM ? -ENOMEM : PB_ESQL;
 }
 
+#define MAX_FILE_OBJECTS 10000
+
+static void free_file_objects(pb__auth *auth)
+{
+    for (size_t i = 0; i < auth->n_file_objects; i++) free(auth->file_objects[i].name);
+    free(auth->file_objects);
+    auth->file_objects = NULL;
+    auth->n_file_objects = 0;
+}
+
+/* Lists the views and virtual tables of the file attached as python into db->auth, for the
+ * authorizer to refuse (authorizer.h). Returns an SQLite result code; SQLITE_TOOBIG past
+ * MAX_FILE_OBJECTS. [before the authorizer is installed] */
+static int list_file_objects(pb_db *db)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db->conn, "SELECT name, type = 'view' FROM python.sqlite_master "
+                                "WHERE type = 'view' OR (type = 'table' AND sql LIKE "
+                                "'CREATE VIRTUAL TABLE%')", -1, &st, NULL);
+    size_t cap = 0;
+    while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        pb__auth *a = &db->auth;
+        if (a->n_file_objects == MAX_FILE_OBJECTS) {
+            rc = SQLITE_TOOBIG;
+            break;
+        }
+        if (a->n_file_objects == cap) {
+            size_t ncap = cap ? cap * 2 : 8;
+            pb__file_object *grown = realloc(a->file_objects, ncap * sizeof *grown);
+            if (!grown) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            a->file_objects = grown;
+            cap = ncap;
+        }
+        char *copy = strdup(name ? name : "");
+        if (!copy) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        a->file_objects[a->n_file_objects++] =
+            (pb__file_object){copy, sqlite3_column_int(st, 1)};
+        rc = SQLITE_OK;
+    }
+    if (rc == SQLITE_DONE) rc = SQLITE_OK;
+    sqlite3_finalize(st);
+    return rc;
+}
+
 int pb_db_open_file(const char *path, double timeout_s, pb_db **out, char *why, size_t whylen)
 {
     static const char *const schemas[] = {"python", "system", "probe"};
@@ -183,6 +234,8 @@ int pb_db_open_file(const char *path, double timeout_s, pb_db **out, char *why, 
         if (rc != SQLITE_OK) goto fail;
     }
     sqlite3_limit(db->conn, SQLITE_LIMIT_ATTACHED, 0);
+    rc = list_file_objects(db);
+    if (rc != SQLITE_OK) goto fail;
     rc = sqlite3_set_authorizer(db->conn, pb__authorize, &db->auth);
     if (rc != SQLITE_OK) goto fail;
     /* Reading the catalogue also rolls back a flush that a killed process left half done. */
@@ -200,12 +253,16 @@ fail:
         snprintf(why, whylen, "reading its catalogue (probe.tables, probe.info) ran longer "
                  "than %g s (PROBING_QUERY_TIMEOUT): the file is damaged or was built to hang "
                  "its readers", timeout_s);
+    else if (rc == SQLITE_TOOBIG)
+        snprintf(why, whylen, "it defines over %d views and virtual tables: not a recording "
+                 "probing wrote", MAX_FILE_OBJECTS);
     else if (db->auth.reason[0])
         snprintf(why, whylen, "its catalogue needs what probing's SQL does not allow (%s)",
                  db->auth.reason);
     else
         snprintf(why, whylen, "%s", db->conn ? sqlite3_errmsg(db->conn) : sqlite3_errstr(rc));
     sqlite3_close(db->conn);
+    free_file_objects(&db->auth);
     free(db);
     return (rc & 0xff) == SQLITE_NOMEM ? -ENOMEM : PB_ESQL;
 }
@@ -214,6 +271,7 @@ void pb_db_close(pb_db *db)
 {
     if (!db) return;
     sqlite3_close(db->conn); /* every statement is finalized by pb_db_query_json */
+    free_file_objects(&db->auth);
     free(db);
 }
 

@@ -131,10 +131,13 @@ def test_usage_lines_come_from_the_option_tables(cli):
         "  probing <target> record [-o FILE.db [--force] | --stop]",
         "  probing exporter [--listen ADDR:PORT] [--sd FILE] [--timeout S]",
         "  probing <target-or-recording...> export --parquet DIR [--force]",
+        "  probing compare BEFORE AFTER [--json] [-f table|csv] [--min-effect PCT] "
+        "[--fail-if-slower PCT]",
         "  probing <target> ui [--listen ADDR:PORT] [--open]",
         "  probing <target> ranks [-f table|csv|json] [--deadline S]",
-        "  probing <target> stragglers [--json] [--deadline S]",
+        "  probing <target> stragglers [--json] [--deadline S] [--last N]",
         "  probing <target> hang [--deadline S]",
+        "  probing mcp [--allow-eval]",
         "  probing doctor [-f table|json]",
     ]
     for line in usage:

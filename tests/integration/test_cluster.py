@@ -242,12 +242,14 @@ def test_cluster_report_names_the_slow_node_once(job):
             assert r.returncode == 0, r.stderr
             doc = json.loads(r.stdout)
             found = [f for f in doc["findings"] if f["id"] == "stragglers"]
-            if found and found[0]["severity"] == "warning":
+            # settles on the part slowed (other host time); while --last 20 still holds steps
+            # from before, the claim can open with a few ms of step time (seen once in CI)
+            if found and found[0]["severity"] == "warning" and \
+                    "node node-b is slow in other host time: its ranks 2,3 take " in found[0]["claim"]:
                 finding = found[0]
                 break
         assert finding, found
         claim = finding["claim"]
-        assert claim.startswith("node node-b is slow in other host time: its ranks 2,3 take "), claim
         assert "rank 2" not in claim and "rank 3" not in claim and "node-a" not in claim, claim
         nums = finding["numbers"]
         assert sorted(nums["per_node"]) == ["node-a", "node-b"]
@@ -491,6 +493,10 @@ def test_cluster_ranks_outside_a_job_lists_the_process_itself(cli, lone):
     assert rows[0]["state"] == "running (no step yet)" and rows[0]["step"] == 0
     r = cli(lone.pid, "query", "--ranks", "all", "SELECT 5 AS five", "-f", "csv")
     assert r.stdout.splitlines()[0] == "rank,host,five"
+    # a statement that selects rank itself keeps its own column, not a second one (issue 50)
+    r = cli(lone.pid, "query", "--ranks", "all", "SELECT 0 AS rank, 5 AS five", "-f", "csv")
+    lines = r.stdout.splitlines()
+    assert lines[0] == "host,rank,five" and lines[1].endswith(",0,5") and len(lines) == 2, lines
     r = cli(lone.pid, "hang")
     assert r.stdout == "no rank is waiting in a collective (1 of 1 ranks answered)\n"
 

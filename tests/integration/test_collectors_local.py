@@ -105,7 +105,10 @@ def test_steps_one_row_per_step_consistent_with_torch_trace(cli, slow_run):
     assert [s["step"] for s in steps] == list(range(STEPS))
     assert list(steps[0]) == ["step", "wall", "data_wait", "forward", "backward", "optimizer",
                               "collectives", "grad_sync", "other", "samples", "syncs", "rank",
-                              "batches", "detail", "cpu", "involuntary_switches"]
+                              "batches", "detail", "cpu", "involuntary_switches",
+                              "compile_time"]
+    # an eager job compiles nothing (python.compiles, torch.compile's time in the step)
+    assert {s["compile_time"] for s in steps} <= {0, 0.0}, steps
     # the training thread's CPU time and descheduling per step, from the first boundary on
     assert steps[0]["cpu"] is None and steps[0]["involuntary_switches"] is None
     for s in steps[1:]:

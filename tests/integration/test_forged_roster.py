@@ -208,6 +208,11 @@ def requests_in(raw):
 
 def send(hostport, head_lines, body):
     """Replays a recorded request (its request line, headers and body) to hostport; the status."""
+    return exchange(hostport, head_lines, body)[0]
+
+
+def exchange(hostport, head_lines, body):
+    """send(), returning the status and the whole answer (head and body)."""
     host, port = hostport.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=10) as s:
         lines = [l for l in head_lines if not l.lower().startswith((b"host:", b"connection:"))]
@@ -219,7 +224,53 @@ def send(hostport, head_lines, body):
             if not b:
                 break
             data += b
-    return int(data.split(b" ", 2)[1])
+    return int(data.split(b" ", 2)[1]), data
+
+
+class Relay:
+    """What sits on the wire between the CLI and an agent: a TCP relay on 127.0.0.1:<port> to
+    upstream that keeps every byte a client sends, one entry per connection (the CLI opens one
+    per request)."""
+
+    def __init__(self, upstream):
+        self.upstream = upstream.rsplit(":", 1)
+        self.sent = []
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            client, _ = self.sock.accept()
+            up = socket.create_connection((self.upstream[0], int(self.upstream[1])), timeout=30)
+            kept = bytearray()
+            self.sent.append(kept)
+            threading.Thread(target=self._pipe, args=(client, up, kept), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(up, client, None), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst, kept):
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                if kept is not None:
+                    kept += b
+                dst.sendall(b)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def requests(self):
+        return requests_in(b"".join(bytes(k) + b"\n--end--\n" for k in self.sent))
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -329,3 +380,33 @@ def test_real_rank_over_tcp_still_answers(job, store):
     out = subprocess.run([job.cli.binary, real["tcp"], "query", "SELECT 2 AS y", "-f", "csv"],
                          env=job.env, capture_output=True, text=True, timeout=60)
     assert (out.returncode, out.stdout) == (0, "y\n2\n"), out.stderr
+
+
+def test_request_signed_for_one_rank_is_refused_by_the_other(job, store):
+    """Issue 49 item 4: a typed host:port target used to be signed with r=- (any rank), and each
+    agent kept its own nonces, so a request captured on its way to rank 0 was served again by
+    rank 1, which has the same token. Now the CLI first learns which agent listens there (a
+    signed GET /api/identity: its answer proves the agent's id and rank) and signs the request
+    for that agent alone: rank 1 refuses it, rank 0 refuses it as a replay. The roster names
+    each rank's agent, the ids are distinct."""
+    rank0, rank1 = store.entry(0), store.entry(1)
+    relay = Relay(rank0["tcp"])
+    out = subprocess.run([job.cli.binary, f"127.0.0.1:{relay.port}", "query", "SELECT 42 AS x",
+                          "-f", "csv"], env=job.env, capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout) == (0, "x\n42\n"), out.stderr
+    reqs = relay.requests()
+    queries = [(h, b) for h, b in reqs if h[0].startswith(b"POST /api/query")]
+    assert len(queries) == 1, reqs
+    head, body = queries[0]
+    status, answer = exchange(rank1["tcp"], head, body)
+    assert status == 401 and b"the request was signed for another agent" in answer, answer
+    assert send(rank0["tcp"], head, body) == 401
+    assert rank0["agent"] != rank1["agent"] and len(rank0["agent"]) == 32, (rank0, rank1)
+    auth = next(l for l in head if l.lower().startswith(b"authorization:"))
+    assert b"a=" + rank0["agent"].encode() in auth and b",r=0," in auth, auth
+    # the identity request, the one that names no agent, gets rank 1 to say who it is, nothing else
+    ident = [(h, b) for h, b in reqs if h[0].startswith(b"GET /api/identity")]
+    assert len(ident) == 1, reqs
+    status, answer = exchange(rank1["tcp"], *ident[0])
+    assert status == 200, answer
+    assert json.loads(answer.split(b"\r\n\r\n", 1)[1]) == {"agent": rank1["agent"], "rank": 1}

@@ -171,6 +171,22 @@ def test_cpu_autocast_gets_no_gpu_findings(cli, traced):
                 "fragmentation"} & set(findings(doc)), json.dumps(doc["findings"], indent=1)
 
 
+def test_partial_autocast_is_measured(cli, traced):
+    """autocast around the first Linear only (data_amp.py --amp-first): amp_coverage gives the
+    bf16 share of the matrix-multiply work from python.layers and names the float32 layer."""
+    t = traced("data_amp.py", "--steps", 8, "--amp-first", "--print-every", 4)
+    t.wait_holding()
+    layers = {r["module"]: r["compute_dtype"] for r in
+              cli.query(t.target(), "SELECT module, compute_dtype FROM python.layers")}
+    assert layers == {"net.0": "bfloat16", "net.2": "float32"}, layers
+    doc = json.loads(cli(t.target(), "report", "--json").stdout)
+    f = findings(doc, ("ok", "info", "warning"))["amp_coverage"]
+    # batch 4: 4x16x32 in bf16, 4x32x4 in float32
+    assert f["numbers"]["reduced_share"] == pytest.approx(2048 / 2560), f
+    assert f["severity"] == "info" and f["numbers"]["largest_outside"] == ["net.2"], f
+    assert "80% of the matrix-multiply work runs in bfloat16 (1 of 2 layers)" in f["claim"], f
+
+
 def test_text_report_and_last(cli, traced):
     t, _ = report(cli, traced, "healthy", 20)
     r = cli(t.target(), "report", "--last", "5")

@@ -121,6 +121,24 @@ def skip_if_noisy(cli, t, doc, f, every_n, periodic_ok):
                     f"was not found; the period is asserted on a clean recording")
 
 
+def skip_if_unplanted(cli, t, doc, every_n):
+    """No slow steps found at all: on a loaded machine every step slows, and the planted ones
+    (step % every_n == 0) may no longer take 1.8x the median. The recording says whether they
+    did: if their median is under 1.8x the others', the test is skipped with both figures; if
+    they stood out, the caller's assertion fails (the report missed them)."""
+    b = doc["baseline"]
+    rows = cli.query(t.target(), "SELECT step, wall FROM python.steps WHERE step >= "
+                                 f"{b['first_step'] + b['warmup_steps']}")
+    planted = sorted(r["wall"] for r in rows if r["step"] % every_n == 0)
+    others = sorted(r["wall"] for r in rows if r["step"] % every_n != 0)
+    if not planted or not others:
+        return
+    ratio = planted[len(planted) // 2] / others[len(others) // 2]
+    if ratio < 1.8:
+        pytest.skip(f"a loaded machine: the planted steps' median took {ratio:.2f}x the others' "
+                    f"(under the 1.8x a slow step needs), so none stood out to find")
+
+
 def test_eval_pass_every_n_steps_is_the_headline(cli, traced):
     t, doc = run_report(cli, traced, "eval", 100, "--every", 10)
     f = every(doc)["outlier_steps"]
@@ -138,7 +156,10 @@ def test_checkpoint_every_n_steps_has_a_period(cli, traced):
     # a wider model: its checkpoint (model and momentum, 10 MB) stands out of a busy machine's
     # noise as a real one does
     t, doc = run_report(cli, traced, "checkpoint", 100, "--every", 10, "--hidden", 1024)
-    f = every(doc)["outlier_steps"]
+    f = every(doc).get("outlier_steps")
+    if f is None:
+        skip_if_unplanted(cli, t, doc, 10)
+    assert f is not None, dump(doc)
     assert f["numbers"]["slow_steps"] >= 3, dump(doc)
     skip_if_noisy(cli, t, doc, f, 10,
                   f["numbers"].get("period_steps") == 10 and f["numbers"].get("grew") == "other"
@@ -182,7 +203,13 @@ def test_a_short_runs_leak_is_never_ok(cli, traced):
     t, doc = run_report(cli, traced, "leak", 36, "--batch-size", 180)
     f = every(doc)["memory_growth"]
     assert f["severity"] in ("warning", "critical", "info"), dump(doc)
-    if f["severity"] == "info":
+    if f["severity"] == "info" and f["numbers"]["slowing"]:
+        # what is measured is RSS, not the leak: over 36 steps its climb may slow in the last
+        # third (a CI run: +0.57 MB/step in all, +0.148 over the last third, the leak 0.35).
+        # Said as it is: not steady yet, no projection, never "ok".
+        assert "but the climb is slowing" in f["claim"] and "no projection" in f["claim"], f
+        assert f["numbers"]["tail_slope_mb_per_step"] < 0.5 * f["numbers"]["slope_mb_per_step"], f
+    elif f["severity"] == "info":
         assert f["claim"].startswith("too few steps to tell: memory climbs steadily"), f
     else:
         assert "MB/step" in f["claim"] and "out of memory in ~" in f["claim"], f

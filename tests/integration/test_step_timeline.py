@@ -39,8 +39,11 @@ def test_closure_inside_optimizer_step_is_not_optimizer_time(cli, traced, env):
     for r in rows[1:]:
         # the closure's sleep is host time, not the optimizer's (AdamW on 200k parameters: ~1 ms)
         assert r["other"] >= 0.9 * HOST_MS / 1000, r
-        assert r["optimizer"] < HOST_MS / 1000 / 2, r
         assert r["forward"] > 0 and r["backward"] > 0, r
+    # ...and the optimizer's own time stays far below the sleep: over the steps' median, since
+    # one step's AdamW can be preempted on a loaded machine (40 ms once under ASan)
+    opt = sorted(r["optimizer"] for r in rows[1:])
+    assert opt[len(opt) // 2] < HOST_MS / 1000 / 2, rows
     t.finish()
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import PYTHON, STEP_TIMEOUT_S, WORKLOADS, Launcher, free_port, poll_cli
 from test_exporter import Exporter, parse, series
+from test_mcp import SDK_MISSING, sdk_session, text_of
 from test_ui import UIServer, browser_or_skip, console_errors, wait_for
 
 
@@ -119,6 +120,17 @@ def test_stragglers_names_the_slow_rank_and_its_forward(cli, slow_job):
     assert lines[1].split() == ["rank", "host", "times_last", "median_lag_ms", "wait_ms", "phase"], t.stdout
     row2 = [l.split() for l in lines[2:] if l.split() and l.split()[0] == "2"]
     assert row2 and row2[0][-1] == "forward", t.stdout
+    # MCP's stragglers tool gives the command's text (one renderer) beside its JSON
+    if SDK_MISSING is None:
+        async def body(session):
+            return await session.call_tool("stragglers", {"target": str(ranks[1].pid)})
+
+        _, res = sdk_session(cli, [], body)
+        assert not res.is_error, text_of(res)
+        mcp_lines = text_of(res).splitlines()
+        assert mcp_lines[0].startswith("rank 2 (") and "its forward is" in mcp_lines[0], mcp_lines
+        assert mcp_lines[1] == lines[1], mcp_lines
+        assert res.structured_content["culprit"] == 2, res.structured_content
 
 
 def report_finding(r):

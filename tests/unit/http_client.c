@@ -21,6 +21,8 @@ static size_t on_header(char *data, size_t size, size_t n, void *ctx)
         sscanf(data + 7, "%31[^\r\n]", r->allow);
     if (size * n > 19 && strncasecmp(data, PB_AUTH_ANSWER_HEADER ": ", 19) == 0)
         sscanf(data + 19, "%79[^\r\n]", r->signature);
+    if (size * n > 15 && strncasecmp(data, PB_AUTH_AGENT_HEADER ": ", 15) == 0)
+        sscanf(data + 15, "%79[^\r\n]", r->agent);
     return size * n;
 }
 

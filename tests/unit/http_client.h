@@ -1,6 +1,6 @@
 /*
  * http_client.h - a tiny libcurl client for the HTTP server tests (test_http.c): one request
- * over a Unix socket or TCP, its status, body, Allow and Probing-Signature headers.
+ * over a Unix socket or TCP, its status, body, Allow, Probing-Signature and Probing-Agent headers.
  */
 #ifndef PB_TESTS_HTTP_CLIENT_H
 #define PB_TESTS_HTTP_CLIENT_H
@@ -16,6 +16,7 @@ typedef struct reply {
     pb_buf body;
     char allow[32];
     char signature[80];   /* the answer's Probing-Signature header, "" none */
+    char agent[80];       /* the answer's Probing-Agent header, "" none */
     char kept[4096];      /* the body's first bytes, for checking the signature */
     size_t kept_len;
 } reply;

@@ -12,6 +12,7 @@ sqlite3 *db;
 
 /* What build() hands the report besides the query function (reset by fresh()). */
 json_t *test_info;
+json_t *test_conditions;
 pb_report_peer test_peers[4];
 size_t test_npeers;
 const char *test_peers_note;
@@ -67,6 +68,8 @@ void fresh(int with_trace)
 {
     json_decref(test_info);
     test_info = NULL;
+    json_decref(test_conditions);
+    test_conditions = NULL;
     test_npeers = 0;
     test_peers_note = NULL;
     test_arrivals = NULL;
@@ -180,3 +183,36 @@ const char *advice(json_t *doc, const char *id)
 }
 
 int near(double got, double want) { return got > want - 1e-3 && got < want + 1e-3; }
+
+/* python.steps as today's agent writes it (batches, grad_sync, detail); python.memory with
+ * limit_mb. */
+static const char STEPS_NOW[] =
+    "CREATE TABLE python.steps (step INTEGER, wall REAL, data_wait REAL, forward REAL,"
+    " backward REAL, optimizer REAL, collectives REAL, grad_sync REAL, other REAL,"
+    " samples INTEGER, syncs INTEGER, rank INTEGER, batches INTEGER, detail INTEGER);"
+    "CREATE TABLE python.memory (step INTEGER, phase TEXT, device TEXT, allocated_mb REAL,"
+    " max_allocated_mb REAL, reserved_mb REAL, rss_mb REAL, limit_mb REAL, rank INTEGER)";
+
+/* One step of python.steps and its end-of-step memory row (device, MB, limit). Times in ms. */
+void step_now(int step, double wall, double data, double fwd, double bwd, double opt,
+                     double grad_sync, int samples, int batches, const char *device,
+                     double mem_mb, double limit_mb)
+{
+    char sql[768];
+    double other = wall - data - fwd - bwd - opt - grad_sync;
+    snprintf(sql, sizeof sql,
+             "INSERT INTO python.steps VALUES (%d, %.9f, %.9f, %.9f, %.9f, %.9f, 0, %.9f, %.9f,"
+             " %d, 0, 0, %d, 0); INSERT INTO python.memory VALUES (%d, 'step', '%s', %f, %f,"
+             " NULL, %f, %f, 0)",
+             step, wall / 1e3, data / 1e3, fwd / 1e3, bwd / 1e3, opt / 1e3, grad_sync / 1e3,
+             (other > 0 ? other : 0) / 1e3, samples, batches, step, device, mem_mb, mem_mb,
+             mem_mb, limit_mb);
+    exec(sql);
+    if (step % 10 == 0) add_step(step, fwd / 1e3, bwd / 1e3, opt / 1e3, wall / 1e3, mem_mb);
+}
+
+void fresh_now(void)
+{
+    fresh(1);
+    exec(STEPS_NOW);
+}

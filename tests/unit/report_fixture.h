@@ -26,6 +26,7 @@ extern sqlite3 *db;
 
 /* What build() hands the report besides the query function (reset by fresh()). */
 extern json_t *test_info;
+extern json_t *test_conditions; /* the conditions eval would find; NULL: eval did not answer */
 extern pb_report_peer test_peers[4];
 extern size_t test_npeers;
 extern const char *test_peers_note;
@@ -55,6 +56,16 @@ const char *claim(json_t *doc, const char *id);
 const char *advice(json_t *doc, const char *id);
 int near(double got, double want);
 
+/* A fresh database (fresh(1)) with python.steps as today's agent writes it (batches, grad_sync,
+ * detail) and python.memory with limit_mb. */
+void fresh_now(void);
+
+/* One step of python.steps and its end-of-step memory row (device, MB, limit). Times in ms;
+ * every 10th step also gets torch_trace rows (add_step). */
+void step_now(int step, double wall, double data, double fwd, double bwd, double opt,
+              double grad_sync, int samples, int batches, const char *device, double mem_mb,
+              double limit_mb);
+
 static inline json_t *build(int last, const char **error_out)
 {
     static char saved[512];
@@ -62,7 +73,8 @@ static inline json_t *build(int last, const char **error_out)
     memset(&src, 0, sizeof src);
     src.query = query_sqlite;
     src.target = "4242";
-    src.conditions_error = "eval timed out";
+    src.conditions = test_conditions;
+    src.conditions_error = test_conditions ? NULL : "eval timed out";
     src.info = test_info;
     src.peers = test_npeers ? test_peers : NULL;
     src.npeers = test_npeers;

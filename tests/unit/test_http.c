@@ -587,76 +587,129 @@ static int tcp_connects(int port)
     return ok;
 }
 
-/* A request signed with the token (common/auth.h) is served and its answer signed; a replay, a
- * request for another rank, an old one, a changed body or another key are refused, unsigned. */
+/* GET url signed with token for agent (NULL: none) of rank at time t; the reply in r, the
+ * nonce in nonce. */
+static json_t *signed_get(const char *url, const char *path, const char *token, const char *agent,
+                          int rank, int64_t t, reply *r, char nonce[PB_AUTH_NONCE_HEX + 1])
+{
+    char value[PB_AUTH_HEADER_MAX];
+    static char header[PB_AUTH_HEADER_MAX + 32];
+    pb_auth_sign_request(token, "GET", path, NULL, 0, rank, agent, t, value, sizeof value, nonce);
+    snprintf(header, sizeof header, "Authorization: %s", value);
+    bearer = header;
+    return http(NULL, url, "GET", NULL, 0, r);
+}
+
+/* A request signed with the token (common/auth.h) for this agent is served and its answer
+ * signed by it; the identity exchange is the one request that may name no agent; a replay (also
+ * after 2,100 other signed requests), a request for another agent or rank, one of the older
+ * form, an old one, a changed body or another key are refused, unsigned. */
 static void test_tcp_signed(int port, const char *token)
 {
-    char url[64], query_url[64], header[PB_AUTH_HEADER_MAX + 32], value[PB_AUTH_HEADER_MAX];
-    char nonce[PB_AUTH_NONCE_HEX + 1];
+    char url[64], id_url[64], query_url[64], header[PB_AUTH_HEADER_MAX + 32], value[PB_AUTH_HEADER_MAX];
+    char nonce[PB_AUTH_NONCE_HEX + 1], agent[PB_AUTH_AGENT_HEX + 1];
+    int rank = -1;
     reply r;
     snprintf(url, sizeof url, "http://127.0.0.1:%d/api/info", port);
+    snprintf(id_url, sizeof id_url, "http://127.0.0.1:%d" PB_AUTH_IDENTITY_PATH, port);
     snprintf(query_url, sizeof query_url, "http://127.0.0.1:%d/api/query", port);
     int64_t now = (int64_t)time(NULL);
     const char *was = bearer;
-    bearer = header;
 
-    CHECK(pb_auth_sign_request(token, "GET", "/api/info", NULL, 0, -1, now, value, sizeof value,
-                               nonce) == 0, "sign a request");
-    CHECK(strstr(value, token) == NULL, "the signed header does not hold the token");
-    snprintf(header, sizeof header, "Authorization: %s", value);
-    json_decref(http(NULL, url, "GET", NULL, 0, &r));
-    CHECK(r.status == 200, "a signed GET /api/info is served (got %ld)", r.status);
-    CHECK(pb_auth_verify_answer(token, nonce, r.status, r.kept, r.kept_len, r.signature),
-          "its answer is signed with the token for this request's nonce");
-    CHECK(!pb_auth_verify_answer("another-token-0123456789", nonce, r.status, r.kept, r.kept_len,
-                                 r.signature), "the signature does not verify with another key");
-    json_t *j = http(NULL, url, "GET", NULL, 0, &r);
+    /* who listens here: the identity exchange, the one request that may name no agent */
+    json_t *j = signed_get(id_url, PB_AUTH_IDENTITY_PATH, token, NULL, -1, now, &r, nonce);
+    CHECK(r.status == 200 && pb_auth_parse_agent(r.agent, agent, &rank) == 0 && rank == 0 &&
+              strcmp(json_string_value(json_object_get(j, "agent")), agent) == 0,
+          "GET " PB_AUTH_IDENTITY_PATH " names the agent and its rank (got %ld, '%s')", r.status,
+          r.agent);
+    json_decref(j);
+    CHECK(pb_auth_verify_answer(token, agent, rank, nonce, r.status, r.kept, r.kept_len,
+                                r.signature), "and its answer's signature proves them");
+    char other_agent[PB_AUTH_AGENT_HEX + 1];
+    pb_auth_new_agent_id(other_agent);
+    CHECK(!pb_auth_verify_answer(token, other_agent, rank, nonce, r.status, r.kept, r.kept_len,
+                                 r.signature) &&
+              !pb_auth_verify_answer(token, agent, 1, nonce, r.status, r.kept, r.kept_len,
+                                     r.signature),
+          "... and no other agent or rank");
+    j = signed_get(url, "/api/info", token, NULL, -1, now, &r, nonce);
+    CHECK(r.status == 401 && !r.signature[0], "any other request naming no agent -> 401 (got %ld)",
+          r.status);
+    CHECK_STR(error_of(j), "unauthorized: the request names no agent: only GET /api/identity may (it "
+              "tells which agent this is); a request must be signed for the one agent that serves it",
+              "no-agent message");
+    json_decref(j);
+    j = signed_get(url, "/api/info", token, other_agent, 0, now, &r, nonce);
+    CHECK(r.status == 401 && !r.signature[0],
+          "a request signed for another agent of the same rank -> 401 (got %ld)", r.status);
+    CHECK(strstr(error_of(j), "the request was signed for another agent") != NULL, "it says why: %s",
+          error_of(j));
+    json_decref(j);
+    /* the form of the older probing (no a=, probing-request-v1) is refused, never served */
+    snprintf(header, sizeof header, "Authorization: " PB_AUTH_SCHEME " t=%lld,n=%s,r=-,b="
+             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855,"
+             "m=0000000000000000000000000000000000000000000000000000000000000000",
+             (long long)now, nonce);
+    bearer = header;
+    j = http(NULL, url, "GET", NULL, 0, &r);
+    CHECK(r.status == 401 && strstr(error_of(j), "older probing (probing-request-v1)") != NULL,
+          "a request of the older form -> 401 that says so (got %ld: %s)", r.status, error_of(j));
+    json_decref(j);
+
+    j = signed_get(url, "/api/info", token, agent, 0, now, &r, nonce);
+    CHECK(r.status == 200, "a GET /api/info signed for this agent is served (got %ld)", r.status);
+    json_decref(j);
+    CHECK(pb_auth_verify_answer(token, agent, 0, nonce, r.status, r.kept, r.kept_len, r.signature),
+          "its answer is signed with the token by this agent for this request's nonce");
+    CHECK(!pb_auth_verify_answer("another-token-0123456789", agent, 0, nonce, r.status, r.kept,
+                                 r.kept_len, r.signature),
+          "the signature does not verify with another key");
+    char first[PB_AUTH_HEADER_MAX + 32];
+    snprintf(first, sizeof first, "%s", bearer);
+    j = http(NULL, url, "GET", NULL, 0, &r);
     CHECK(r.status == 401 && !r.signature[0], "the same signed request again -> 401 (got %ld)", r.status);
     CHECK_STR(error_of(j), "unauthorized: this signed request was already served once (a replay)",
               "replay message");
     json_decref(j);
+    /* the old store kept the last 2,048 nonces: after 2,100 others the first was served again */
+    int served = 0;
+    for (int i = 0; i < 2100; i++) {
+        json_decref(signed_get(id_url, PB_AUTH_IDENTITY_PATH, token, agent, 0, now, &r, nonce));
+        served += r.status == 200;
+    }
+    CHECK(served == 2100, "2,100 other signed requests served (%d)", served);
+    bearer = first;
+    json_decref(http(NULL, url, "GET", NULL, 0, &r));
+    CHECK(r.status == 401 && !r.signature[0],
+          "the first request replayed after them, within its window -> 401 (got %ld)", r.status);
 
-    pb_auth_sign_request(token, "GET", "/api/info", NULL, 0, 3, now, value, sizeof value, nonce);
-    snprintf(header, sizeof header, "Authorization: %s", value);
-    j = http(NULL, url, "GET", NULL, 0, &r);
+    j = signed_get(url, "/api/info", token, agent, 3, now, &r, nonce);
     CHECK(r.status == 401, "a request meant for rank 3 -> 401 on rank 0 (got %ld)", r.status);
     CHECK_STR(error_of(j), "unauthorized: the request is meant for rank 3 and this agent is rank 0: the "
               "job's roster names the wrong endpoint for rank 3", "wrong-rank message");
     json_decref(j);
-    pb_auth_sign_request(token, "GET", "/api/info", NULL, 0, 0, now, value, sizeof value, nonce);
-    snprintf(header, sizeof header, "Authorization: %s", value);
-    json_decref(http(NULL, url, "GET", NULL, 0, &r));
-    CHECK(r.status == 200, "a request meant for rank 0 is served by rank 0 (got %ld)", r.status);
-
-    pb_auth_sign_request(token, "GET", "/api/info", NULL, 0, -1, now - 3600, value, sizeof value,
-                         nonce);
-    snprintf(header, sizeof header, "Authorization: %s", value);
-    json_decref(http(NULL, url, "GET", NULL, 0, &r));
+    json_decref(signed_get(url, "/api/info", token, agent, 0, now - 3600, &r, nonce));
     CHECK(r.status == 401, "a request signed an hour ago -> 401 (got %ld)", r.status);
-    pb_auth_sign_request(token, "GET", "/api/tables", NULL, 0, -1, now, value, sizeof value, nonce);
-    snprintf(header, sizeof header, "Authorization: %s", value);
-    json_decref(http(NULL, url, "GET", NULL, 0, &r));
+    json_decref(signed_get(url, "/api/tables", token, agent, 0, now, &r, nonce));
     CHECK(r.status == 401, "a signature for another path -> 401 (got %ld)", r.status);
-    pb_auth_sign_request("another-token-0123456789", "GET", "/api/info", NULL, 0, -1, now, value,
-                         sizeof value, nonce);
-    snprintf(header, sizeof header, "Authorization: %s", value);
-    json_decref(http(NULL, url, "GET", NULL, 0, &r));
+    json_decref(signed_get(url, "/api/info", "another-token-0123456789", agent, 0, now, &r, nonce));
     CHECK(r.status == 401, "a signature with another key -> 401 (got %ld)", r.status);
 
     const char *sql = "{\"sql\":\"SELECT 1\"}", *other = "{\"sql\":\"SELECT 2\"}";
-    pb_auth_sign_request(token, "POST", "/api/query", sql, strlen(sql), -1, now, value,
+    pb_auth_sign_request(token, "POST", "/api/query", sql, strlen(sql), 0, agent, now, value,
                          sizeof value, nonce);
     snprintf(header, sizeof header, "Authorization: %s", value);
+    bearer = header;
     j = http(NULL, query_url, "POST", other, strlen(other), &r);
     CHECK(r.status == 401 && !r.signature[0], "a signed request with another body -> 401 (got %ld)",
           r.status);
     json_decref(j);
-    pb_auth_sign_request(token, "POST", "/api/query", sql, strlen(sql), -1, now, value,
+    pb_auth_sign_request(token, "POST", "/api/query", sql, strlen(sql), 0, agent, now, value,
                          sizeof value, nonce);
     snprintf(header, sizeof header, "Authorization: %s", value);
     json_decref(http(NULL, query_url, "POST", sql, strlen(sql), &r));
-    CHECK(r.status == 200 && pb_auth_verify_answer(token, nonce, r.status, r.kept, r.kept_len,
-                                                   r.signature),
+    CHECK(r.status == 200 && pb_auth_verify_answer(token, agent, 0, nonce, r.status, r.kept,
+                                                   r.kept_len, r.signature),
           "a signed query is served and its answer signed (got %ld)", r.status);
     bearer = was;
 }

@@ -118,6 +118,23 @@ static void test_optimizer(void)
     json_decref(doc);
 }
 
+/* Every 4th optimizer step 3.5x slower (seen under load: a memory-bound Adam step): the slow
+ * steps are the optimizer bottleneck, slower still; optimizer_heavy stays the primary finding. */
+static void test_optimizer_slow_every_few(void)
+{
+    fresh(1);
+    for (int s = 0; s < 20; s++) {
+        double opt = s % 4 == 3 ? 0.070 : 0.020;
+        add_step(s, 0.002, 0.003, opt, 0.0055 + opt, 300);
+    }
+    json_t *doc = build(0, NULL);
+    CHECK_STR(severity(doc, "outlier_steps"), "warning", "slow optimizer steps: a warning");
+    CHECK_STR(primary(doc), "optimizer_heavy", "slow optimizer steps: the optimizer is primary");
+    CHECK(strstr(claim(doc, "outlier_steps"), "see optimizer_heavy") != NULL,
+          "slow optimizer steps: the claim points to the bottleneck");
+    json_decref(doc);
+}
+
 static void test_no_optimizer(void)
 {
     fresh(1);
@@ -266,6 +283,19 @@ static void test_collectives_amp(void)
     CHECK_STR(severity(doc, "amp"), "warning", "a skipped AMP step: warning");
     CHECK(sql_reruns(finding(doc, "amp")) && sql_reruns(finding(doc, "collectives")),
           "their SQL re-runs");
+    CHECK(strstr(advice(doc, "communication"), "bucket_cap_mb") != NULL,
+          "communication: DDP's knobs without DeepSpeed");
+    json_decref(doc);
+    /* the same job under a DeepSpeed engine (ZeRO 2): DeepSpeed's knobs, not DDP's (issue 50) */
+    test_conditions = json_pack("{s:s,s:i}", "framework", "deepspeed", "zero_stage", 2);
+    doc = build(0, NULL);
+    CHECK(strstr(advice(doc, "communication"), "\"overlap_comm\": true") != NULL &&
+              strstr(advice(doc, "communication"), "reduce_bucket_size") != NULL &&
+              strstr(advice(doc, "communication"), "ZeRO stage 2 and 3") != NULL,
+          "DeepSpeed: its own knobs");
+    CHECK(strstr(advice(doc, "communication"), "bucket_cap_mb") == NULL &&
+              strstr(advice(doc, "communication"), "DDP") == NULL,
+          "DeepSpeed: no DDP knob");
     json_decref(doc);
 }
 
@@ -278,6 +308,7 @@ int main(void)
     test_unaccounted();
     test_dataloader();
     test_optimizer();
+    test_optimizer_slow_every_few();
     test_no_optimizer();
     test_one_step();
     test_outlier();

@@ -1,8 +1,8 @@
 /*
- * test_report_memory.c - the memory section and the AMP hardware checks of src/report on synthetic
- * table contents (the fixture: report_fixture.h). Their GPU branches (CUDA allocator figures,
- * compute capability, fp16/bf16 layers on cuda) can only be exercised here, on synthetic rows,
- * on a machine without a GPU.
+ * test_report_memory.c - the memory section (leak projection included) and the AMP hardware
+ * checks of src/report on synthetic table contents (the fixture: report_fixture.h). Their GPU
+ * branches (CUDA allocator figures, compute capability, fp16/bf16 layers on cuda) can only be
+ * exercised here, on synthetic rows, on a machine without a GPU.
  */
 #include "check.h"
 #include "report_fixture.h"
@@ -283,6 +283,41 @@ static void layer(const char *module, const char *type, int in, int out, int row
     }
 }
 
+/* Autocast around the first blocks only (issue 50): a third of the GEMM work in bfloat16, the
+ * rest named; the whole model in bfloat16: ok. */
+static void test_amp_coverage(void)
+{
+    amp_run("", "", -1);
+    exec(LAYERS_TABLE);
+    layer("blocks.0.fc", "Linear", 512, 512, 64, "bfloat16", "cpu", 0.001);
+    layer("blocks.1.fc", "Linear", 512, 512, 64, "bfloat16", "cpu", 0.001);
+    layer("blocks.2.fc", "Linear", 512, 512, 64, "float32", "cpu", 0.001);
+    layer("blocks.3.fc", "Linear", 512, 512, 64, "float32", "cpu", 0.001);
+    layer("head", "Linear", 512, 1024, 64, "float32", "cpu", 0.001);
+    json_t *doc = build(0, NULL);
+    CHECK_STR(severity(doc, "amp_coverage"), "warning", "partial autocast: a warning");
+    CHECK(strstr(claim(doc, "amp_coverage"), "33% of the matrix-multiply work runs in bfloat16 "
+                                             "(2 of 5 layers); the rest in full precision, the "
+                                             "largest: head (float32), blocks.2.fc") != NULL,
+          "partial autocast: the share and the layers outside it");
+    json_decref(doc);
+
+    amp_run("", "", -1);
+    exec(LAYERS_TABLE);
+    layer("blocks.0.fc", "Linear", 512, 512, 64, "bfloat16", "cpu", 0.001);
+    layer("head", "Linear", 512, 1024, 64, "bfloat16", "cpu", 0.001);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "amp_coverage"), "ok", "whole model in bf16: ok");
+    json_decref(doc);
+
+    amp_run("", "", -1);
+    exec(LAYERS_TABLE);
+    layer("head", "Linear", 512, 1024, 64, "float32", "cpu", 0.001);
+    doc = build(0, NULL);
+    CHECK(finding(doc, "amp_coverage") == NULL, "no reduced precision: no coverage finding");
+    json_decref(doc);
+}
+
 static void test_amp_bf16(void)
 {
     amp_run("bfloat16", "cuda", 7.0);
@@ -401,11 +436,122 @@ static void test_tensor_cores(void)
 }
 
 
+/* A leak projected against the memory available; the same job without it stays clean. */
+static void test_leak_projection(void)
+{
+    fresh_now(); /* +0.125 MB per step, 22 ms steps, 24 GB: ~20 GB per hour */
+    for (int s = 0; s < 3000; s++)
+        step_now(s, 22, 0.1, 6, 9, 2, 0, 32, 1, "cpu", 2000 + 0.125 * s + (s % 7) * 0.05, 24000);
+    json_t *doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "critical", "slow leak, ~1 h to exhaustion: critical");
+    double slope = finding_num(doc, "memory_growth", "slope_mb_per_step");
+    CHECK(slope > 0.124 && slope < 0.126, "slow leak: 0.125 MB per step (Theil-Sen)");
+    double hours = finding_num(doc, "memory_growth", "hours_to_limit");
+    CHECK(hours > 0.9 && hours < 1.3, "slow leak: out of memory in about an hour");
+    CHECK(strstr(claim(doc, "memory_growth"), "GB per hour at this pace; out of memory in ~1 h")
+              != NULL, "slow leak: the claim gives the pace and the time left");
+    json_decref(doc);
+
+    fresh_now(); /* the same leak with a terabyte: days away, reported as info */
+    for (int s = 0; s < 3000; s++)
+        step_now(s, 22, 0.1, 6, 9, 2, 0, 32, 1, "cpu", 2000 + 0.125 * s, 4e6);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "info", "a week to exhaustion: info");
+    json_decref(doc);
+
+    fresh_now(); /* healthy: caches fill over the first steps, then flat with noise */
+    for (int s = 0; s < 300; s++)
+        step_now(s, 22, 0.1, 6, 9, 2, 0, 32, 1, "cpu", 2000 + (s < 20 ? s * 2.0 : 40) + (s * 7 % 5) * 0.4,
+                 24000);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "ok", "filled caches, then flat: no leak");
+    json_decref(doc);
+
+    fresh_now(); /* flat, one jump of 600 MB half way, flat again: no line fits, no "ok" */
+    for (int s = 0; s < 300; s++)
+        step_now(s, 22, 0.1, 6, 9, 2, 0, 32, 1, "cpu", 2000 + (s < 150 ? 0 : 600) + (s * 7 % 5) * 0.4,
+                 24000);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "info", "one 600 MB jump: info, not ok");
+    CHECK(strstr(claim(doc, "memory_growth"), "but not steadily") != NULL,
+          "a jump: said to be growth, not a steady one");
+    CHECK(finding_num(doc, "memory_growth", "growth_mb") > 590, "a jump: its size in the numbers");
+    json_decref(doc);
+
+    /* A short run's leak (issue 28): 36 steps of 100 ms at +0.35 MB each, ~15 min from the
+     * limit. Under 16 MB in all, yet never "no steady memory growth" beside its own numbers. */
+    fresh_now();
+    for (int s = 0; s < 36; s++)
+        step_now(s, 100, 0.1, 30, 40, 5, 0, 32, 1, "cpu", 2000 + 0.35 * s, 5160);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "warning", "short leak near the limit: a warning");
+    CHECK(strstr(claim(doc, "memory_growth"), "memory climbs steadily: +0.35 MB/step") != NULL,
+          "short leak: the claim gives the pace");
+    CHECK(strstr(claim(doc, "memory_growth"), "out of memory in ~15 min") != NULL,
+          "short leak: and the time left");
+    CHECK_STR(primary(doc), "memory_growth", "short leak: the primary finding");
+    json_decref(doc);
+
+    /* A climb that slows (issue 50: a healthy Trainer run's pools filling, read as a leak at
+     * step 200): +0.5 MB a step for 40 steps, then +0.1: one line fits the whole (r² > 0.9),
+     * yet the last third climbs a fifth as fast: not steady yet, no projection. */
+    fresh_now();
+    for (int s = 0; s < 66; s++)
+        step_now(s, 100, 0.1, 30, 40, 5, 0, 32, 1, "cpu",
+                 2000 + (s < 40 ? 0.5 * s : 20 + 0.1 * (s - 40)), 5160);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "info", "a slowing climb: info");
+    CHECK(strstr(claim(doc, "memory_growth"), "but the climb is slowing: +0.1 MB/step over the "
+                                              "last third") != NULL,
+          "a slowing climb: said so, with the last third's pace");
+    json_decref(doc);
+
+    /* The same climb with the limit hours away (issue 50: a DDP rank's sub-threshold climb,
+     * ~50 h from the limit, outranked the straggler; here ~16 h): under the leak threshold by
+     * its own numbers, so info, and never the primary finding. */
+    fresh_now();
+    for (int s = 0; s < 36; s++)
+        step_now(s, 100, 0.1, 30, 40, 5, 0, 32, 1, "cpu", 2000 + 0.35 * s, 200000);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "info", "sub-threshold climb, limit far: info");
+    CHECK(strstr(claim(doc, "memory_growth"), "if it goes on, out of memory in ~") != NULL,
+          "sub-threshold climb: the projection is still given");
+    CHECK(strcmp(primary(doc), "memory_growth") != 0, "sub-threshold climb: not primary");
+    json_decref(doc);
+
+    /* The same pace seen over a handful of steps (a report --last 5 of a healthy short run
+     * whose RSS was still filling, +3.6 MB a step, r² 0.91, failed CI as a warning): a line
+     * through so few points is no projection to warn on: too few steps to tell. */
+    fresh_now();
+    for (int s = 0; s < 9; s++)
+        step_now(s, 100, 0.1, 30, 40, 5, 0, 32, 1, "cpu", 2000 + 1.6 * s + (s % 2) * 0.4, 5160);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "info", "a climb over a few steps: info");
+    CHECK(strstr(claim(doc, "memory_growth"), "too few steps to tell") != NULL,
+          "a climb over a few steps: too few steps to tell");
+    json_decref(doc);
+
+    fresh_now(); /* the same short climb with a terabyte to go: too few steps to tell */
+    for (int s = 0; s < 36; s++)
+        step_now(s, 100, 0.1, 30, 40, 5, 0, 32, 1, "cpu", 2000 + 0.35 * s, 1e6);
+    doc = build(0, NULL);
+    CHECK_STR(severity(doc, "memory_growth"), "info", "short climb, limit far: info");
+    CHECK(strstr(claim(doc, "memory_growth"), "too few steps to tell") != NULL,
+          "short climb, limit far: too few steps to tell");
+    json_decref(doc);
+
+    double x[6] = {0, 1, 2, 3, 4, 5}, y[6] = {1, 3, 5, 7, 9, 100}, m, b, r2;
+    pb__report_theil_sen(x, y, 6, &m, &b, &r2);
+    CHECK(m == 2 && b == 1, "Theil-Sen: one wild point does not tilt the line");
+}
+
 int main(void)
 {
+    test_leak_projection();
     test_memory_cpu_adam();
     test_memory_missing();
     test_memory_cuda();
+    test_amp_coverage();
     test_amp_bf16();
     test_tensor_cores();
     json_decref(test_info);

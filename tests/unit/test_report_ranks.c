@@ -1,7 +1,7 @@
 /*
  * test_report_ranks.c - the rules of src/report that read python.steps and other ranks, on
  * synthetic table contents (the fixture: report_fixture.h): load imbalance across ranks, detail
- * windows, host time, leak projection, machine noise, grad sync, periodic work, stragglers, the
+ * windows, host time, machine noise, grad sync, periodic work, stragglers, the
  * GIL, device time and arrival order. Other ranks are further in-memory databases handed to the
  * report as peers.
  */
@@ -220,39 +220,6 @@ static void test_detail_windows(void)
 }
 
 
-/* python.steps as today's agent writes it (batches, grad_sync, detail); python.memory with
- * limit_mb. */
-static const char STEPS_NOW[] =
-    "CREATE TABLE python.steps (step INTEGER, wall REAL, data_wait REAL, forward REAL,"
-    " backward REAL, optimizer REAL, collectives REAL, grad_sync REAL, other REAL,"
-    " samples INTEGER, syncs INTEGER, rank INTEGER, batches INTEGER, detail INTEGER);"
-    "CREATE TABLE python.memory (step INTEGER, phase TEXT, device TEXT, allocated_mb REAL,"
-    " max_allocated_mb REAL, reserved_mb REAL, rss_mb REAL, limit_mb REAL, rank INTEGER)";
-
-/* One step of python.steps and its end-of-step memory row (device, MB, limit). Times in ms. */
-static void step_now(int step, double wall, double data, double fwd, double bwd, double opt,
-                     double grad_sync, int samples, int batches, const char *device,
-                     double mem_mb, double limit_mb)
-{
-    char sql[768];
-    double other = wall - data - fwd - bwd - opt - grad_sync;
-    snprintf(sql, sizeof sql,
-             "INSERT INTO python.steps VALUES (%d, %.9f, %.9f, %.9f, %.9f, %.9f, 0, %.9f, %.9f,"
-             " %d, 0, 0, %d, 0); INSERT INTO python.memory VALUES (%d, 'step', '%s', %f, %f,"
-             " NULL, %f, %f, 0)",
-             step, wall / 1e3, data / 1e3, fwd / 1e3, bwd / 1e3, opt / 1e3, grad_sync / 1e3,
-             (other > 0 ? other : 0) / 1e3, samples, batches, step, device, mem_mb, mem_mb,
-             mem_mb, limit_mb);
-    exec(sql);
-    if (step % 10 == 0) add_step(step, fwd / 1e3, bwd / 1e3, opt / 1e3, wall / 1e3, mem_mb);
-}
-
-static void fresh_now(void)
-{
-    fresh(1);
-    exec(STEPS_NOW);
-}
-
 /* Host time: a slow Python generator feeding the loop (no DataLoader: batches 0, data_wait 0)
  * and per-step logging with a DataLoader; each against a healthy twin. */
 static void test_host_time(void)
@@ -291,88 +258,6 @@ static void test_host_time(void)
     CHECK(strstr(advice(doc, "compute_bound"), "GPU") == NULL,
           "CPU run: no GPU recommendation");
     json_decref(doc);
-}
-
-/* A leak projected against the memory available; the same job without it stays clean. */
-static void test_leak_projection(void)
-{
-    fresh_now(); /* +0.125 MB per step, 22 ms steps, 24 GB: ~20 GB per hour */
-    for (int s = 0; s < 3000; s++)
-        step_now(s, 22, 0.1, 6, 9, 2, 0, 32, 1, "cpu", 2000 + 0.125 * s + (s % 7) * 0.05, 24000);
-    json_t *doc = build(0, NULL);
-    CHECK_STR(severity(doc, "memory_growth"), "critical", "slow leak, ~1 h to exhaustion: critical");
-    double slope = finding_num(doc, "memory_growth", "slope_mb_per_step");
-    CHECK(slope > 0.124 && slope < 0.126, "slow leak: 0.125 MB per step (Theil-Sen)");
-    double hours = finding_num(doc, "memory_growth", "hours_to_limit");
-    CHECK(hours > 0.9 && hours < 1.3, "slow leak: out of memory in about an hour");
-    CHECK(strstr(claim(doc, "memory_growth"), "GB per hour at this pace; out of memory in ~1 h")
-              != NULL, "slow leak: the claim gives the pace and the time left");
-    json_decref(doc);
-
-    fresh_now(); /* the same leak with a terabyte: days away, reported as info */
-    for (int s = 0; s < 3000; s++)
-        step_now(s, 22, 0.1, 6, 9, 2, 0, 32, 1, "cpu", 2000 + 0.125 * s, 4e6);
-    doc = build(0, NULL);
-    CHECK_STR(severity(doc, "memory_growth"), "info", "a week to exhaustion: info");
-    json_decref(doc);
-
-    fresh_now(); /* healthy: caches fill over the first steps, then flat with noise */
-    for (int s = 0; s < 300; s++)
-        step_now(s, 22, 0.1, 6, 9, 2, 0, 32, 1, "cpu", 2000 + (s < 20 ? s * 2.0 : 40) + (s * 7 % 5) * 0.4,
-                 24000);
-    doc = build(0, NULL);
-    CHECK_STR(severity(doc, "memory_growth"), "ok", "filled caches, then flat: no leak");
-    json_decref(doc);
-
-    fresh_now(); /* flat, one jump of 600 MB half way, flat again: no line fits, no "ok" */
-    for (int s = 0; s < 300; s++)
-        step_now(s, 22, 0.1, 6, 9, 2, 0, 32, 1, "cpu", 2000 + (s < 150 ? 0 : 600) + (s * 7 % 5) * 0.4,
-                 24000);
-    doc = build(0, NULL);
-    CHECK_STR(severity(doc, "memory_growth"), "info", "one 600 MB jump: info, not ok");
-    CHECK(strstr(claim(doc, "memory_growth"), "but not steadily") != NULL,
-          "a jump: said to be growth, not a steady one");
-    CHECK(finding_num(doc, "memory_growth", "growth_mb") > 590, "a jump: its size in the numbers");
-    json_decref(doc);
-
-    /* A short run's leak (issue 28): 36 steps of 100 ms at +0.35 MB each, ~15 min from the
-     * limit. Under 16 MB in all, yet never "no steady memory growth" beside its own numbers. */
-    fresh_now();
-    for (int s = 0; s < 36; s++)
-        step_now(s, 100, 0.1, 30, 40, 5, 0, 32, 1, "cpu", 2000 + 0.35 * s, 5160);
-    doc = build(0, NULL);
-    CHECK_STR(severity(doc, "memory_growth"), "warning", "short leak near the limit: a warning");
-    CHECK(strstr(claim(doc, "memory_growth"), "memory climbs steadily: +0.35 MB/step") != NULL,
-          "short leak: the claim gives the pace");
-    CHECK(strstr(claim(doc, "memory_growth"), "out of memory in ~15 min") != NULL,
-          "short leak: and the time left");
-    CHECK_STR(primary(doc), "memory_growth", "short leak: the primary finding");
-    json_decref(doc);
-
-    /* The same pace seen over a handful of steps (a report --last 5 of a healthy short run
-     * whose RSS was still filling, +3.6 MB a step, r² 0.91, failed CI as a warning): a line
-     * through so few points is no projection to warn on: too few steps to tell. */
-    fresh_now();
-    for (int s = 0; s < 9; s++)
-        step_now(s, 100, 0.1, 30, 40, 5, 0, 32, 1, "cpu", 2000 + 1.6 * s + (s % 2) * 0.4, 5160);
-    doc = build(0, NULL);
-    CHECK_STR(severity(doc, "memory_growth"), "info", "a climb over a few steps: info");
-    CHECK(strstr(claim(doc, "memory_growth"), "too few steps to tell") != NULL,
-          "a climb over a few steps: too few steps to tell");
-    json_decref(doc);
-
-    fresh_now(); /* the same short climb with a terabyte to go: too few steps to tell */
-    for (int s = 0; s < 36; s++)
-        step_now(s, 100, 0.1, 30, 40, 5, 0, 32, 1, "cpu", 2000 + 0.35 * s, 1e6);
-    doc = build(0, NULL);
-    CHECK_STR(severity(doc, "memory_growth"), "info", "short climb, limit far: info");
-    CHECK(strstr(claim(doc, "memory_growth"), "too few steps to tell") != NULL,
-          "short climb, limit far: too few steps to tell");
-    json_decref(doc);
-
-    double x[6] = {0, 1, 2, 3, 4, 5}, y[6] = {1, 3, 5, 7, 9, 100}, m, b, r2;
-    pb__report_theil_sen(x, y, 6, &m, &b, &r2);
-    CHECK(m == 2 && b == 1, "Theil-Sen: one wild point does not tilt the line");
 }
 
 /* A busy machine (issue 28): steps stretched because the kernel gave the training thread's core
@@ -551,13 +436,12 @@ static void test_causes_throughput_sample(void)
     json_decref(doc);
 }
 
-/* A DDP straggler: rank 1 does ~3x the forward/backward work; rank 0 waits in grad_sync. */
-static void test_straggler_mirror(void)
+/* The other rank of a 2-rank DDP job: 30 steps of 27 ms in python.steps as an agent without
+ * the samples/batches columns writes them, with the given forward, backward, grad_sync and
+ * other host time (s). */
+static void peer_ddp_steps(int rank, double fwd, double bwd, double grad_sync, double other)
 {
-    fresh_now();
-    test_info = json_pack("{s:i,s:i,s:s,s:i}", "rank", 0, "world_size", 2, "job", "j", "pid", 1);
-    for (int s = 0; s < 30; s++) step_now(s, 27, 0.2, 3.3, 4.9, 0.5, 17.3, 32, 1, "cpu", 500, 24000);
-    sqlite3 *h = peer(0, 1, 0);
+    sqlite3 *h = peer(0, rank, 0);
     sqlite3_exec(h, "DROP TABLE python.steps", NULL, NULL, NULL);
     sqlite3_exec(h,
                  "CREATE TABLE python.steps (step INTEGER, wall REAL, data_wait REAL, forward REAL,"
@@ -566,10 +450,19 @@ static void test_straggler_mirror(void)
     for (int s = 0; s < 30; s++) {
         char sql[256];
         snprintf(sql, sizeof sql,
-                 "INSERT INTO python.steps VALUES (%d, 0.027, 0.0002, 0.0085, 0.0151, 0.0005, 0,"
-                 " 0.0016, 0.0011)", s);
+                 "INSERT INTO python.steps VALUES (%d, 0.027, 0.0002, %g, %g, 0.0005, 0, %g, %g)",
+                 s, fwd, bwd, grad_sync, other);
         sqlite3_exec(h, sql, NULL, NULL, NULL);
     }
+}
+
+/* A DDP straggler: rank 1 does ~3x the forward/backward work; rank 0 waits in grad_sync. */
+static void test_straggler_mirror(void)
+{
+    fresh_now();
+    test_info = json_pack("{s:i,s:i,s:s,s:i}", "rank", 0, "world_size", 2, "job", "j", "pid", 1);
+    for (int s = 0; s < 30; s++) step_now(s, 27, 0.2, 3.3, 4.9, 0.5, 17.3, 32, 1, "cpu", 500, 24000);
+    peer_ddp_steps(1, 0.0085, 0.0151, 0.0016, 0.0011);
     json_t *doc = build(0, NULL);
     CHECK_STR(primary(doc), "load_imbalance", "straggler: load imbalance is the primary");
     CHECK(finding_num(doc, "load_imbalance", "slow_rank") == 1, "straggler: rank 1 is slow");
@@ -578,6 +471,57 @@ static void test_straggler_mirror(void)
           "straggler: names the rank and its slow phase");
     CHECK_STR(severity(doc, "communication"), "info",
               "rank 0's grad_sync is the wait for rank 1, not a communication problem");
+    json_decref(doc);
+}
+
+/* The slow rank's own report (issue 50: the rank the others wait for is the primary finding on
+ * every rank's report): rank 1's optimizer step is 15 ms of its 27, rank 0 waits for it in
+ * grad_sync; load imbalance comes before rank 1's optimizer_heavy. */
+static void test_slow_rank_own_report(void)
+{
+    fresh_now();
+    test_info = json_pack("{s:i,s:i,s:s,s:i}", "rank", 1, "world_size", 2, "job", "j", "pid", 2);
+    for (int s = 0; s < 30; s++) step_now(s, 27, 0.2, 3.3, 4.9, 15, 0.5, 32, 1, "cpu", 500, 24000);
+    peer_ddp_steps(0, 0.0033, 0.0049, 0.0175, 0.0006);
+    json_t *doc = build(0, NULL);
+    CHECK_STR(severity(doc, "optimizer_heavy"), "warning", "slow rank: its optimizer is heavy");
+    CHECK_STR(severity(doc, "load_imbalance"), "warning", "slow rank: imbalance named");
+    CHECK_STR(primary(doc), "load_imbalance", "slow rank: the imbalance is its primary finding");
+    json_decref(doc);
+}
+
+/* An evaluation every 2nd step (issue 50): the median rises with it, so no step is slow
+ * against it; the steps that took the validation batches are compared with the others. */
+static void test_frequent_evaluation(void)
+{
+    fresh_now();
+    for (int s = 0; s < 40; s++)
+        step_now(s, s % 2 ? 200 : 100, 0.2, s % 2 ? 130 : 30, 40, 5, 0, s % 2 ? 64 + 512 : 64, 1,
+                 "cpu", 500, 24000);
+    json_t *doc = build(0, NULL);
+    CHECK(finding(doc, "outlier_steps") == NULL, "eval every 2nd step: no slow steps");
+    CHECK_STR(severity(doc, "frequent_evaluation"), "warning", "eval every 2nd step: a warning");
+    CHECK(strstr(claim(doc, "frequent_evaluation"),
+                 "an evaluation runs in 20 of 40 steps, every 2 steps (512 more samples") != NULL &&
+              strstr(claim(doc, "frequent_evaluation"), "take 100 ms more (2.0x the others), "
+                                                        "33% of the wall time") != NULL,
+          "eval every 2nd step: how often, how much");
+    CHECK_STR(primary(doc), "frequent_evaluation", "eval every 2nd step: the primary finding");
+    json_decref(doc);
+    /* more samples in some steps without more forward time (a variable batch whose steps cost
+     * the same, the time elsewhere): no evaluation */
+    fresh_now();
+    for (int s = 0; s < 40; s++)
+        step_now(s, s % 2 ? 200 : 100, 0.2, 30, s % 2 ? 140 : 40, 5, 0, s % 2 ? 576 : 64, 1,
+                 "cpu", 500, 24000);
+    doc = build(0, NULL);
+    CHECK(finding(doc, "frequent_evaluation") == NULL, "more samples, no more forward: none");
+    json_decref(doc);
+    /* the healthy twin: the same samples every step */
+    fresh_now();
+    for (int s = 0; s < 40; s++) step_now(s, 100, 0.2, 30, 40, 5, 0, 64, 1, "cpu", 500, 24000);
+    doc = build(0, NULL);
+    CHECK(finding(doc, "frequent_evaluation") == NULL, "healthy twin: none");
     json_decref(doc);
 }
 
@@ -608,9 +552,43 @@ static void test_gil(void)
         }
         json_decref(doc);
     }
+    /* The GIL held by another thread while the optimizer step is most of the step (issue 50):
+     * the thread explains the slow optimizer, so it is the primary finding. */
+    fresh_now();
+    exec("CREATE TABLE python.gil (step INTEGER, thread_id INTEGER, thread_name TEXT,"
+         " training INTEGER, held INTEGER, samples INTEGER, rank INTEGER)");
+    for (int s = 0; s < 30; s++) {
+        char sql[256];
+        step_now(s, 80, 0.2, 8, 10, 55, 0, 64, 1, "cpu", 500, 24000);
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO python.gil VALUES (%d, 1, 'MainThread', 1, 1, 8, 0),"
+                 " (%d, 7, 'metrics-aggregator', 0, 7, 8, 0)", s, s);
+        exec(sql);
+    }
+    json_t *both = build(0, NULL);
+    CHECK_STR(severity(both, "optimizer_heavy"), "warning", "GIL and optimizer: optimizer heavy");
+    CHECK_STR(primary(both), "gil_contention", "GIL and optimizer: the GIL holder is primary");
+    json_decref(both);
+    /* probing's own thread (capture's writer) holding it as long: never a finding (issue 50) */
+    fresh_now();
+    exec("CREATE TABLE python.gil (step INTEGER, thread_id INTEGER, thread_name TEXT,"
+         " training INTEGER, held INTEGER, samples INTEGER, rank INTEGER)");
+    for (int s = 0; s < 30; s++) {
+        char sql[256];
+        step_now(s, 80, 0.2, 20, 30, 5, 0, 64, 1, "cpu", 500, 24000);
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO python.gil VALUES (%d, 1, 'MainThread', 1, 1, 8, 0),"
+                 " (%d, 9, 'probing-capture', 0, 6, 8, 0)", s, s);
+        exec(sql);
+    }
+    json_t *doc = build(0, NULL);
+    CHECK_STR(severity(doc, "gil_contention"), "ok", "probing's own thread: not a finding");
+    CHECK(strstr(claim(doc, "gil_contention"), "probing's own threads (75%, not counted)") != NULL,
+          "probing's own thread: its share said");
+    json_decref(doc);
     fresh_now();
     for (int s = 0; s < 30; s++) step_now(s, 80, 0.2, 20, 30, 5, 0, 64, 1, "cpu", 500, 24000);
-    json_t *doc = build(0, NULL);
+    doc = build(0, NULL);
     CHECK_STR(severity(doc, "gil_contention"), "skipped", "no python.gil: skipped");
     json_decref(doc);
 }
@@ -809,7 +787,6 @@ int main(void)
     test_detail_windows();
     test_load_imbalance();
     test_host_time();
-    test_leak_projection();
     test_machine_noise();
     test_grad_sync();
     test_periodic();
@@ -817,6 +794,8 @@ int main(void)
     test_straggler_mirror();
     test_arrival_order();
     test_gil();
+    test_frequent_evaluation();
+    test_slow_rank_own_report();
     test_device_time();
     json_decref(test_info);
     sqlite3_close(db);

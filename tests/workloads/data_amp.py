@@ -7,6 +7,7 @@ What the collectors must see (tests/integration/test_collectors_local.py):
   --iterable        an IterableDataset instead of a map-style one
   --amp             torch.autocast('cpu', dtype=torch.bfloat16) around the forward and loss, and
                     torch.amp.GradScaler('cpu') around backward and the optimizer step
+  --amp-first       autocast around the first Linear only (the rest in float32: partial autocast)
   --inf-at N        at step N the loss is multiplied by inf: the GradScaler skips that step
   --grow-mb M       every step keeps M more MB alive (python.memory shows the growth)
 Epochs are short (--samples), so StopIteration ends several epochs during a run.
@@ -25,6 +26,19 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 import _workload as wl
 
 FEATURES, CLASSES = 16, 4
+
+
+class FirstLayerAmp(nn.Module):
+    """--amp-first: autocast around the first layer only, as a model's own forward writes it."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = self.net[0](x)
+        return self.net[2](self.net[1](hidden.float()))
 
 
 def make_data(samples):
@@ -67,6 +81,7 @@ parser.add_argument("--sleep", type=float, default=0.0)
 parser.add_argument("--num-workers", type=int, default=0)
 parser.add_argument("--iterable", action="store_true")
 parser.add_argument("--amp", action="store_true")
+parser.add_argument("--amp-first", action="store_true")
 parser.add_argument("--inf-at", type=int, default=-1)
 parser.add_argument("--grow-mb", type=int, default=0)
 
@@ -78,6 +93,8 @@ if __name__ == "__main__":
     loader = DataLoader(dataset, batch_size=args.batch_size, num_workers=args.num_workers,
                         shuffle=False)
     model = nn.Sequential(nn.Linear(FEATURES, 32), nn.ReLU(), nn.Linear(32, CLASSES))
+    if args.amp_first:
+        model = FirstLayerAmp(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = nn.CrossEntropyLoss()
     scaler = torch.amp.GradScaler("cpu", enabled=args.amp)

@@ -9,6 +9,9 @@ wrong with it:
     tiny_modules   hundreds of tiny modules per step (host/per-call overhead dominates)
     leak           every step appends a 4 MB tensor to a global list (memory grows across steps)
 
+--delay-ms MS adds a module `delay` (healthy case) whose forward sleeps MS: one module made
+slower by a known amount, for `probing compare` (tests/integration/test_compare.py).
+
 Globals for `probing eval`: model, train_loader, optimizer, batch_size, trainer.
 
     python3 tests/workloads/planted.py --case slow_data --steps 40
@@ -38,9 +41,24 @@ class SlowDataset(Dataset):
         return self.inputs[i], self.labels[i]
 
 
-class MLP(nn.Module):
-    def __init__(self, width, hidden, classes, depth=2):
+class Delay(nn.Module):
+    """The planted slowdown of compare's tests: its forward sleeps `ms` (0: nothing)."""
+
+    def __init__(self, ms):
         super().__init__()
+        self.ms = ms
+
+    def forward(self, x):
+        if self.ms > 0:
+            time.sleep(self.ms / 1000)
+        return x
+
+
+class MLP(nn.Module):
+    def __init__(self, width, hidden, classes, depth=2, delay_ms=None):
+        super().__init__()
+        if delay_ms is not None:
+            self.delay = Delay(delay_ms)
         layers = [nn.Linear(width, hidden), nn.ReLU()]
         for _ in range(depth - 1):
             layers += [nn.Linear(hidden, hidden), nn.ReLU()]
@@ -48,6 +66,8 @@ class MLP(nn.Module):
         self.head = nn.Linear(hidden, classes)
 
     def forward(self, x):
+        if hasattr(self, "delay"):
+            x = self.delay(x)
         return self.head(self.body(x))
 
 
@@ -88,6 +108,10 @@ class Wide(nn.Module):
 parser = wl.make_parser(__doc__.splitlines()[0], steps=40)
 parser.add_argument("--case", choices=CASES, default="healthy")
 parser.add_argument("--batch-size", type=int, default=64)
+parser.add_argument("--hidden", type=int, default=1024, help="healthy case: the MLP's width")
+parser.add_argument("--delay-ms", type=float, default=None,
+                    help="healthy case: a module `delay` whose forward sleeps this long "
+                         "(0: the module, doing nothing; `probing compare`'s planted change)")
 
 leaked = []  # the leak case keeps every step's tensor here
 
@@ -112,7 +136,7 @@ if __name__ == "__main__":
     elif args.case == "heavy_compute":
         model = Wide(width, classes)
     else:
-        model = MLP(width, 1024, classes, depth=3)
+        model = MLP(width, args.hidden, classes, depth=3, delay_ms=args.delay_ms)
     params = list(model.parameters())
     if args.case == "big_optimizer":
         # An extra 4M-element tensor only the optimizer touches: Adam's update of it costs far

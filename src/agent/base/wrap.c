@@ -24,6 +24,13 @@ static PyObject *wrap_vectorcall(PyObject *self, PyObject *const *args, size_t n
     return mc->fn(mc->orig, args, nargsf, kwnames);
 }
 
+/* Wrapper of pb_wrap_attr_always: hands every call to fn, recording on or off. */
+static PyObject *wrap_vectorcall_always(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    pb_wrapper *mc = (pb_wrapper *)self;
+    return mc->fn(mc->orig, args, nargsf, kwnames);
+}
+
 static PyObject *wrapper_get(PyObject *self, PyObject *obj, PyObject *type)
 {
     if (obj == NULL || obj == Py_None) {
@@ -82,7 +89,7 @@ fail:
     return NULL;
 }
 
-int pb_wrap_attr(PyObject *owner, const char *attr, pb_wrap_fn fn, PyObject **wrapper)
+static int wrap_attr(PyObject *owner, const char *attr, pb_wrap_fn fn, vectorcallfunc call, PyObject **wrapper)
 {
     int rc = -1;
     pb_wrapper *mc = NULL;
@@ -92,7 +99,7 @@ int pb_wrap_attr(PyObject *owner, const char *attr, pb_wrap_fn fn, PyObject **wr
         rc = 0;
         goto out;
     }
-    if (!(mc = pb_wrapper_new(orig, wrap_vectorcall, fn))) goto out;
+    if (!(mc = pb_wrapper_new(orig, call, fn))) goto out;
     if (PyType_Check(owner)) {
         PyObject *own = PyDict_GetItemString(((PyTypeObject *)owner)->tp_dict, attr); /* borrowed */
         mc->inherited = own == NULL;
@@ -105,6 +112,16 @@ out:
     Py_XDECREF(mc);
     Py_XDECREF(orig);
     return rc;
+}
+
+int pb_wrap_attr(PyObject *owner, const char *attr, pb_wrap_fn fn, PyObject **wrapper)
+{
+    return wrap_attr(owner, attr, fn, wrap_vectorcall, wrapper);
+}
+
+int pb_wrap_attr_always(PyObject *owner, const char *attr, pb_wrap_fn fn, PyObject **wrapper)
+{
+    return wrap_attr(owner, attr, fn, wrap_vectorcall_always, wrapper);
 }
 
 void pb_unwrap_attr(PyObject *owner, const char *attr, PyObject **wrapper)

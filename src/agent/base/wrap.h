@@ -40,6 +40,11 @@ pb_wrapper *pb_wrapper_new(PyObject *orig, vectorcallfunc call, pb_wrap_fn fn);
  * exception set. [GIL held] */
 int pb_wrap_attr(PyObject *owner, const char *attr, pb_wrap_fn fn, PyObject **wrapper);
 
+/* pb_wrap_attr, but every call goes to fn, recording on or off: for a call that must be seen
+ * whenever it happens (uvicorn's Config.load, which may import torch itself, and so run before
+ * recording is on); fn checks the switch for what it records. [GIL held] */
+int pb_wrap_attr_always(PyObject *owner, const char *attr, pb_wrap_fn fn, PyObject **wrapper);
+
 /* Puts the original back if owner.attr is still *wrapper (else someone wrapped it after us:
  * theirs stays, ours passes calls through), and clears *wrapper. [GIL held] */
 void pb_unwrap_attr(PyObject *owner, const char *attr, PyObject **wrapper);

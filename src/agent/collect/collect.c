@@ -12,12 +12,15 @@
 #include "collect.h"
 
 #include "clock.h"
+#include "compiles.h"
 #include "config.h"
 #include "device.h"
+#include "generations.h"
 #include "gil.h"
 #include "intern.h"
 #include "log.h"
 #include "pyvalue.h"
+#include "requests.h"
 #include "step.h"
 #include "torch_trace.h"
 #include "walk.h"
@@ -97,6 +100,7 @@ static const pb_column steps_cols[] = {
     COL("detail", PB_COL_U8, pb_steps_row, detail, "1 when the step's module executions are in torch_trace (a detail step); 0 for a summary step (PROBING_DETAIL_EVERY)"),
     COL("cpu", PB_COL_F64, pb_steps_row, cpu_s, "seconds of CPU time the training thread got in the step (CLOCK_THREAD_CPUTIME_ID); far below wall with many involuntary_switches: the machine took the CPU away; NULL for the first step"),
     COL("involuntary_switches", PB_COL_I64_NULL, pb_steps_row, involuntary_switches, "times the kernel descheduled the training thread in the step for another (getrusage RUSAGE_THREAD ru_nivcsw): other processes on its core; NULL for the first step"),
+    COL("compile_time", PB_COL_NS_SEC, pb_steps_row, compile_ns, "seconds of torch.compile compiles that ended in the step (the sum of its python.compiles durations): part of the columns above (mostly forward), not added to them"),
 };
 
 static const pb_column gil_cols[] = {
@@ -161,7 +165,8 @@ TABLE(pb_table_gil, "gil", gil_cols, pb_gil_row,
 
 static pb_table *const tables[] = {&pb_table_dataloader_trace, &pb_table_steps, &pb_table_memory,
                                    &pb_table_amp_trace, &pb_table_memory_breakdown,
-                                   &pb_table_layers, &pb_table_gil};
+                                   &pb_table_layers, &pb_table_gil, &pb_table_generations,
+                                   &pb_table_tokens, &pb_table_compiles, &pb_table_requests};
 #define NTABLES (sizeof tables / sizeof tables[0])
 
 int pb_collect_tables_init(void)
@@ -169,7 +174,7 @@ int pb_collect_tables_init(void)
     int drc = pb_device_tables_init();
     if (drc) return drc;
     static const uint64_t capacity[NTABLES] = {1 << 16, 1 << 16, 1 << 17, 1 << 16, 1 << 14, 1 << 14,
-                                               1 << 16};
+                                               1 << 16, 1 << 14, 1 << 16, 1 << 14, 1 << 14};
     int rc = 0;
     for (size_t i = 0; i < NTABLES; i++)
         if ((rc = pb_ring_create(&tables[i]->ring, tables[i]->row_size, capacity[i]))) goto fail;
@@ -518,6 +523,7 @@ void pb_collect_step_end(int64_t step, int64_t wall_ns, int64_t cpu_ns, int deta
     s.batches = batches;
     s.rank = pb_step_rank();
     s.detail = (uint8_t)(detail != 0);
+    s.compile_ns = pb_compiles_take_step_ns();
     step_cpu(&s, cpu_ns);
     push(&pb_table_steps, &s);
 
@@ -774,4 +780,5 @@ void pb_collect_remove(void)
     pb_memory_remove();
     pb_gil_stop();
     gil_tried = 0;
+    pb_compiles_reset();
 }

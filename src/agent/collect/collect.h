@@ -59,6 +59,8 @@ typedef struct pb_steps_row {
     double cpu_s;   /* the training thread's CPU time in the step; NaN (NULL) when unknown */
     int64_t involuntary_switches; /* times the kernel took the CPU from that thread in the step;
                                      INT64_MIN (NULL) when unknown */
+    int64_t compile_ns; /* torch.compile compiles that ended in the step (compiles.h): part of
+                           the columns above, not added to them */
 } pb_steps_row;
 
 typedef struct pb_amp_row {

@@ -5,7 +5,8 @@
  * init_process_group found the others), it is scoped to the job, and it needs no new service or
  * port. What goes there is small JSON per rank, written by that rank only:
  *   {"rank":3,"local_rank":1,"node_rank":1,"world":4,"host":"node-b","pid":123,
- *    "unix":"/tmp/probing-0/123.sock","tcp":"10.0.0.2:41234","started":1700000000.1,
+ *    "unix":"/tmp/probing-0/123.sock","tcp":"10.0.0.2:41234","agent":"<32 hex digits>",
+ *    "started":1700000000.1,
  *    "hb":1700000100.2}
  * Keys: "probing/v1/<job>/rank/<rank>", <job> being TORCHELASTIC_RUN_ID or "-" (the default
  * group's store is already private to one run of init_process_group; the run id keeps an
@@ -62,11 +63,14 @@ static const char *agent_endpoint(void)
     return pb_job.agent_unix_set ? pb_job.agent_unix : NULL;
 }
 
-void pb_job_set_endpoint(const char *unix_path, int tcp_port)
+void pb_job_set_endpoint(const char *unix_path, int tcp_port, const char *agent_id)
 {
     pb_job.agent_unix_set = 0;
     pb_job.agent_tcp_port = 0;
+    pb_job.agent_id[0] = '\0';
+    pb_job.agent_id[0] = '\0';
     if (!unix_path) return;
+    snprintf(pb_job.agent_id, sizeof pb_job.agent_id, "%s", agent_id ? agent_id : "");
     snprintf(pb_job.agent_unix, sizeof pb_job.agent_unix, "%s", unix_path);
     pb_job.agent_unix_set = 1;
     pb_job.agent_tcp_port = tcp_port;
@@ -215,6 +219,8 @@ static void entry_text(char *out, size_t outlen)
     pb_jsonw_str_or_null(&w, ep);
     pb_jsonw_key(&w, "tcp");
     pb_jsonw_str_or_null(&w, pb_job.tcp_addr);
+    pb_jsonw_key(&w, "agent"); /* what a signed TCP request names (common/auth.h) */
+    pb_jsonw_str_or_null(&w, pb_job.agent_id[0] ? pb_job.agent_id : NULL);
     pb_jsonw_key(&w, "started");
     pb_jsonw_double(&w, pb_job.started_unix);
     pb_jsonw_key(&w, "hb");
@@ -496,6 +502,7 @@ void pb_job_reset(int forked)
     pb_job.agent_unix[0] = '\0';
     pb_job.agent_unix_set = 0;
     pb_job.agent_tcp_port = 0;
+    pb_job.agent_id[0] = '\0';
 
     /* Collective state: the next agent numbers each group's calls from 1 again and keeps no
      * arrival from before it started. */

@@ -27,9 +27,10 @@
 #include <stdint.h>
 
 /* The agent listens on unix_path (NULL: the agent stopped; nothing is registered until it starts
- * again) and on tcp_port (0: no TCP). Its registry entry advertises them. Called by the agent's
- * start and stop. [GIL held, heartbeat thread not running] */
-void pb_job_set_endpoint(const char *unix_path, int tcp_port);
+ * again) and on tcp_port (0: no TCP), where signed requests name agent_id (common/auth.h; NULL
+ * without TCP; copied). Its registry entry advertises them. Called by the agent's start and
+ * stop. [GIL held, heartbeat thread not running] */
+void pb_job_set_endpoint(const char *unix_path, int tcp_port, const char *agent_id);
 
 /* Registers this rank in the default group's store and starts the heartbeat thread, when
  * torch.distributed is initialised with a world size above 1; else does nothing. Idempotent.

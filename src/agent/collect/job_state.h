@@ -68,6 +68,7 @@ typedef struct pb_job_state {
     /* Where this agent listens (pb_job_set_endpoint): what its registry entry advertises. */
     char agent_unix[512];
     int agent_unix_set, agent_tcp_port;
+    char agent_id[40]; /* the TCP agent id (common/auth.h), "" without TCP */
 
     /* Collective state. */
     coll_slot slots[PB_JOB_MAX_GROUPS];

@@ -24,7 +24,8 @@ static unsigned ext_pending_steps;
 
 /* probing._autograd_build.load(torch): imports the build made on first use for this torch, or
  * starts one in the background. 0 when probing._autograd is now importable; 1 when the probes
- * stay Python-level (ext_status says why). [GIL held] */
+ * stay Python-level (ext_status says why). A cache that is not the user's own is refused by
+ * load(), which hands back the one warning to print (at most once a process). [GIL held] */
 static int ext_build_load(void)
 {
     PyObject *builder = NULL, *torch = NULL, *r = NULL;
@@ -35,8 +36,11 @@ static int ext_build_load(void)
         PyErr_Clear();
         goto done;
     }
-    PyObject *text = PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2 ? PyTuple_GET_ITEM(r, 0) : NULL;
+    PyObject *text = PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 3 ? PyTuple_GET_ITEM(r, 0) : NULL;
     PyObject *pending = text ? PyTuple_GET_ITEM(r, 1) : NULL;
+    PyObject *warning = text ? PyTuple_GET_ITEM(r, 2) : NULL;
+    if (warning && PyUnicode_Check(warning) && PyUnicode_AsUTF8(warning))
+        pb_log_warn("%s", PyUnicode_AsUTF8(warning));
     if (text == Py_None) python = 0;
     else if (text && PyUnicode_Check(text) && PyUnicode_AsUTF8(text))
         snprintf(ext_status, sizeof ext_status, "%s", PyUnicode_AsUTF8(text));

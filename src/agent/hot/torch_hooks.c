@@ -42,8 +42,10 @@
 #include "detail.h"
 #include "device.h"
 #include "frames.h"
+#include "generate.h"
 #include "intern.h"
 #include "memsample.h"
+#include "serve.h"
 #include "step.h"
 #include "torch_names.h"
 #include "torch_state.h"
@@ -242,9 +244,17 @@ static void enter(PyObject *mod, PyObject *const *inputs, Py_ssize_t n)
         if (pb_autograd_in_pass()) pb_autograd_pause(); /* a forward inside backward (checkpoint
                                                             * recompute): its time is forward's */
         if (!pb_torch.primary_root) pb_torch.primary_root = mod;
-        else if (mod == pb_torch.primary_root && (pb_torch.training_latched || pb_torch.evaluating)) evaluation_stretch();
-        if (!pb_torch.training_latched && mod == pb_torch.primary_root && pb_torch.primary_ran) end_step(pb_now_ns());
-        if (mod == pb_torch.primary_root) pb_collect_forward_begin();
+        /* A forward made for a request (serve.h) is the request's, never a step's: it neither
+         * ends a step nor adds to one, whatever thread trains meanwhile. */
+        int served = pb_serve_forward_begin();
+        if (served || pb_generate_active()) { /* a decode forward is no step: the generation is (pb_torch_generate) */
+        } else if (mod == pb_torch.primary_root && (pb_torch.training_latched || pb_torch.evaluating)) {
+            evaluation_stretch();
+        }
+        if (!served && !pb_torch.training_latched && mod == pb_torch.primary_root && pb_torch.primary_ran &&
+            !pb_generate_active())
+            end_step(pb_now_ns());
+        if (!served && mod == pb_torch.primary_root) pb_collect_forward_begin();
     }
     pb_frame *f = &ts->stack[ts->depth];
     f->module = mod;
@@ -358,14 +368,16 @@ static void leave(PyObject *mod, PyObject *output)
         probe_root_output(output);
     }
     if (depth > 0) return;
+    int served = pb_serve_forward_end(); /* a request's forward: no part of any step */
     /* a root call: its whole time is forward time on the step's timeline, less what runs
      * inside it (collectives, a nested backward), which the timeline gives to the innermost */
-    pb_step_interval(PB_ACT_FORWARD, start, now); /* not f->start_ns: the layer read above may
-                                                   * have run modules that reused f */
+    if (!served) pb_step_interval(PB_ACT_FORWARD, start, now); /* not f->start_ns: the layer read
+                                                                * above may have run modules that reused f */
     pb_device_end(PB_ACT_FORWARD);
     if (pb_autograd_paused) pb_autograd_resume();
-    if (output) pb_collect_phase(mod == pb_torch.primary_root ? PB_PHASE_AFTER_FORWARD : PB_PHASE_AFTER_LOSS);
-    if (mod == pb_torch.primary_root) pb_torch.primary_ran = 1;
+    if (output && !served) pb_collect_phase(mod == pb_torch.primary_root ? PB_PHASE_AFTER_FORWARD : PB_PHASE_AFTER_LOSS);
+    if (mod == pb_torch.primary_root && !served) pb_torch.primary_ran = 1;
+    if (pb_generate_active()) pb_generate_forward(output, start, now);
 }
 
 /* forward pre-hook(module, args) — PROBING_HOOK_MODE=hooks */
@@ -429,7 +441,7 @@ static void retarget_dynamo(PyObject *from, PyObject *to)
 int pb_torch_install_call_wrapper(void)
 {
     int rc = -1;
-    PyObject *nn = NULL, *Module = NULL, *orig = NULL, *name = NULL;
+    PyObject *nn = NULL, *Module = NULL, *orig = NULL, *code = NULL;
     pb_wrapper *mc = NULL;
     nn = PyImport_ImportModule("torch.nn");
     if (!nn) goto out;
@@ -442,8 +454,9 @@ int pb_torch_install_call_wrapper(void)
         goto out;
     }
     if (!(mc = pb_wrapper_new(orig, modcall_vectorcall, NULL))) goto out;
-    name = PyUnicode_FromString("__call__");
-    if (!name || PyDict_SetItemString(mc->dict, "__name__", name)) goto out;
+    code = PyObject_GetAttrString(orig, "__code__");
+    if (code && PyDict_SetItemString(mc->dict, "__code__", code)) goto out;
+    PyErr_Clear();
     if (PyObject_SetAttrString(Module, "__call__", (PyObject *)mc)) goto out;
     retarget_dynamo(orig, (PyObject *)mc);
     installed_call = mc;
@@ -451,7 +464,7 @@ int pb_torch_install_call_wrapper(void)
     rc = 0;
 out:
     Py_XDECREF(mc);
-    Py_XDECREF(name);
+    Py_XDECREF(code);
     Py_XDECREF(orig);
     Py_XDECREF(Module);
     Py_XDECREF(nn);
@@ -473,6 +486,35 @@ void pb_torch_remove_call_wrapper(void)
     Py_XDECREF(Module);
     Py_XDECREF(nn);
     if (cur == (PyObject *)installed_call) Py_CLEAR(installed_call);
+}
+
+/* ---- generations: transformers' GenerationMixin.generate() ---- */
+
+/* GenerationMixin.generate(self, ...) (pb_wrap_attr): one generation (generate.h). Its forwards
+ * end no step (enter()); in a process that does not train, the generation's end ends the step,
+ * so python.steps gets one row per generation, not one per token; a generation made for a
+ * request (serve.h) is the request's time in the model and ends no step. A training loop that
+ * generates (an evaluation, RLHF rollouts) keeps its steps at optimizer.step(). [GIL held] */
+PyObject *pb_torch_generate(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    int outermost = pb_generate_begin(args, nargsf, kwnames);
+    int served = outermost && pb_serve_generate_begin(); /* made for a request: its time in the model */
+    PyObject *res = PyObject_Vectorcall(orig, args, nargsf, kwnames);
+    PyObject *self = PyVectorcall_NARGS(nargsf) >= 1 ? args[0] : NULL;
+    if (!atomic_load_explicit(&pb_step_enabled, memory_order_relaxed)) { /* detached meanwhile */
+        pb_generate_end(self, NULL);
+        if (served) pb_serve_generate_end(INT64_MIN);
+        return res;
+    }
+    pb_generate_end(self, res);
+    if (served) pb_serve_generate_end(res ? pb_generate_made() : INT64_MIN);
+    if (outermost && !served && !pb_torch.training_latched && pb_torch.primary_ran) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        end_step(pb_now_ns());
+        PyErr_Restore(et, ev, tb);
+    }
+    return res;
 }
 
 /* ---- optimizers: construction, the closure of step(), the step hooks ---- */

@@ -73,6 +73,14 @@ extern PyMethodDef pb_torch_hook_defs[4];
 int pb_torch_install_call_wrapper(void);
 void pb_torch_remove_call_wrapper(void);
 
+/* Wrapper of transformers' GenerationMixin.generate (pb_wrap_attr): one python.generations row
+ * per call (generate.h); in a process that does not train, one step per generation. */
+PyObject *pb_torch_generate(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+/* Wraps GenerationMixin.generate (transformers.generation.utils must be imported); returns 0,
+ * or -1 with a Python exception set. Undone by pb_torch_hooks_remove. [GIL held] */
+int pb_torch_install_generate(void);
+
 /* Wrapper of torch.optim.Optimizer.__init__ (pb_wrap_attr): a training job from now on. */
 PyObject *pb_torch_optimizer_made(PyObject *orig, PyObject *const *args, size_t nargsf, PyObject *kwnames);
 

@@ -1,8 +1,9 @@
 /*
  * torch_install.c - puts the torch hooks (torch_hooks.c) into torch and takes them out again:
  * the global forward pre/post hooks or the Module.__call__ wrapper (PROBING_HOOK_MODE), the
- * optimizer step hooks, the Optimizer.__init__ wrapper, the backward probes' setup, the
- * collectors; and torch's version and the backward probes' kind for /api/info.
+ * optimizer step hooks, the Optimizer.__init__ wrapper, transformers' GenerationMixin.generate
+ * wrapper (once transformers.generation.utils is imported), the backward probes' setup, the
+ * collectors, and at removal the servers' wrappers (serve.h); and torch's version and the backward probes' kind for /api/info.
  *
  * Install and remove run with the GIL held, from the agent's start and stop (service/); they
  * set the state the hooks read (pb_torch, torch_state.h) and reset it (pb_torch_state_reset)
@@ -19,6 +20,7 @@
 #include "config.h"
 #include "detail.h"
 #include "log.h"
+#include "serve.h"
 #include "step.h"
 #include "torch_names.h"
 #include "torch_state.h"
@@ -32,6 +34,7 @@
 static PyObject *handles[4]; /* RemovableHandles of our four registrations */
 static PyObject *str_remove;
 static PyObject *wrap_optimizer_init;
+static PyObject *generation_mixin, *wrap_generate; /* transformers' GenerationMixin, its generate */
 static char torch_version[64];
 static _Atomic int torch_version_set;
 
@@ -61,7 +64,7 @@ static PyObject *hook_fns[4]; /* created once, kept for the life of the process 
 
 int pb_torch_hooks_ready_types(void)
 {
-    if (pb_autograd_ready_types() || pb_wrap_ready_types()) return -1;
+    if (pb_autograd_ready_types() || pb_wrap_ready_types() || pb_serve_ready_types()) return -1;
     for (int i = 0; i < 4; i++) {
         if (!hook_fns[i] && !(hook_fns[i] = pb_wrap_function(&pb_torch_hook_defs[i]))) return -1;
     }
@@ -191,10 +194,31 @@ out:
     return rc;
 }
 
+int pb_torch_install_generate(void)
+{
+    if (wrap_generate) return 0;
+    PyObject *utils = PyImport_ImportModule("transformers.generation.utils");
+    PyObject *mixin = utils ? PyObject_GetAttrString(utils, "GenerationMixin") : NULL;
+    Py_XDECREF(utils);
+    if (!mixin) return -1;
+    if (pb_wrap_attr(mixin, "generate", pb_torch_generate, &wrap_generate)) {
+        Py_DECREF(mixin);
+        return -1;
+    }
+    generation_mixin = mixin;
+    return 0;
+}
+
 void pb_torch_hooks_remove(void)
 {
     atomic_store(&pb_step_enabled, 0);
     pb_collect_remove();
+    pb_serve_remove();
+    if (wrap_generate) {
+        pb_unwrap_attr(generation_mixin, "generate", &wrap_generate);
+        Py_CLEAR(generation_mixin);
+        PyErr_Clear();
+    }
     if (wrap_optimizer_init) {
         PyObject *optim = PyImport_ImportModule("torch.optim");
         PyObject *optimizer_cls = optim ? PyObject_GetAttrString(optim, "Optimizer") : NULL;

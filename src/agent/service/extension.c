@@ -4,6 +4,7 @@
  * The whole agent is C; this file only exposes its entry points to the thin Python package:
  *   start() -> socket path or None     stop()      endpoint()      install_torch_hooks()
  *   install_distributed()              _capture_finished() (called by probing._capture)
+ *   install_generate()                 install_http_server()             install_uvicorn()
  * start() also registers an atexit handler that stops the server (removing the socket file).
  */
 #include <Python.h>
@@ -13,9 +14,11 @@
 #include <unistd.h>
 
 #include "capture.h"
+#include "compiles.h"
 #include "config.h"
 #include "lifecycle.h"
 #include "record.h"
+#include "serve.h"
 #include "eval.h"
 #include "torch_hooks.h"
 #include "distributed.h"
@@ -105,6 +108,27 @@ static PyObject *py_release_inject_page(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *py_install_generate(PyObject *self, PyObject *unused)
+{
+    if (!pb_agent_endpoint() || pb_config_int("PROBING_TORCH", 1) == 0 || !pb_torch_hooks_active()) Py_RETURN_FALSE;
+    if (pb_torch_install_generate()) return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *py_install_http_server(PyObject *self, PyObject *unused)
+{
+    if (!pb_agent_endpoint() || pb_config_int("PROBING_TORCH", 1) == 0) Py_RETURN_FALSE;
+    if (pb_serve_install_http_server()) return NULL;
+    Py_RETURN_TRUE;
+}
+
+static PyObject *py_install_uvicorn(PyObject *self, PyObject *unused)
+{
+    if (!pb_agent_endpoint() || pb_config_int("PROBING_TORCH", 1) == 0) Py_RETURN_FALSE;
+    if (pb_serve_install_uvicorn()) return NULL;
+    Py_RETURN_TRUE;
+}
+
 static PyObject *py_install_ddp(PyObject *self, PyObject *unused)
 {
     if (!pb_agent_endpoint() || pb_config_int("PROBING_TORCH", 1) == 0) Py_RETURN_FALSE;
@@ -140,8 +164,12 @@ static PyMethodDef methods[] = {
     {"install_torch_hooks", py_install_torch_hooks, METH_NOARGS, "Register torch hooks (torch must be imported)."},
     {"install_distributed", py_install_distributed, METH_NOARGS, "Record torch.distributed collectives (c10d must be imported)."},
     {"install_ddp", py_install_ddp, METH_NOARGS, "Record DistributedDataParallel's gradient all-reduces."},
+    {"install_generate", py_install_generate, METH_NOARGS, "Record transformers' generate() calls (python.generations)."},
+    {"install_http_server", py_install_http_server, METH_NOARGS, "Record http.server's requests (python.requests)."},
+    {"install_uvicorn", py_install_uvicorn, METH_NOARGS, "Record the requests of the ASGI application uvicorn loads (python.requests)."},
     {"_register_job", py_register_job, METH_VARARGS, "Join a job through a store object (bench)."},
     {"_release_inject_page", py_release_inject_page, METH_VARARGS, "inject's bootstrap gives its page back."},
+    {"_compiled", pb_compiles_push_py, METH_VARARGS, "probing._compiles hands over one torch.compile compile (compiles.h)."},
     {"_capture_finished", pb_capture_finished_py, METH_VARARGS, "probing._capture hands over a capture's rows (capture_id, rows, error, info)."},
     {NULL, NULL, 0, NULL},
 };

@@ -471,7 +471,7 @@ int pb_agent_start(void)
         atfork_registered = 1;
     }
     started = 1;
-    pb_job_set_endpoint(socket_path, pb_server_tcp_port(server));
+    pb_job_set_endpoint(socket_path, pb_server_tcp_port(server), pb_server_agent_id(server));
     install_exit_signals();
     if (off.len) pb_log_warn("started on %s without: %s", socket_path, off.data);
     pb_buf_free(&off);
@@ -510,7 +510,7 @@ void pb_agent_stop(void)
     tables_free();
     pb_sysmon_tables_free();
     pb_collect_tables_free();
-    pb_job_set_endpoint(NULL, 0);
+    pb_job_set_endpoint(NULL, 0, NULL);
     started = 0;
     stopping = 0;
     socket_path[0] = '\0';

@@ -112,6 +112,9 @@ static struct recorder {
     int exiting;                      /* control_lock: the interpreter (or the C exit) stops
                                        * the agent */
     int have_exit_status, exit_status; /* control_lock: from on_exit() */
+    char recorded_at_start[4128];     /* control_lock: the PROBING_RECORD file an agent of this
+                                       * process recorded into; an agent loaded again after a
+                                       * detach neither replaces it nor says it exists */
     char *exception_type, *exception_message, *exception_stack; /* control_lock:
                                                                  * pb_record_note_exception */
     pb_record_info_fn _Atomic info_fn;   /* pb_record_refresh_info */
@@ -714,9 +717,15 @@ void pb_record_start(const pb_buf *info)
         char file[sizeof R.path + 32], why[512];
         if (recording_file(p, file, sizeof file, why, sizeof why) != 0)
             pb_log_warn("recording is off: %s; training goes on", why);
+        else if (strcmp(file, R.recorded_at_start) == 0 && access(file, F_OK) == 0)
+            pb_log_warn("recording to %s stays off: that file holds this process's recording up "
+                        "to its detach, which this agent does not replace; to record again: "
+                        "probing %ld record -o NEW.db", file, (long)getpid());
         else if (start_locked(file, pb_config_int("PROBING_RECORD_FORCE", 0) != 0, info, why,
                               sizeof why))
             pb_log_warn("recording to %s is off: %s; training goes on", file, why);
+        else
+            snprintf(R.recorded_at_start, sizeof R.recorded_at_start, "%s", file);
     }
     pthread_mutex_unlock(&R.control_lock);
 }

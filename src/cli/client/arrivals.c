@@ -4,12 +4,24 @@
  */
 #include "client/arrivals.h"
 
+#include "out/cli.h"
 #include "phases.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* What one rank's answers may hold. An agent keeps at most 16 groups of 512 collectives
+ * (PB_JOB_MAX_GROUPS, PB_JOB_ARRIVALS in src/agent/collect): about 1 MB of JSON at most, and 64
+ * rows of steps. A rank that sends more is not an agent of this version, or lies: its answer
+ * is dropped past the byte caps (the JSON costs the CLI about 9 times its size once parsed),
+ * and cut to the first MAX_GROUPS groups of MAX_ARRIVALS each (the analysis' time), so that
+ * one rank cannot cost the command more than a few tens of MB and a fraction of a second. */
+#define ARRIVALS_ANSWER_MAX ((size_t)4 << 20)
+#define STEPS_ANSWER_MAX ((size_t)1 << 20)
+#define MAX_GROUPS 64
+#define MAX_ARRIVALS 2048
 
 /* The request for a rank's last steps: the step time, then the phases the analysis looks in
  * (stragglers.h), in pb_phases[] order. */
@@ -49,26 +61,37 @@ static int64_t group_id(json_t *ids, const char *name)
     return json_object_set_new(ids, name, json_integer(next)) ? -1 : next;
 }
 
-/* One rank's answer into out->lists[m] and out->ranks[m]. Returns 0 or -ENOMEM. */
-static int add_rank(pb_job_arrivals *out, const pb_rank_ep *ep, int r, size_t m)
+/* One rank's answer into out->lists[m] and out->ranks[m], cut to MAX_GROUPS groups of
+ * MAX_ARRIVALS (said on why when not NULL). Returns 0 or -ENOMEM. */
+static int add_rank(pb_job_arrivals *out, const pb_rank_ep *ep, int r, size_t m, FILE *why)
 {
     json_t *root = out->arrivals[r].root;
     double now = json_number_value(json_object_get(root, "now"));
     double offset = pb_fanout_clock_offset(&out->arrivals[r], now, NULL);
     json_t *groups = json_object_get(root, "groups"), *g;
-    size_t total = 0, gi;
-    json_array_foreach(groups, gi, g) total += json_array_size(json_object_get(g, "arrivals"));
+    size_t total = 0, gi, longest = 0;
+    json_array_foreach(groups, gi, g) {
+        size_t len = json_array_size(json_object_get(g, "arrivals"));
+        if (len > longest) longest = len;
+        if (gi < MAX_GROUPS) total += len < MAX_ARRIVALS ? len : MAX_ARRIVALS;
+    }
+    if (why && (json_array_size(groups) > MAX_GROUPS || longest > MAX_ARRIVALS))
+        fprintf(why, "probing: rank %d: its answer was cut to %d groups of %d collectives (it "
+                "sent %zu groups, the longest of %zu; an agent keeps at most 16 of 512): is it a "
+                "probing agent?\n", r, MAX_GROUPS, MAX_ARRIVALS, json_array_size(groups), longest);
     pb_arrival *list = total ? calloc(total, sizeof *list) : NULL;
     if (total && !list) return -ENOMEM;
     out->lists[m] = list;
     size_t k = 0;
     json_array_foreach(groups, gi, g) {
+        if (gi == MAX_GROUPS) break;
         const char *name = json_string_value(json_object_get(g, "group"));
         int64_t id = group_id(out->names, name ? name : "?");
         if (id < 0) return -ENOMEM;
         size_t ai;
         json_t *e;
         json_array_foreach(json_object_get(g, "arrivals"), ai, e) {
+            if (ai == MAX_ARRIVALS) break;
             double en = json_number_value(json_array_get(e, 3)) - offset;
             json_t *ex = json_array_get(e, 4);
             list[k++] = (pb_arrival){
@@ -107,6 +130,10 @@ int pb_job_arrivals_fetch(const pb_rank_ep *eps, int n, const unsigned char *sel
     out->lists = calloc(n ? (size_t)n : 1, sizeof *out->lists);
     out->names = json_object();
     if (!out->arrivals || !out->steps || !out->ranks || !out->lists || !out->names) goto oom;
+    for (int r = 0; r < n; r++) {
+        out->arrivals[r].max_answer_bytes = ARRIVALS_ANSWER_MAX;
+        out->steps[r].max_answer_bytes = STEPS_ANSWER_MAX;
+    }
     pb_fanout_run(out->arrivals, n, "GET", "/api/arrivals", NULL, deadline_ms);
     pb_fanout_run(out->steps, n, "POST", "/api/query", steps_sql, deadline_ms);
     for (int r = 0; r < n; r++) {
@@ -119,7 +146,7 @@ int pb_job_arrivals_fetch(const pb_rank_ep *eps, int n, const unsigned char *sel
             out->missing++;
             continue;
         }
-        if (add_rank(out, &eps[r], r, out->count)) goto oom;
+        if (add_rank(out, &eps[r], r, out->count, why)) goto oom;
         out->count++;
     }
     out->n_groups = json_object_size(out->names);
@@ -134,6 +161,27 @@ oom:
     return -ENOMEM;
 }
 
+void pb_job_arrivals_keep_last(pb_job_arrivals *job, uint64_t last)
+{
+    if (!last || !job->n_groups) return;
+    uint64_t *newest = calloc(job->n_groups, sizeof *newest);
+    if (!newest) return; /* keeps everything: the analysis of the whole window, not a wrong one */
+    for (size_t m = 0; m < job->count; m++)
+        for (size_t i = 0; i < job->ranks[m].n_arrivals; i++) {
+            const pb_arrival *a = &job->ranks[m].arrivals[i];
+            if (a->group < job->n_groups && a->seq > newest[a->group]) newest[a->group] = a->seq;
+        }
+    for (size_t m = 0; m < job->count; m++) {
+        pb_arrival *list = job->lists[m];
+        size_t k = 0;
+        for (size_t i = 0; i < job->ranks[m].n_arrivals; i++)
+            if (list[i].group < job->n_groups && list[i].seq + last > newest[list[i].group])
+                list[k++] = list[i];
+        job->ranks[m].n_arrivals = k;
+    }
+    free(newest);
+}
+
 void pb_job_arrivals_free(pb_job_arrivals *out)
 {
     if (!out) return;
@@ -144,5 +192,34 @@ void pb_job_arrivals_free(pb_job_arrivals *out)
     if (out->arrivals) pb_fanout_free(out->arrivals, out->n), free(out->arrivals);
     if (out->steps) pb_fanout_free(out->steps, out->n), free(out->steps);
     json_decref(out->names);
+    free(out->roster);
     memset(out, 0, sizeof *out);
+}
+
+int pb_job_stragglers(const pb_target *t, const char *name, double deadline_s, uint64_t last,
+                      FILE *why,
+                      pb_job_arrivals *job, pb_sg_result *res)
+{
+    memset(job, 0, sizeof *job);
+    memset(res, 0, sizeof *res);
+    if (t->kind == PB_TARGET_FILE)
+        return pb_cli_usage_error("%s is a recording file: stragglers needs the running job "
+                                  "(its agents keep the arrivals)", name);
+    long deadline = pb_fanout_deadline_ms(deadline_s);
+    pb_rank_ep *eps = NULL;
+    int n = 0;
+    if (pb_fanout_roster(t, deadline, &eps, &n)) return PB_EXIT_ERROR;
+    int rc = PB_EXIT_ERROR;
+    if (pb_job_arrivals_fetch(eps, n, NULL, deadline, why, job)) {
+        rc = pb_cli_error("out of memory");
+    } else if (job->count == 0) {
+        rc = pb_cli_error("no rank answered");
+    } else {
+        pb_job_arrivals_keep_last(job, last);
+        rc = pb_stragglers_analyze(job->ranks, job->count, res) ? pb_cli_error("out of memory")
+             : job->missing                                     ? PB_EXIT_PARTIAL
+                                                                : PB_EXIT_OK;
+    }
+    job->roster = eps; /* the ranks' hosts point into it */
+    return rc;
 }

@@ -30,6 +30,7 @@ typedef struct pb_job_arrivals {
     pb_fanout_req *arrivals, *steps;
     int n;
     json_t *names;
+    pb_rank_ep *roster;     /* pb_job_stragglers: the roster the ranks' hosts point into */
 } pb_job_arrivals;
 
 /* Asks the ranks eps[0..n-1] selected in sel (every rank when sel is NULL) within deadline_ms.
@@ -39,6 +40,23 @@ typedef struct pb_job_arrivals {
  * eps, which must outlive out. [main thread] */
 int pb_job_arrivals_fetch(const pb_rank_ep *eps, int n, const unsigned char *sel,
                           long deadline_ms, FILE *why, pb_job_arrivals *out);
+
+/* Keeps, of each process group, only the collectives among its `last` newest (by the group's
+ * sequence number, the newest any rank has seen): `stragglers --last N` asks about the job as it
+ * is now, once a change (a throttled node, a fix) is newer than most of the agents' rings.
+ * last == 0 keeps everything. [main thread] */
+void pb_job_arrivals_keep_last(pb_job_arrivals *job, uint64_t last);
+
+/* `probing <target> stragglers`' analysis of the job t (borrowed; name: as typed) belongs to:
+ * its roster, every rank's arrivals (pb_job_arrivals_fetch, within deadline_s seconds; 0: the
+ * default; the ranks that did not answer named on why), cut to the `last` newest collectives of
+ * each group (pb_job_arrivals_keep_last; 0: all), then pb_stragglers_analyze into *res
+ * (free with pb_stragglers_free) over *job (free with pb_job_arrivals_free). Returns PB_EXIT_OK,
+ * PB_EXIT_PARTIAL (some ranks did not answer), or after printing why PB_EXIT_USAGE (t is a
+ * recording) or PB_EXIT_ERROR (no roster, no rank answered, out of memory). [main thread] */
+int pb_job_stragglers(const pb_target *t, const char *name, double deadline_s, uint64_t last,
+                      FILE *why,
+                      pb_job_arrivals *job, pb_sg_result *res);
 
 /* Frees what out owns (not out itself). NULL-safe; a zeroed struct is fine. */
 void pb_job_arrivals_free(pb_job_arrivals *out);

@@ -20,6 +20,7 @@
 #include "client/client.h"
 
 #include "client/recording.h"
+#include "clock.h"
 #include "error.h"
 #include "out/cli.h"
 
@@ -28,6 +29,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,22 +128,29 @@ static int check_before_sending(void *user, char *primary_ip, char *local_ip, in
     return CURL_PREREQFUNC_OK;
 }
 
-/* CURLOPT_HEADERFUNCTION for TCP targets: keeps the answer's signature header. */
+/* Copies the value of header line data[0..n) into out (outlen bytes) when it is name's. */
+static void keep_header(const char *data, size_t n, const char *name, char *out, size_t outlen)
+{
+    size_t name_len = strlen(name);
+    if (n <= name_len + 1 || strncasecmp(data, name, name_len) != 0 || data[name_len] != ':')
+        return;
+    const char *v = data + name_len + 1;
+    size_t len = n - name_len - 1;
+    while (len && (*v == ' ' || *v == '\t')) v++, len--;
+    while (len && (v[len - 1] == '\r' || v[len - 1] == '\n' || v[len - 1] == ' ')) len--;
+    if (len < outlen) {
+        memcpy(out, v, len);
+        out[len] = '\0';
+    }
+}
+
+/* CURLOPT_HEADERFUNCTION for TCP targets: keeps the answer's signature and agent headers. */
 static size_t on_header(char *data, size_t size, size_t count, void *user)
 {
     pb_client_guard *g = user;
-    size_t n = size * count, name_len = sizeof PB_AUTH_ANSWER_HEADER - 1;
-    if (n > name_len + 1 && strncasecmp(data, PB_AUTH_ANSWER_HEADER, name_len) == 0 &&
-        data[name_len] == ':') {
-        const char *v = data + name_len + 1;
-        size_t len = n - name_len - 1;
-        while (len && (*v == ' ' || *v == '\t')) v++, len--;
-        while (len && (v[len - 1] == '\r' || v[len - 1] == '\n' || v[len - 1] == ' ')) len--;
-        if (len < sizeof g->signature) {
-            memcpy(g->signature, v, len);
-            g->signature[len] = '\0';
-        }
-    }
+    size_t n = size * count;
+    keep_header(data, n, PB_AUTH_ANSWER_HEADER, g->signature, sizeof g->signature);
+    keep_header(data, n, PB_AUTH_AGENT_HEADER, g->answered_by, sizeof g->answered_by);
     return n;
 }
 
@@ -171,8 +180,8 @@ int pb_client_guard_setup(pb_client_guard *g, const pb_target *t, CURL *h, const
     if (!t->token[0]) return 0; /* the agent answers 401 and says how to give the token */
     char value[PB_AUTH_HEADER_MAX];
     int rc = pb_auth_sign_request(t->token, method, path, body, body ? strlen(body) : 0,
-                                  t->rank_known ? t->rank : -1, (int64_t)time(NULL), value,
-                                  sizeof value, g->nonce);
+                                  t->rank_known ? t->rank : -1, t->agent_id, (int64_t)time(NULL),
+                                  value, sizeof value, g->nonce);
     if (rc) {
         snprintf(err, errlen, "cannot sign the request: %s", strerror(-rc));
         return rc;
@@ -188,7 +197,7 @@ int pb_client_guard_setup(pb_client_guard *g, const pb_target *t, CURL *h, const
     return 0;
 }
 
-int pb_client_guard_answer(const pb_client_guard *g, long status, const char *body, size_t len,
+int pb_client_guard_answer(pb_client_guard *g, long status, const char *body, size_t len,
                            char *err, size_t errlen)
 {
     const pb_target *t = g->target;
@@ -199,12 +208,74 @@ int pb_client_guard_answer(const pb_client_guard *g, long status, const char *bo
                  "or PROBING_TOKEN_FILE)", t->host_port);
         return 0;
     }
-    if (pb_auth_verify_answer(t->token, g->nonce, status, body, len, g->signature)) return 1;
+    /* The agent asked for, or, for the identity request, the one the answer names. */
+    char agent[PB_AUTH_AGENT_HEX + 1];
+    int rank = t->rank;
+    snprintf(agent, sizeof agent, "%s", t->agent_id);
+    if (!agent[0] && pb_auth_parse_agent(g->answered_by, agent, &rank)) agent[0] = '\0';
+    if (agent[0] && (!t->rank_known || rank == t->rank) &&
+        pb_auth_verify_answer(t->token, agent, rank, g->nonce, status, body, len, g->signature)) {
+        memcpy(g->agent, agent, sizeof agent);
+        g->agent_rank = rank;
+        return 1;
+    }
     snprintf(err, errlen, "%s did not prove that it holds the token: its answer (HTTP %ld) is %s; "
              "it was not used (an endpoint that is not this job's agent, or an agent older than "
              "this probing)", t->host_port, status,
-             g->signature[0] ? "signed with another key" : "not signed");
+             !g->signature[0] ? "not signed"
+             : t->agent_id[0] ? "not signed by the agent the request was for"
+                              : "signed with another key");
     return 0;
+}
+
+/* A stopped process (state T or t in /proc/<pid>/stat, target.h) accepts connections, its kernel
+ * queues the request, and nothing answers until it runs again: a request to a local process
+ * looks at its state from its first second on (libcurl's progress callback, about once a
+ * second while nothing moves), and one seen stopped for PB_CLI_STOPPED_FOR_MS ends. */
+typedef struct stop_watch {
+    pid_t pid;              /* the process watched, 0: none (only the cancel check) */
+    double next_check, stopped_since; /* monotonic s; stopped_since 0: not seen stopped */
+    char state;                       /* the state that ended the request, else 0 */
+    int cancelled;                    /* the cancel check (pb_client_set_cancel) ended it */
+} stop_watch;
+
+static atomic_int stopped_seen; /* a request of this run ended on a stopped process */
+static atomic_int stop_watch_on = 1;
+
+void pb_client_watch_stopped(int on) { atomic_store(&stop_watch_on, on); }
+
+static int (*cancel_check)(void); /* pb_client_set_cancel */
+
+void pb_client_set_cancel(int (*cancelled)(void)) { cancel_check = cancelled; }
+
+int pb_client_exit_status(int rc)
+{
+    return rc == PB_EXIT_ERROR && atomic_load(&stopped_seen) ? PB_EXIT_STOPPED : rc;
+}
+
+/* CURLOPT_XFERINFOFUNCTION: non-zero ends the transfer (CURLE_ABORTED_BY_CALLBACK). */
+static int watch_stopped(void *user, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                         curl_off_t ulnow)
+{
+    stop_watch *w = user;
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    if (cancel_check && cancel_check()) {
+        w->cancelled = 1;
+        return 1;
+    }
+    if (w->pid <= 0) return 0;
+    double now = pb_mono_s();
+    if (now < w->next_check) return 0;
+    w->next_check = now + 0.25;
+    char state = pb_target_pid_state(w->pid);
+    if (state != 'T' && state != 't') {
+        w->stopped_since = 0;
+        return 0;
+    }
+    if (!w->stopped_since) w->stopped_since = now;
+    if ((now - w->stopped_since) * 1000 < PB_CLI_STOPPED_FOR_MS) return 0;
+    w->state = state;
+    return 1;
 }
 
 /* Whether pid is gone, or goes within 200 ms: a dying process closes its sockets a moment
@@ -318,9 +389,11 @@ static int describe_failure(const pb_target *t, CURLcode cc, long os_errno, int 
     return code;
 }
 
-int pb_client_request(const pb_target *t, const char *method, const char *path,
-                      const char *body, long timeout_ms, pb_response *resp, char *err,
-                      size_t errlen)
+/* pb_client_request() without the identity exchange; *answered (may be NULL) gets the guard's
+ * view of who answered a TCP request. */
+static int request_once(const pb_target *t, const char *method, const char *path,
+                        const char *body, long timeout_ms, pb_response *resp, char *err,
+                        size_t errlen, pb_client_guard *answered)
 {
     int ret = -ENOMEM;
     char url[512];
@@ -359,11 +432,37 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
     }
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+    int watch_pid = t->kind == PB_TARGET_UNIX && t->pid > 0 && atomic_load(&stop_watch_on);
+    stop_watch watch = {watch_pid ? t->pid : 0, pb_mono_s() + 1.0, 0, 0, 0};
+    if (watch_pid || cancel_check) {
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, watch_stopped);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, &watch);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    }
 
     CURLcode cc = curl_easy_perform(h);
     if (cc != CURLE_OK) {
         long os_errno = 0;
         curl_easy_getinfo(h, CURLINFO_OS_ERRNO, &os_errno);
+        if (cc == CURLE_ABORTED_BY_CALLBACK && watch.cancelled) {
+            snprintf(err, errlen, "the request was cancelled%s", strcmp(path, "/api/eval") == 0
+                     ? "; the code was sent and may still run in the target" : "");
+            pb_buf_free(&resp->body);
+            ret = PB_ECANCELLED;
+            goto done;
+        }
+        if (cc == CURLE_ABORTED_BY_CALLBACK && watch.state) {
+            /* The agent reads the request when the process runs again: a query is then
+             * answered to nobody, but code sent to eval may still run. */
+            snprintf(err, errlen, "process %d is %s: its agent cannot answer until the process "
+                     "runs again%s", (int)t->pid, pb_target_state_text(watch.state),
+                     strcmp(path, "/api/eval") == 0 ? "; the code was sent and may still run "
+                     "when it does" : "");
+            atomic_store(&stopped_seen, 1);
+            pb_buf_free(&resp->body);
+            ret = PB_ESTOPPED;
+            goto done;
+        }
         if (uc.refused[0]) {
             snprintf(err, errlen, "%s", uc.refused);
             pb_buf_free(&resp->body);
@@ -387,11 +486,42 @@ int pb_client_request(const pb_target *t, const char *method, const char *path,
         ret = -EACCES;
         goto done;
     }
+    if (answered) *answered = uc;
     ret = 0;
 done:
     curl_slist_free_all(headers);
     if (h) curl_easy_cleanup(h);
     return ret;
+}
+
+int pb_client_request(const pb_target *t, const char *method, const char *path,
+                      const char *body, long timeout_ms, pb_response *resp, char *err,
+                      size_t errlen)
+{
+    if (t->kind != PB_TARGET_TCP || !t->token[0] || t->agent_id[0] ||
+        strcmp(path, PB_AUTH_IDENTITY_PATH) == 0)
+        return request_once(t, method, path, body, timeout_ms, resp, err, errlen, NULL);
+    /* A typed host:port: which agent listens there, as its signed answer proves; then the
+     * request is signed for that agent alone, which every other agent refuses (auth.h). */
+    double start = pb_mono_s();
+    pb_client_guard who;
+    int rc = request_once(t, "GET", PB_AUTH_IDENTITY_PATH, NULL, timeout_ms, resp, err, errlen,
+                          &who);
+    if (rc || resp->status != 200) return rc; /* a 401 (wrong token) is the answer */
+    pb_buf_free(&resp->body);
+    pb_target *bound = malloc(sizeof *bound);
+    if (!bound) {
+        snprintf(err, errlen, "out of memory");
+        return -ENOMEM;
+    }
+    *bound = *t;
+    memcpy(bound->agent_id, who.agent, sizeof bound->agent_id);
+    bound->rank = who.agent_rank;
+    bound->rank_known = 1;
+    long left = timeout_ms - (long)((pb_mono_s() - start) * 1e3);
+    rc = request_once(bound, method, path, body, left > 0 ? left : 1, resp, err, errlen, NULL);
+    free(bound);
+    return rc;
 }
 
 int pb_client_call(const pb_target *t, const char *method, const char *path, json_t *request,
@@ -572,6 +702,18 @@ json_t *pb_client_get_object(const pb_target *t, const char *path, long timeout_
     json_t *root = json_loadb(resp.body.data, resp.body.len, JSON_ALLOW_NUL, NULL);
     pb_buf_free(&resp.body);
     if (resp.status != 200 || !json_is_object(root)) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+json_t *pb_client_tables(const pb_target *t)
+{
+    json_t *root = pb_client_call_ok(t, "GET", "/api/tables", NULL, PB_CLI_INFO_TIMEOUT_MS);
+    if (root && !json_is_array(json_object_get(root, "tables"))) {
+        pb_cli_error("the target sent an incomplete answer (no \"tables\"); is it a probing "
+                     "agent of the same version?");
         json_decref(root);
         return NULL;
     }

@@ -40,33 +40,58 @@ typedef struct pb_client_guard {
     char authorization[PB_AUTH_HEADER_MAX + 32]; /* "Authorization: ..." */
     char nonce[PB_AUTH_NONCE_HEX + 1];
     char signature[PB_AUTH_HASH_HEX + 1]; /* the answer's PB_AUTH_ANSWER_HEADER, "" none */
+    char answered_by[PB_AUTH_AGENT_HEX + 24]; /* the answer's PB_AUTH_AGENT_HEADER, "" none */
+    char agent[PB_AUTH_AGENT_HEX + 1]; /* TCP: the agent that answered (as its signature proves) */
+    int agent_rank;                    /* ... and its rank */
 } pb_client_guard;
 
 /* Prepares g for one request of method path with body (NULL: none) to t (borrowed; g keeps t):
  * checks what can be checked before connecting (the socket directory), signs a TCP request when
- * t has a token, and installs on h the Unix peer check and the answer's header callback. Adds
- * the Authorization header to *headers. Returns 0, or a negative error.h code (the socket
+ * t has a token (for t's agent_id and rank; a target whose agent is not known yet can only ask
+ * GET PB_AUTH_IDENTITY_PATH, which pb_client_request does first), and installs on h the Unix
+ * peer check and the answer's header callback. Adds the Authorization header to *headers. Returns 0, or a negative error.h code (the socket
  * directory's, from pb_paths_check_dir; the signer's; -ENOMEM) with why in err. */
 int pb_client_guard_setup(pb_client_guard *g, const pb_target *t, CURL *h, const char *method,
                           const char *path, const char *body, struct curl_slist **headers,
                           char *err, size_t errlen);
 
-/* After the transfer (a predicate): 1 when the answer (status, body[0..len)) may be used: any answer on a Unix
- * socket (its peer was checked), a TCP answer signed with the token, or a TCP 401 (the agent's
- * refusal, which it cannot sign; nothing in it is trusted). Else 0 with why in err. */
-int pb_client_guard_answer(const pb_client_guard *g, long status, const char *body, size_t len,
+/* After the transfer (a predicate): 1 when the answer (status, body[0..len)) may be used: any
+ * answer on a Unix socket (its peer was checked), a TCP answer signed with the token by the
+ * agent it was signed for (t's agent_id and rank; for the identity request, by the agent and
+ * rank its PB_AUTH_AGENT_HEADER names, which g->agent and g->agent_rank then hold), or a TCP 401
+ * (the agent's refusal, which it cannot sign; nothing in it is trusted). Else 0 with why in
+ * err. */
+int pb_client_guard_answer(pb_client_guard *g, long status, const char *body, size_t len,
                            char *err, size_t errlen);
 
 /* Sends method path (e.g. "GET", "/api/info") with an optional JSON body (borrowed, may be
- * NULL) to t, waiting at most timeout_ms for the whole exchange. Returns 0 when an HTTP
+ * NULL) to t, waiting at most timeout_ms for the whole exchange. To a TCP target whose agent is
+ * not known (a typed host:port), it first asks GET PB_AUTH_IDENTITY_PATH, whose signed answer
+ * proves which agent (id and rank) listens there, and signs the request for that agent only;
+ * when that first answer is not a 200 (a 401: wrong token), it is the one returned. Returns 0 when an HTTP
  * response arrived, whatever its status; resp->body then holds it (the caller frees it). On
  * failure returns a negative error.h code (-ECONNREFUSED, -ENOENT, -ESRCH the process exited,
- * -ECONNRESET closed without answering, -EACCES peer or answer refused, PB_ETIMEOUT,
- * PB_ETOOBIG, -ENOMEM, -EPROTO not HTTP, -EIO otherwise, ...) with a message (no "probing: "
- * prefix) in err and resp->body empty. Callers test it against 0 only. */
+ * PB_ESTOPPED the process is stopped, PB_ECANCELLED (pb_client_set_cancel), -ECONNRESET closed without answering, -EACCES peer or
+ * answer refused, PB_ETIMEOUT, PB_ETOOBIG, -ENOMEM, -EPROTO not HTTP, -EIO otherwise, ...) with
+ * a message (no "probing: " prefix) in err and resp->body empty. Callers test it against 0 only. */
 int pb_client_request(const pb_target *t, const char *method, const char *path,
                       const char *body, long timeout_ms, pb_response *resp, char *err,
                       size_t errlen);
+
+/* A request to a local process (a Unix target whose pid is known) that is stopped (state T or
+ * t, target.h) for PB_CLI_STOPPED_FOR_MS ends with PB_ESTOPPED and "process N is stopped (state
+ * T: ...)" instead of waiting for its timeout. on=0 turns that off for this process (the
+ * exporter, whose scrape deadline already bounds a stopped rank). [before any request] */
+void pb_client_watch_stopped(int on);
+
+/* Sets a check that every request makes about once a second while it waits (NULL: none): when it
+ * returns non-zero the request ends with PB_ECANCELLED ("the request was cancelled"). The MCP
+ * server's (mcp/stdio.h): its client cancelled the request or went away. [before any request] */
+void pb_client_set_cancel(int (*cancelled)(void));
+
+/* The exit status of a command that returns rc: PB_EXIT_STOPPED when rc is PB_EXIT_ERROR and a
+ * request of this run ended because its process was stopped, else rc. [main thread] */
+int pb_client_exit_status(int rc);
 
 /* pb_client_request() plus decoding: the request body is request (borrowed, may be NULL); on
  * success *root receives the response's JSON object (caller owns it, json_decref) and *status
@@ -97,6 +122,10 @@ json_t *pb_client_get_object(const pb_target *t, const char *path, long timeout_
 /* Prints the error of a non-200 answer: its "error" field, or a generic line naming the status
  * when there is none. root is borrowed. */
 void pb_client_print_error(long status, json_t *root);
+
+/* GET /api/tables of t: the answer (caller owns), whose "tables" is an array (tables.md), or NULL
+ * after printing why. [main thread] */
+json_t *pb_client_tables(const pb_target *t);
 
 /* Rows per request of pb_client_query_rows(). */
 #define PB_CLIENT_PAGE_ROWS 100000

@@ -116,7 +116,7 @@ static int start_xfer(CURLM *m, xfer *x, const char *method, const char *path, c
     return -ENOMEM;
 }
 
-static void finish_xfer(CURLM *m, xfer *x, CURLcode cc, long timeout_ms)
+static void finish_xfer(CURLM *m, xfer *x, CURLcode cc, long timeout_ms, const char *path)
 {
     pb_fanout_req *r = x->req;
     r->answered = pb_wall_s();
@@ -129,8 +129,10 @@ static void finish_xfer(CURLM *m, xfer *x, CURLcode cc, long timeout_ms)
         snprintf(r->err, sizeof r->err, "forged roster entry: %.490s", x->guard.refused);
     } else if (cc == CURLE_WRITE_ERROR && x->body.len + CURL_MAX_WRITE_SIZE > x->body.max_len) {
         snprintf(r->err, sizeof r->err, "its answer passed the %zu MB this command takes from "
-                 "one rank, and was dropped (an older agent that cannot cut its rows; add a "
-                 "LIMIT)", x->body.max_len >> 20);
+                 "one rank, and was dropped (%s)", x->body.max_len >> 20,
+                 strcmp(path, "/api/query") == 0
+                     ? "an older agent that cannot cut its rows; add a LIMIT"
+                     : "more than a probing agent of this version sends: is it one?");
     } else if (cc != CURLE_OK) {
         long os_errno = 0;
         curl_easy_getinfo(x->h, CURLINFO_OS_ERRNO, &os_errno);
@@ -143,8 +145,9 @@ static void finish_xfer(CURLM *m, xfer *x, CURLcode cc, long timeout_ms)
         r->forged = 1;
         snprintf(r->err, sizeof r->err, "forged roster entry: %s did not prove that it holds the "
                  "job's token (%s); its answer was not used", r->target.host_port,
-                 status == 401 ? "it refused the request as not signed with its token (HTTP 401)"
-                 : x->guard.signature[0] ? "its answer is signed with another key"
+                 status == 401 ? "it refused the request as not signed with its token or for "
+                                 "another agent (HTTP 401)"
+                 : x->guard.signature[0] ? "its answer is signed with another key or by another agent"
                                          : "its answer is not signed");
     } else {
         r->status = status;
@@ -251,7 +254,7 @@ int pb_fanout_run(pb_fanout_req *reqs, int n, const char *method, const char *pa
             xfer *x = NULL;
             curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
             CURLcode cc = msg->data.result;
-            finish_xfer(m, x, cc, deadline_ms);
+            finish_xfer(m, x, cc, deadline_ms, path);
             running--;
         }
         if (running) curl_multi_poll(m, NULL, 0, 100, NULL);
@@ -312,10 +315,21 @@ static void fill_endpoint(pb_rank_ep *e, json_t *entry)
         if (pb_target_parse_tcp(tcp, &e->target) == 0) {
             e->target.rank_known = 1;
             e->target.rank = e->rank;
+            /* The agent requests are signed for (auth.h). The store is not authenticated, but
+             * a wrong id buys nothing: only the agent holding it serves them, and only its
+             * signed answer is used. */
+            const char *agent = json_string_value(json_object_get(entry, "agent"));
+            if (agent && strlen(agent) == PB_AUTH_AGENT_HEX &&
+                strspn(agent, "0123456789abcdef") == PB_AUTH_AGENT_HEX)
+                memcpy(e->target.agent_id, agent, PB_AUTH_AGENT_HEX + 1);
             snprintf(e->via, sizeof e->via, "tcp");
             if (!e->target.token[0])
                 snprintf(e->why, sizeof e->why, "no token for %s: set PROBING_TOKEN (or "
                          "PROBING_TOKEN_FILE, or --token) to the job's token", shown);
+            else if (!e->target.agent_id[0])
+                snprintf(e->why, sizeof e->why, "its roster entry names no agent id (an agent "
+                         "older than this probing, or a rewritten entry): a TCP request is signed "
+                         "for one agent only");
             return;
         }
         snprintf(e->why, sizeof e->why, "its TCP address '%s' is not host:port", shown);
@@ -527,7 +541,8 @@ bad:
 
 int pb_fanout_reachable(const pb_rank_ep *ep)
 {
-    return ep->via[0] && !(ep->target.kind == PB_TARGET_TCP && !ep->target.token[0]);
+    return ep->via[0] && !(ep->target.kind == PB_TARGET_TCP &&
+                           (!ep->target.token[0] || !ep->target.agent_id[0]));
 }
 
 int pb_fanout_prepare(pb_fanout_req *req, const pb_rank_ep *ep)

@@ -149,3 +149,20 @@ finish:
     free(err);
     return rc;
 }
+
+int pb_hang_fetch_job(const pb_target *t, const char *name, double deadline_s, json_t **doc)
+{
+    long deadline = pb_fanout_deadline_ms(deadline_s);
+    pb_rank_ep *eps = NULL;
+    int n = 0;
+    *doc = NULL;
+    if (t->kind == PB_TARGET_FILE)
+        return pb_cli_usage_error("%s is a recording file: hang needs the running job (a "
+                                  "recording has no live collectives; the job's recordings answer "
+                                  "'probing %s query --ranks all \"SELECT ... FROM "
+                                  "python.nccl_trace\"')", name, name);
+    if (pb_fanout_roster(t, deadline, &eps, &n)) return PB_EXIT_ERROR;
+    int rc = pb_hang_fetch_analyse(eps, n, NULL, deadline, doc);
+    free(eps);
+    return rc;
+}

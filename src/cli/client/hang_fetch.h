@@ -2,7 +2,7 @@
  * hang_fetch.h - what the hang analysis (src/report/hang.h) needs from a job, fetched
  * (hang_fetch.c): every rank's GET /api/rank, the stacks the analysis asks for, and the process
  * state of the ranks on this host that did not answer. `probing <target> hang` (cmd_hang.c) and
- * the "Hang" section of `report` (cmd_report.c) call it.
+ * the "Hang" section of `report` (report_fetch.c) call it, and the MCP server's hang tool.
  */
 #ifndef PB_CLI_HANG_FETCH_H
 #define PB_CLI_HANG_FETCH_H
@@ -32,5 +32,12 @@ int pb_hang_fetch_answered(const pb_fanout_req *asked, int r);
  * or PB_EXIT_ERROR after printing "out of memory". [main thread] */
 int pb_hang_fetch_analyse(const pb_rank_ep *eps, int n, pb_fanout_req *asked, long deadline_ms,
                           json_t **doc);
+
+/* `probing <target> hang`'s analysis of the job t (borrowed; name: as typed) belongs to: its
+ * roster (pb_fanout_roster), then pb_hang_fetch_analyse within deadline_s seconds (0: the
+ * default, PB_FANOUT_DEADLINE_MS). Returns as pb_hang_fetch_analyse, with *doc; or, after
+ * printing why, PB_EXIT_USAGE (t is a recording: it has no live collectives) or PB_EXIT_ERROR
+ * (no roster) with *doc NULL. [main thread] */
+int pb_hang_fetch_job(const pb_target *t, const char *name, double deadline_s, json_t **doc);
 
 #endif

@@ -39,6 +39,11 @@ char *pb_input_text(const char *command, char **positional, int count, const cha
             pb_buf_free(&b);
             return NULL;
         }
+        if (b.len == 0) { /* </dev/null, or a pipe closed before it wrote anything */
+            pb_cli_error("no %s on standard input (it was empty): pipe the %s in, or give it "
+                         "as an argument", what, what);
+            return NULL;
+        }
         text = pb_buf_steal(&b, NULL);
     } else {
         pb_buf b = PB_BUF_INIT;

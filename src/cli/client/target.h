@@ -17,6 +17,8 @@
 #ifndef PB_CLI_TARGET_H
 #define PB_CLI_TARGET_H
 
+#include "auth.h"
+
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -33,6 +35,9 @@ typedef struct pb_target {
     int rank_known;         /* PB_TARGET_TCP from a job's roster: requests name the rank they are
                              * for, and an agent of another rank refuses them */
     int rank;
+    char agent_id[PB_AUTH_AGENT_HEX + 1]; /* PB_TARGET_TCP: the agent requests are signed for
+                             * (common/auth.h), from the roster; "" for a typed target, whose
+                             * agent each request learns first (client.h) */
     char file_path[4096];   /* PB_TARGET_FILE: the recording */
 } pb_target;
 

@@ -3,6 +3,7 @@
  * process per node serving Prometheus metrics for every probing agent of this user
  * (docs/exporter.md), served by serve/exporter.c until Ctrl-C.
  */
+#include "client/client.h"
 #include "cmd/command.h"
 #include "serve/exporter.h"
 
@@ -20,6 +21,9 @@ const pb_option pb_options_exporter[] = {
 
 int cmd_exporter(const pb_cli_args *a)
 {
+    /* A stopped rank is probing_up 0 at the scrape's deadline, as any rank that does not
+     * answer (docs/exporter.md). */
+    pb_client_watch_stopped(0);
     pb_exporter_options o = {
         .listen = a->listen,
         .sd_file = a->sd_file,

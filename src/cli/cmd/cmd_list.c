@@ -1,22 +1,19 @@
 /*
  * cmd_list.c - `probing list [-f table|json]`: the traced processes of this user.
  *
- * Scans the socket directory (paths.h) for <pid>.sock, skips sockets whose process is gone
- * (they are left in place: removing them is the agent's business, and a racing agent may be
- * about to reuse the name), and asks each live one for /api/info with a short timeout so that
- * one stuck process cannot stall the listing.
+ * The agents as client/agents.c finds them (the socket directory's live sockets, each asked
+ * for /api/info with a short timeout), printed as a table or as their /api/info objects.
  */
-#include "client/client.h"
+#include "client/agents.h"
+#include "client/target.h"
 #include "cmd/command.h"
 #include "out/format.h"
 #include "paths.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define COMMAND_MAX_CHARS 200 /* last column: long script paths stay readable */
 
@@ -112,62 +109,34 @@ int cmd_list(const pb_cli_args *a)
     int rc = pb_format_parse(a->format, PB_FORMAT_TABLE | PB_FORMAT_JSON, "list", &fmt);
     if (rc) return rc;
     char dir[PATH_MAX];
-    if (pb_paths_dir(dir, sizeof dir))
-        return pb_cli_error("the socket directory name is too long; set PROBING_DIR to a shorter "
-                            "one");
-    pid_t *pids = NULL;
-    int count = pb_target_scan(dir, &pids);
-    char untrusted[768]; /* another user's directory: its sockets are not listed (security.md) */
-    if (count != -ENOENT && pb_paths_check_dir(dir, untrusted, sizeof untrusted) != 0) {
-        free(pids);
-        return pb_cli_error("%s", untrusted);
-    }
-    if (count < 0 && count != -ENOENT)
-        return pb_cli_error("cannot read the socket directory %s: %s", dir, strerror(-count));
-    if (count <= 0) {
-        free(pids);
+    json_t *agents = NULL;
+    if ((rc = pb_agents_list(dir, sizeof dir, &agents))) return rc;
+    if (json_array_size(agents) == 0) {
         if (fmt == PB_FORMAT_JSON) printf("[]\n");
         else printf("no processes traced by probing on this machine (socket dir: %s)\n", dir);
+        json_decref(agents);
         return PB_EXIT_OK;
     }
-
+    if (fmt == PB_FORMAT_JSON) {
+        pb_format_json_pretty(stdout, agents);
+        json_decref(agents);
+        return PB_EXIT_OK;
+    }
     json_t *columns = json_pack("[s,s,s,s,s,s,s]", "PID", "RANK", "UPTIME", "PYTHON", "TORCH", "ENDPOINT",
                                 "COMMAND");
-    json_t *rows = json_array(), *infos = json_array();
-    for (int i = 0; i < count; i++) {
-        char path[PATH_MAX], err[512] = "";
-        pb_target t;
-        pb_response resp;
-        json_t *info = NULL;
-        if (pb_paths_socket(pids[i], path, sizeof path) || pb_target_for_socket(pids[i], path, &t)) {
-            snprintf(err, sizeof err, "socket path too long");
-        } else if (pb_client_request(&t, "GET", "/api/info", NULL, PB_CLI_LIST_TIMEOUT_MS, &resp,
-                                     err, sizeof err) == 0) {
-            info = json_loadb(resp.body.data, resp.body.len, JSON_ALLOW_NUL, NULL);
-            if (resp.status != 200 || !json_is_object(info)) {
-                json_decref(info);
-                info = NULL;
-                snprintf(err, sizeof err, resp.status == 200 ? "not valid JSON" : "HTTP %ld",
-                         resp.status);
-            }
-            pb_buf_free(&resp.body);
-        }
-        if (strncmp(err, "the target did not answer", 25) == 0)
-            snprintf(err, sizeof err, "no answer within %ld s", PB_CLI_LIST_TIMEOUT_MS / 1000);
-        json_array_append_new(rows, table_row(pids[i], path, info, err));
-        if (info) json_array_append(infos, info);
-        else json_array_append_new(infos, json_pack("{s:I,s:s,s:s}", "pid", (json_int_t)pids[i],
-                                                    "endpoint", path, "error", err));
-        json_decref(info);
+    json_t *rows = json_array(), *agent;
+    size_t i;
+    json_array_foreach(agents, i, agent) {
+        pid_t pid = (pid_t)json_integer_value(json_object_get(agent, "pid"));
+        const char *error = json_string_value(json_object_get(agent, "error"));
+        char path[PATH_MAX] = "";
+        if (error) snprintf(path, sizeof path, "%s", json_string_value(json_object_get(agent, "endpoint")) ?: "");
+        else if (pb_paths_socket(pid, path, sizeof path)) path[0] = '\0';
+        json_array_append_new(rows, table_row(pid, path, error ? NULL : agent, error));
     }
-    if (fmt == PB_FORMAT_JSON) {
-        pb_format_json_pretty(stdout, infos);
-    } else {
-        pb_format_rows(stdout, PB_FORMAT_TABLE, PB_TABLE_PLAIN, columns, rows);
-    }
+    pb_format_rows(stdout, PB_FORMAT_TABLE, PB_TABLE_PLAIN, columns, rows);
     json_decref(columns);
     json_decref(rows);
-    json_decref(infos);
-    free(pids);
+    json_decref(agents);
     return PB_EXIT_OK;
 }

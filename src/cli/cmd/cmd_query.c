@@ -1,192 +1,20 @@
 /*
  * cmd_query.c - `probing <target> query "SQL" [-f table|csv|json] [--ranks R [--deadline S]]`.
  *
- * POST /api/query {"sql"} and print the rows. A SQL error is shown with the offending line and a
- * caret under the byte offset the server reports, psql-style.
- *
- * With --ranks: the same POST to every selected rank of the target's job at once (the roster
- * and the requests of fanout.h), with a deadline; the rows come back with "rank" and "host"
- * columns first, so one statement can be compared or aggregated across ranks. A rank that does
- * not answer in time is named on stderr with its reason and the exit status is PB_EXIT_PARTIAL
- * (3); the others' rows are printed. See docs/cluster.md.
+ * The statement runs through client/query.c (POST /api/query; a SQL error with a caret under
+ * the offending byte) and the rows are printed. With --ranks: on every selected rank of the
+ * target's job at once, the rows with "rank" and "host" columns first; a rank that does not
+ * answer in time is named on stderr after the rows, with its reason, and the exit status is
+ * PB_EXIT_PARTIAL (3). See docs/cluster.md.
  */
-#include "client/client.h"
-#include "client/fanout.h"
 #include "client/input.h"
+#include "client/query.h"
 #include "cmd/command.h"
 #include "out/format.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Prints the line of sql holding byte offset, and a caret under that byte. */
-static void show_error_position(const char *sql, long long offset)
-{
-    size_t len = strlen(sql);
-    if (offset < 0 || (size_t)offset > len) return;
-    size_t at = (size_t)offset, start = at, end = at;
-    while (start > 0 && sql[start - 1] != '\n') start--;
-    while (end < len && sql[end] != '\n') end++;
-    fprintf(stderr, "  %.*s\n  ", (int)(end - start), sql + start);
-    /* Keep tabs so the caret lines up with what the terminal shows; other bytes are spaces,
-     * one per display column. */
-    for (size_t i = start; i < at;) {
-        if (sql[i] == '\t') {
-            fputc('\t', stderr);
-            i++;
-            continue;
-        }
-        size_t n = 1;
-        while (i + n < at && ((unsigned char)sql[i + n] & 0xC0) == 0x80) n++;
-        for (size_t w = pb_format_display_width(sql + i, n); w; w--) fputc(' ', stderr);
-        i += n;
-    }
-    fputs("^\n", stderr);
-}
-
-/* The most bytes of JSON that one rank's answer may take: PROBING_RANK_ANSWER_MB, else a share
- * of ANSWERS_BUDGET_MB among the selected ranks between 1 and 64 MB. The parsed rows cost the
- * CLI several times their JSON (docs/cluster.md). */
-#define ANSWERS_BUDGET_MB 256
-static size_t answer_cap(int selected)
-{
-    const char *v = getenv("PROBING_RANK_ANSWER_MB");
-    char *end = NULL;
-    long mb = v ? strtol(v, &end, 10) : 0;
-    if (!v || end == v || *end || mb < 1 || mb > 4096) {
-        mb = ANSWERS_BUDGET_MB / (selected > 0 ? selected : 1);
-        mb = mb < 1 ? 1 : mb > 64 ? 64 : mb;
-    }
-    return (size_t)mb << 20;
-}
-
-static int query_ranks(const pb_cli_args *a, const char *sql)
-{
-    pb_format fmt;
-    int rc = pb_format_parse(a->format, PB_FORMAT_TABLE | PB_FORMAT_CSV | PB_FORMAT_JSON, "query", &fmt);
-    if (rc) return rc;
-    pb_rank_ep *eps = NULL;
-    int n = 0;
-    if (pb_fanout_roster(&a->resolved, pb_fanout_deadline_ms(a->deadline_s), &eps, &n)) return PB_EXIT_ERROR;
-    unsigned char *sel = calloc((size_t)n, 1);
-    pb_fanout_req *reqs = NULL;
-    char *body = NULL;
-    json_t *columns = NULL, *rows = json_array();
-    rc = PB_EXIT_ERROR;
-    if (!sel || !rows) {
-        pb_cli_error("out of memory");
-        goto done;
-    }
-    if ((rc = pb_fanout_parse_ranks(a->ranks, n, sel))) goto done;
-    rc = PB_EXIT_ERROR;
-    int selected = 0;
-    for (int r = 0; r < n; r++) selected += sel[r] != 0;
-    size_t cap = answer_cap(selected);
-    /* The agent cuts its rows at a row boundary below the cap (and says so); the cap itself
-     * stops an agent that does not. */
-    json_t *request = json_pack("{s:s,s:I}", "sql", sql, "max_result_bytes",
-                                (json_int_t)(cap - cap / 16));
-    body = request ? json_dumps(request, JSON_COMPACT) : NULL;
-    json_decref(request);
-    if (!body) {
-        pb_cli_error("the SQL is not valid UTF-8");
-        goto done;
-    }
-    if (!(reqs = pb_fanout_requests(eps, n, sel))) goto done;
-    for (int r = 0; r < n; r++) reqs[r].max_answer_bytes = cap;
-    pb_fanout_run(reqs, n, "POST", "/api/query", body, pb_fanout_deadline_ms(a->deadline_s));
-    int answered = 0, failed = 0, errors = 0;
-    const char *first_error = NULL;
-    int same_error = 1;
-    for (int r = 0; r < n; r++) {
-        if (!sel[r]) continue;
-        json_t *ans = reqs[r].root;
-        if (!ans || reqs[r].status == 0) {
-            failed++;
-            continue;
-        }
-        if (reqs[r].status != 200) {
-            const char *msg = json_string_value(json_object_get(ans, "error"));
-            errors++;
-            if (!first_error) first_error = msg ? msg : "";
-            else if (!msg || strcmp(msg, first_error) != 0) same_error = 0;
-            continue;
-        }
-        json_t *cols = json_object_get(ans, "columns"), *rws = json_object_get(ans, "rows");
-        if (!json_is_array(cols) || !json_is_array(rws)) {
-            snprintf(reqs[r].err, sizeof reqs[r].err, "sent an incomplete answer (no columns or rows)");
-            reqs[r].status = 0;
-            failed++;
-            continue;
-        }
-        if (!columns) {
-            columns = json_pack("[ss]", "rank", "host");
-            json_array_extend(columns, cols);
-        } else if (json_array_size(columns) != json_array_size(cols) + 2) {
-            snprintf(reqs[r].err, sizeof reqs[r].err, "answered with %zu columns where rank %lld "
-                     "answered %zu (another version?)", json_array_size(cols),
-                     (long long)json_integer_value(json_array_get(json_array_get(rows, 0), 0)),
-                     json_array_size(columns) - 2);
-            reqs[r].status = 0;
-            failed++;
-            continue;
-        }
-        answered++;
-        /* Each row gets its rank and host in place and moves to the result; the rest of this
-         * rank's answer is freed now, so that at most the merged rows stay in memory. */
-        json_t *row, *rank = json_integer(eps[r].rank), *host = json_string(eps[r].host);
-        size_t i;
-        json_array_foreach(rws, i, row) {
-            if (!json_is_array(row)) continue;
-            json_array_insert(row, 0, host);
-            json_array_insert(row, 0, rank);
-            json_array_append(rows, row);
-        }
-        json_decref(rank);
-        json_decref(host);
-        if (json_is_true(json_object_get(ans, "truncated")))
-            pb_cli_error("rank %d (%s): its result was cut after %zu rows: query --ranks takes at "
-                         "most %zu MB of JSON from one rank (PROBING_RANK_ANSWER_MB), and the "
-                         "agent at most its PROBING_MAX_RESULT_MB; add a LIMIT or a WHERE clause",
-                         eps[r].rank, eps[r].host, json_array_size(rws), cap >> 20);
-        json_decref(reqs[r].root);
-        reqs[r].root = NULL;
-        reqs[r].status = 200;
-    }
-    if (!answered && errors && same_error) {
-        pb_cli_error("%s%s", strncmp(first_error, "SQL error", 9) == 0 ? "" : "SQL error: ",
-                     first_error);
-        goto report_missing;
-    }
-    if (columns && pb_format_rows(stdout, fmt, PB_TABLE_GRID, columns, rows)) goto done;
-    if (!columns && !errors)
-        pb_cli_error("no rank answered");
-    rc = PB_EXIT_OK;
-report_missing:
-    fflush(stdout);
-    for (int r = 0; r < n; r++) {
-        if (!sel[r]) continue;
-        if (reqs[r].root && reqs[r].status != 200 && reqs[r].status != 0 && !(errors && same_error && !answered)) {
-            const char *msg = json_string_value(json_object_get(reqs[r].root, "error"));
-            pb_cli_error("rank %d (%s): %s", eps[r].rank, eps[r].host, msg ? msg : "error");
-        } else if ((!reqs[r].root && reqs[r].status != 200) || reqs[r].status == 0) {
-            pb_cli_error("rank %d (%s) is missing: %s", eps[r].rank,
-                         eps[r].host[0] ? eps[r].host : "host unknown", reqs[r].err);
-        }
-    }
-    if (!answered && errors) rc = PB_EXIT_ERROR;
-    else if (failed || errors) rc = PB_EXIT_PARTIAL;
-done:
-    json_decref(columns);
-    json_decref(rows);
-    if (reqs) pb_fanout_free(reqs, n);
-    free(reqs);
-    free(body);
-    free(sel);
-    free(eps);
-    return rc;
-}
 
 /* The options of query (option.h): the parser and 'query --help' read them. */
 const pb_option pb_options_query[] = {
@@ -212,63 +40,38 @@ int cmd_query(const pb_cli_args *a)
     if (rc) return rc;
     char *sql = pb_input_text(a->command, a->positional, a->positional_count, "SQL");
     if (!sql) return PB_EXIT_USAGE;
+    json_t *answer = NULL, *columns = NULL, *rows = NULL, *notes = NULL;
     if (a->ranks) { /* every selected rank of the job */
-        rc = query_ranks(a, sql);
-        free(sql);
-        return rc;
+        rc = pb_query_ranks(&a->resolved, sql, a->ranks, a->deadline_s, &columns, &rows, &notes);
+        if (columns && pb_format_rows(stdout, fmt, PB_TABLE_GRID, columns, rows)) {
+            rc = PB_EXIT_ERROR;
+            goto done;
+        }
+        fflush(stdout);
+        pb_cli_print_notes(notes);
+        goto done;
     }
     if (a->deadline_s > 0) {
-        free(sql);
-        return pb_cli_usage_error("--deadline goes with --ranks (the time to wait for every rank)");
+        rc = pb_cli_usage_error("--deadline goes with --ranks (the time to wait for every rank)");
+        goto done;
     }
-
-    json_t *request = NULL, *root = NULL;
-    long status;
+    if ((rc = pb_query_run(&a->resolved, sql, 0, &answer))) goto done;
     rc = PB_EXIT_ERROR;
-    json_t *sql_value = json_string(sql);
-    if (!sql_value) {
-        pb_cli_error("the SQL is not valid UTF-8");
+    if (pb_format_rows(stdout, fmt, PB_TABLE_GRID, json_object_get(answer, "columns"),
+                       json_object_get(answer, "rows")))
         goto done;
-    }
-    request = json_pack("{s:o}", "sql", sql_value);
-    if (!request) {
-        pb_cli_error("out of memory");
-        goto done;
-    }
-    rc = pb_client_call(&a->resolved, "POST", "/api/query", request, PB_CLI_QUERY_TIMEOUT_MS,
-                        &root, &status);
-    if (rc) goto done;
-    rc = PB_EXIT_ERROR;
-    if (status != 200) {
-        json_t *offset = json_object_get(root, "offset");
-        const char *msg = json_string_value(json_object_get(root, "error"));
-        if (status == 400 && offset && msg) {
-            const char *prefix = strncmp(msg, "SQL error", 9) == 0 ? "" : "SQL error: ";
-            pb_cli_error("%s%s", prefix, msg);
-            if (json_is_integer(offset)) show_error_position(sql, json_integer_value(offset));
-        } else {
-            pb_client_print_error(status, root);
-        }
-        goto done;
-    }
-    json_t *columns = json_object_get(root, "columns");
-    json_t *rows = json_object_get(root, "rows");
-    if (!json_is_array(columns) || !json_is_array(rows)) {
-        pb_cli_error("the target sent an incomplete answer (no %s); is it a probing agent of "
-                     "the same version?", json_is_array(columns) ? "rows" : "columns");
-        goto done;
-    }
-    if (pb_format_rows(stdout, fmt, PB_TABLE_GRID, columns, rows)) goto done;
     rc = PB_EXIT_OK;
-    if (json_is_true(json_object_get(root, "truncated"))) {
-        const char *msg = json_string_value(json_object_get(root, "message"));
+    if (json_is_true(json_object_get(answer, "truncated"))) {
+        const char *msg = json_string_value(json_object_get(answer, "message"));
         fflush(stdout);
         pb_cli_error("%s", msg && *msg ? msg : "the result was truncated by the target; add a "
                                                 "LIMIT or select fewer columns");
     }
 done:
-    json_decref(request);
-    json_decref(root);
+    json_decref(answer);
+    json_decref(columns);
+    json_decref(rows);
+    json_decref(notes);
     free(sql);
     return rc;
 }

@@ -21,6 +21,7 @@ typedef struct pb_cli_args {
     int positional_count;
     int json;               /* --json given */
     int last_steps;         /* --last N value; 0 when not given */
+    int last_collectives;   /* stragglers: --last N (collectives a group); 0 when not given */
     const char *output;     /* -o/--output value (timeline, flamegraph), NULL when not given */
     const char *stage;      /* --stage value (flamegraph), NULL when not given */
     int folded;             /* --folded given */
@@ -38,6 +39,9 @@ typedef struct pb_cli_args {
     char **more_targets;    /* export: targets after the first one (borrowed from argv) */
     int more_target_count;
     int open_browser;       /* ui: --open given */
+    double min_effect_pct;  /* compare: --min-effect PCT; 0 when not given */
+    double fail_if_slower_pct; /* compare: --fail-if-slower PCT; 0 when not given */
+    int allow_eval;         /* mcp: --allow-eval given */
 } pb_cli_args;
 
 int cmd_list(const pb_cli_args *a);
@@ -61,6 +65,8 @@ int cmd_ranks(const pb_cli_args *a);
 int cmd_hang(const pb_cli_args *a);
 int cmd_stragglers(const pb_cli_args *a);
 int cmd_doctor(const pb_cli_args *a);
+int cmd_compare(const pb_cli_args *a);
+int cmd_mcp(const pb_cli_args *a);
 
 /* Each command's options (option.h), defined beside it in cmd/cmd_<name>.c; detach has none. */
 extern const pb_option pb_options_list[], pb_options_query[], pb_options_eval[],
@@ -68,6 +74,6 @@ extern const pb_option pb_options_list[], pb_options_query[], pb_options_eval[],
     pb_options_timeline[], pb_options_flamegraph[], pb_options_backtrace[], pb_options_inject[],
     pb_options_capture[], pb_options_record[], pb_options_exporter[], pb_options_export[],
     pb_options_ui[], pb_options_ranks[], pb_options_hang[], pb_options_stragglers[],
-    pb_options_doctor[];
+    pb_options_doctor[], pb_options_compare[], pb_options_mcp[];
 
 #endif

@@ -476,3 +476,87 @@ int pb_format_rows(FILE *out, pb_format fmt, pb_table_style style, json_t *colum
     if (rc) return rc;
     return ferror(out) ? -EIO : 0;
 }
+
+/* ---- the catalog of a target's tables (tables) */
+
+/* Appends a sanitized string field of obj, or "" when missing. */
+static void put_field(pb_buf *b, json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    if (json_is_string(v)) pb_format_sanitize(b, json_string_value(v), json_string_length(v));
+}
+
+static void put_count(pb_buf *b, json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    if (json_is_integer(v)) pb_buf_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    else pb_buf_putc(b, '?');
+}
+
+static void print_table(FILE *out, json_t *table)
+{
+    pb_buf line = PB_BUF_INIT, cell = PB_BUF_INIT;
+    put_field(&line, table, "schema");
+    if (line.len) pb_buf_putc(&line, '.');
+    put_field(&line, table, "name");
+    pb_buf_puts(&line, "  rows=");
+    put_count(&line, table, "rows");
+    pb_buf_puts(&line, " capacity=");
+    put_count(&line, table, "capacity");
+    pb_buf_puts(&line, " dropped=");
+    put_count(&line, table, "rows_dropped");
+    fprintf(out, "%s\n", line.data ? line.data : "");
+
+    pb_buf_reset(&line);
+    put_field(&line, table, "doc");
+    if (line.len) fprintf(out, "    %s\n", line.data);
+    /* The agent states why a table may be empty; that only matters while it is. */
+    json_t *rows = json_object_get(table, "rows");
+    pb_buf_reset(&line);
+    if (!json_is_integer(rows) || json_integer_value(rows) == 0)
+        put_field(&line, table, "empty_reason");
+    if (line.len) fprintf(out, "    (empty: %s)\n", line.data);
+
+    json_t *columns = json_object_get(table, "columns"), *column;
+    size_t i, name_width = 0, type_width = 0;
+    json_array_foreach(columns, i, column) {
+        pb_buf_reset(&cell);
+        put_field(&cell, column, "name");
+        size_t w = pb_format_display_width(cell.data ? cell.data : "", cell.len);
+        if (w > name_width) name_width = w;
+        pb_buf_reset(&cell);
+        put_field(&cell, column, "type");
+        if (cell.len > type_width) type_width = cell.len;
+    }
+    json_array_foreach(columns, i, column) {
+        pb_buf_reset(&line);
+        pb_buf_puts(&line, "    ");
+        pb_buf_reset(&cell);
+        put_field(&cell, column, "name");
+        pb_buf_append(&line, cell.data ? cell.data : "", cell.len);
+        for (size_t w = pb_format_display_width(cell.data ? cell.data : "", cell.len);
+             w < name_width + 2; w++)
+            pb_buf_putc(&line, ' ');
+        pb_buf_reset(&cell);
+        put_field(&cell, column, "type");
+        pb_buf_append(&line, cell.data ? cell.data : "", cell.len);
+        for (size_t w = cell.len; w < type_width + 2; w++) pb_buf_putc(&line, ' ');
+        put_field(&line, column, "doc");
+        while (line.len && line.data[line.len - 1] == ' ') line.data[--line.len] = '\0';
+        fprintf(out, "%s\n", line.data);
+    }
+    pb_buf_free(&line);
+    pb_buf_free(&cell);
+}
+
+int pb_format_tables(FILE *out, json_t *tables)
+{
+    size_t i;
+    json_t *table;
+    json_array_foreach(tables, i, table) {
+        if (i) fputc('\n', out);
+        if (json_is_object(table)) print_table(out, table);
+    }
+    if (!json_array_size(tables)) fprintf(out, "(no tables)\n");
+    return ferror(out) ? -EIO : 0;
+}

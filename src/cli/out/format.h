@@ -61,6 +61,11 @@ int pb_format_sanitize_json(json_t *v);
 /* Terminal columns taken by UTF-8 text (wide East Asian characters count 2). */
 size_t pb_format_display_width(const char *s, size_t len);
 
+/* Writes the "tables" array of a target's GET /api/tables (borrowed) as `probing <target>
+ * tables` shows it: each table with its fill level, its doc and why it is empty, then its
+ * columns with their types and docs, everything the agent sent sanitized. Returns 0 or -EIO. */
+int pb_format_tables(FILE *out, json_t *tables);
+
 /* Seconds as "42s", "5m07s", "1h02m", "3d04h". */
 void pb_format_duration(double seconds, char *out, size_t outlen);
 

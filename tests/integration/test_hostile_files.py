@@ -36,19 +36,18 @@ def write_db(path, script, info=None):
 def test_a_recording_whose_catalogue_never_ends_is_refused(cli, tmp_path, args):
     path = write_db(tmp_path / "hostile.db", f"CREATE VIEW tables AS {ENDLESS}; "
                     "CREATE TABLE info(json); INSERT INTO info VALUES ('{}');")
-    env = dict(cli.env, PROBING_QUERY_TIMEOUT="1")
-    r = cli(path, *args, check=False, env=env, timeout=60)
+    r = cli(path, *args, check=False, timeout=20)  # issue 49: at once, the view is not run
     assert (r.returncode, r.stdout) == (1, "")
-    assert r.stderr == (f"probing: cannot read the recording {path}: reading its catalogue "
-                        "(probe.tables, probe.info) ran longer than 1 s (PROBING_QUERY_TIMEOUT): "
-                        "the file is damaged or was built to hang its readers\n")
+    assert r.stderr == (f"probing: cannot read the recording {path}: its catalogue needs what "
+                        "probing's SQL does not allow (tables is a view defined by the "
+                        "recording file: probing runs no SQL that a file brings)\n")
 
 
-def test_a_query_over_an_endless_view_of_a_recording_stops_at_the_time_limit(cli, tmp_path):
-    path = write_db(tmp_path / "hostile.db", CATALOGUE + f"CREATE VIEW steps AS {ENDLESS};",
-                    info={"rank": 0})
+def test_a_query_over_an_endless_cte_of_a_recording_stops_at_the_time_limit(cli, tmp_path):
+    path = write_db(tmp_path / "rec.db", CATALOGUE, info={"rank": 0})
     env = dict(cli.env, PROBING_QUERY_TIMEOUT="1")
-    r = cli(path, "query", "SELECT COUNT(*) FROM python.steps", check=False, env=env, timeout=60)
+    r = cli(path, "query", "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+            "SELECT COUNT(*) FROM c", check=False, env=env, timeout=60)
     assert (r.returncode, r.stdout) == (1, "")
     assert r.stderr == ("probing: SQL error: query interrupted: it ran longer than the 1 s limit "
                         "(PROBING_QUERY_TIMEOUT); narrow it with WHERE or LIMIT, or set "
